@@ -1,0 +1,1 @@
+//! kiln benchmarks. Not built yet (benchmark issue).

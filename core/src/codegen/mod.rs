@@ -1,0 +1,136 @@
+//! WGSL code generation. Kernels read their sizes, strides and scalars from a
+//! 256-byte uniform block (`meta`), so a kernel's source depends only on its
+//! ops, dtypes, rank and which inputs are contiguous: one compiled pipeline
+//! serves every shape.
+
+pub mod elementwise;
+pub mod templates;
+
+use crate::dtype::DType;
+
+/// Words in one kernel's uniform block (256 bytes, the largest uniform
+/// offset alignment any adapter asks for).
+pub const META_WORDS: usize = 64;
+
+/// Invocations per workgroup for 1-D kernels (WebGPU's guaranteed maximum).
+pub const WG: u32 = 256;
+
+/// The uniform block and its accessor, shared by every kernel.
+pub const META_DECL: &str = "@group(0) @binding(0) var<uniform> kparams: array<vec4<u32>, 16>;
+fn m(i: u32) -> u32 { return kparams[i >> 2u][i & 3u]; }
+";
+
+/// A kernel's scalar parameters, in the order the kernel reads them.
+#[derive(Debug, Default, Clone)]
+pub struct Meta(pub Vec<u32>);
+
+impl Meta {
+    pub fn u(&mut self, v: usize) -> &mut Self {
+        self.0.push(v as u32);
+        self
+    }
+    pub fn i(&mut self, v: isize) -> &mut Self {
+        self.0.push(v as i32 as u32);
+        self
+    }
+    /// A scalar of `dtype`'s compute type, as its bit pattern.
+    pub fn scalar(&mut self, dtype: DType, v: f64) -> &mut Self {
+        self.0.push(match dtype {
+            DType::F32 | DType::F16 => (v as f32).to_bits(),
+            DType::I32 => v as i64 as i32 as u32,
+            DType::U32 => v as i64 as u32,
+            DType::Bool => (v != 0.0) as u32,
+        });
+        self
+    }
+    pub fn layout(&mut self, offset: usize, strides: &[isize]) -> &mut Self {
+        self.u(offset);
+        strides.iter().for_each(|&s| {
+            self.i(s);
+        });
+        self
+    }
+}
+
+/// WGSL type a value of `dtype` is computed in.
+pub fn compute_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 | DType::F16 => "f32",
+        DType::I32 => "i32",
+        DType::U32 => "u32",
+        DType::Bool => "bool",
+    }
+}
+
+/// WGSL element type of a storage buffer holding `dtype`.
+pub fn storage_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "f32",
+        DType::I32 => "i32",
+        DType::U32 | DType::F16 | DType::Bool => "u32",
+    }
+}
+
+/// Expression reading element `j` (a u32 expression) of buffer `buf`.
+pub fn load_expr(dtype: DType, buf: &str, j: &str) -> String {
+    match dtype {
+        DType::F16 => format!("unpack2x16float({buf}[({j}) >> 1u])[({j}) & 1u]"),
+        DType::Bool => format!("({buf}[{j}] != 0u)"),
+        _ => format!("{buf}[{j}]"),
+    }
+}
+
+/// Expression converting a computed value to what a 4-byte buffer stores.
+pub fn store_expr(dtype: DType, v: &str) -> String {
+    match dtype {
+        DType::Bool => format!("select(0u, 1u, {v})"),
+        _ => v.to_string(),
+    }
+}
+
+/// A literal of `dtype`'s compute type.
+pub fn literal(dtype: DType, v: f64) -> String {
+    match dtype {
+        DType::F32 | DType::F16 => {
+            if v.is_infinite() {
+                format!("bitcast<f32>({}u)", (v as f32).to_bits())
+            } else {
+                format!("f32({v:?})")
+            }
+        }
+        DType::I32 => format!("i32({})", v as i64),
+        DType::U32 => format!("{}u", v as i64 as u32),
+        DType::Bool => (v != 0.0).to_string(),
+    }
+}
+
+/// Statements computing the strided element index `at_{name}` of an input
+/// from coordinates `c0..c{rank-1}`, with its layout in meta at `base`.
+pub fn strided_index(name: &str, rank: usize, base: usize) -> String {
+    let mut s = format!("    var at_{name} = i32(m({base}u));\n");
+    for d in 0..rank {
+        s += &format!(
+            "    at_{name} += i32(c{d}) * bitcast<i32>(m({}u));\n",
+            base + 1 + d
+        );
+    }
+    s
+}
+
+/// Statements unravelling flat index `i` into `c0..c{rank-1}` over the shape
+/// stored in meta at `shape_base`.
+pub fn unravel(rank: usize, shape_base: usize, i: &str) -> String {
+    let mut s = format!("    var rem = {i};\n");
+    for d in (0..rank).rev() {
+        if d == 0 {
+            s += "    let c0 = rem;\n";
+        } else {
+            s += &format!(
+                "    let c{d} = rem % m({}u);\n    rem = rem / m({}u);\n",
+                shape_base + d,
+                shape_base + d
+            );
+        }
+    }
+    s
+}

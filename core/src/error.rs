@@ -1,0 +1,83 @@
+//! The one error type of kiln. Every variant names what the user can act on:
+//! the op and the shapes, the limit, the file, or the adapter.
+
+use crate::dtype::DType;
+
+pub type Result<T, E = KilnError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum KilnError {
+    #[error("{op}: {detail}")]
+    Shape { op: &'static str, detail: String },
+
+    #[error("{op}: {detail}")]
+    DType { op: &'static str, detail: String },
+
+    #[error("{op}: axis {axis} is out of range for a tensor of rank {rank}")]
+    Axis {
+        op: &'static str,
+        axis: isize,
+        rank: usize,
+    },
+
+    #[error("{op}: {detail}")]
+    Invalid { op: &'static str, detail: String },
+
+    #[error(
+        "{op}: a tensor of shape {shape:?} ({dtype}) needs {bytes} bytes, over the adapter's \
+         {limit_name} of {limit} bytes"
+    )]
+    TooLarge {
+        op: &'static str,
+        shape: Vec<usize>,
+        dtype: DType,
+        bytes: u64,
+        limit_name: &'static str,
+        limit: u64,
+    },
+
+    #[error(
+        "no GPU adapter found on backends {backends}. Install a driver (on Linux: Mesa's \
+         `mesa-vulkan-drivers` for Vulkan, or EGL for OpenGL), or use Device::cpu()"
+    )]
+    NoAdapter { backends: String },
+
+    #[error("no adapter matches KILN_ADAPTER/selector {selector:?}; available: {available}")]
+    AdapterNotFound { selector: String, available: String },
+
+    #[error("requesting a device from adapter {adapter:?} failed: {detail}")]
+    RequestDevice { adapter: String, detail: String },
+
+    #[error("{op}: tensors live on different devices ({left} and {right})")]
+    DeviceMismatch {
+        op: &'static str,
+        left: String,
+        right: String,
+    },
+
+    #[error("the GPU device was lost: {0}")]
+    DeviceLost(String),
+
+    #[error("out of GPU memory: {0}")]
+    OutOfMemory(String),
+
+    #[error("GPU error (a bug in kiln, please report it): {0}")]
+    Gpu(String),
+
+    #[error(
+        "kiln generated a shader that does not compile (a bug in kiln): {message}\n--- WGSL ---\n{wgsl}"
+    )]
+    Shader { message: String, wgsl: String },
+
+    #[error("readback failed: {0}")]
+    Readback(String),
+}
+
+/// Shorthand used by the shape checks: `shape_err("add", format!(...))`.
+pub(crate) fn shape_err<T>(op: &'static str, detail: String) -> Result<T> {
+    Err(KilnError::Shape { op, detail })
+}
+
+pub(crate) fn dtype_err<T>(op: &'static str, detail: String) -> Result<T> {
+    Err(KilnError::DType { op, detail })
+}

@@ -1,0 +1,114 @@
+//! Lazy graph nodes: shared, cheap to clone, realized at most once.
+
+use super::{Prim, TypeInfo, infer::infer};
+use crate::error::Result;
+use crate::interp::HostArray;
+use crate::runtime::GpuArray;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A value a node has been computed to, on the device that computed it.
+#[derive(Clone, Debug)]
+pub enum Realized {
+    Host(Arc<HostArray>),
+    Gpu(GpuArray),
+}
+
+#[derive(Debug)]
+struct NodeInner {
+    id: u64,
+    prim: Prim,
+    info: TypeInfo,
+    /// Emptied once the node is realized, so that a long chain of updates
+    /// (a training loop) does not keep every past value alive.
+    inputs: Mutex<Vec<Node>>,
+    realized: Mutex<Option<Realized>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Node(Arc<NodeInner>);
+
+/// Kernels carry strides in a 256-byte uniform block, which bounds the rank.
+pub const MAX_RANK: usize = 8;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+impl Node {
+    /// Build a node; shape and dtype are inferred and checked here.
+    pub fn new(prim: Prim, inputs: Vec<Node>) -> Result<Node> {
+        let infos: Vec<&TypeInfo> = inputs.iter().map(|n| &n.0.info).collect();
+        let info = infer(&prim, &infos)?;
+        if info.shape.len() > MAX_RANK {
+            return Err(crate::KilnError::Shape {
+                op: prim.name(),
+                detail: format!(
+                    "result shape {:?} has rank over {MAX_RANK}, the most kiln supports",
+                    info.shape
+                ),
+            });
+        }
+        Ok(Node(Arc::new(NodeInner {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            prim,
+            info,
+            inputs: Mutex::new(inputs),
+            realized: Mutex::new(None),
+        })))
+    }
+
+    /// A node whose value already exists (uploaded data).
+    pub fn realized(prim: Prim, value: Realized) -> Result<Node> {
+        let node = Node::new(prim, vec![])?;
+        node.set_realized(value);
+        Ok(node)
+    }
+
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+    pub fn prim(&self) -> &Prim {
+        &self.0.prim
+    }
+    pub fn info(&self) -> &TypeInfo {
+        &self.0.info
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.0.info.shape
+    }
+    pub fn dtype(&self) -> crate::DType {
+        self.0.info.dtype
+    }
+    pub fn inputs(&self) -> Vec<Node> {
+        self.0.inputs.lock().unwrap().clone()
+    }
+    pub fn realized_value(&self) -> Option<Realized> {
+        self.0.realized.lock().unwrap().clone()
+    }
+
+    /// Store the node's value and drop its inputs.
+    pub fn set_realized(&self, value: Realized) {
+        *self.0.realized.lock().unwrap() = Some(value);
+        self.0.inputs.lock().unwrap().clear();
+    }
+
+    /// Nodes reachable from `roots` that still need computing, inputs first.
+    pub fn topo_unrealized(roots: &[Node]) -> Vec<Node> {
+        let mut order = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut stack: Vec<(Node, bool)> = roots.iter().rev().map(|n| (n.clone(), false)).collect();
+        while let Some((node, expanded)) = stack.pop() {
+            if expanded {
+                order.push(node);
+                continue;
+            }
+            if node.realized_value().is_some() || !seen.insert(node.id()) {
+                continue;
+            }
+            stack.push((node.clone(), true));
+            for input in node.inputs().into_iter().rev() {
+                stack.push((input, false));
+            }
+        }
+        order
+    }
+}

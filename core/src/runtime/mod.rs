@@ -1,0 +1,325 @@
+//! Devices: the CPU reference, or a wgpu adapter with its buffer pool and
+//! pipeline cache. The backend is a runtime value; there is no global device.
+
+mod adapter;
+mod pipelines;
+pub mod pool;
+mod readback;
+mod realize;
+
+use crate::DType;
+use crate::error::{KilnError, Result};
+use crate::interp::{self, HostArray};
+use crate::ir::{Node, Realized};
+use crate::shape::Layout;
+use pipelines::PipelineCache;
+use pool::{BufferPool, PoolStats, PooledBuffer};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub use adapter::describe as describe_adapter;
+
+/// A realized GPU value: a pooled buffer seen through a strided layout.
+#[derive(Clone, Debug)]
+pub struct GpuArray {
+    pub buffer: Arc<PooledBuffer>,
+    pub layout: Layout,
+    pub dtype: DType,
+}
+
+/// What a device is, for logs, reports and `Device::info()`.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    pub name: String,
+    /// "cpu-reference", "vulkan", "gl", "metal", "dx12" or "webgpu".
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub driver_info: String,
+    pub limits: wgpu::Limits,
+    pub shader_f16: bool,
+    pub subgroups: bool,
+}
+
+/// Counters that tests and benchmarks read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceStats {
+    pub kernels_launched: u64,
+    pub submits: u64,
+    pub pipelines_compiled: u64,
+    pub pool: PoolStats,
+}
+
+/// How to pick a GPU adapter.
+#[derive(Debug, Clone)]
+pub struct DeviceOptions {
+    /// A backend name (`vulkan`, `gl`, `metal`, `dx12`, `webgpu`) or a piece
+    /// of the adapter's name; `None` reads env `KILN_ADAPTER`, and without
+    /// it the fastest adapter is chosen.
+    pub adapter: Option<String>,
+    pub backends: wgpu::Backends,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions {
+            adapter: None,
+            backends: wgpu::Backends::all(),
+        }
+    }
+}
+
+pub(crate) struct Gpu {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: DeviceInfo,
+    pool: BufferPool,
+    pipelines: PipelineCache,
+    /// Errors wgpu reported outside an error scope; any is a kiln bug,
+    /// surfaced as `Err` by the next realization instead of a panic.
+    errors: Arc<Mutex<Vec<String>>>,
+    lost: Arc<Mutex<Option<String>>>,
+    kernels_launched: AtomicU64,
+    submits: AtomicU64,
+}
+
+enum Backend {
+    Cpu,
+    Gpu(Gpu),
+}
+
+/// A device tensors live on. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Device(Arc<Backend>);
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({} on {})", self.info().name, self.info().backend)
+    }
+}
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = backends;
+    wgpu::Instance::new(desc)
+}
+
+impl Device {
+    /// The CPU reference interpreter (f64), the oracle of the test suite.
+    pub fn cpu() -> Device {
+        Device(Arc::new(Backend::Cpu))
+    }
+
+    /// The best GPU adapter, or the one env `KILN_ADAPTER` names.
+    pub async fn gpu() -> Result<Device> {
+        Device::with_options(DeviceOptions::default()).await
+    }
+
+    pub async fn with_options(options: DeviceOptions) -> Result<Device> {
+        let selector = options
+            .adapter
+            .clone()
+            .or_else(|| std::env::var("KILN_ADAPTER").ok());
+        let instance = instance(options.backends);
+        let adapters = instance.enumerate_adapters(options.backends).await;
+        let adapter = adapter::choose(adapters, selector.as_deref(), options.backends)?;
+        Device::from_adapter(adapter).await
+    }
+
+    /// One device per adapter found on `backends` (each `Err` names its adapter).
+    pub async fn all(backends: wgpu::Backends) -> Vec<(String, Result<Device>)> {
+        let mut out = Vec::new();
+        for adapter in instance(backends).enumerate_adapters(backends).await {
+            let name = adapter::describe(&adapter.get_info());
+            out.push((name, Device::from_adapter(adapter).await));
+        }
+        out
+    }
+
+    /// Open a device on `adapter` with the adapter's real limits.
+    pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Device> {
+        let ai = adapter.get_info();
+        let limits = adapter.limits();
+        let features = adapter.features();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("kiln"),
+                required_features: wgpu::Features::empty(),
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| KilnError::RequestDevice {
+                adapter: adapter::describe(&ai),
+                detail: e.to_string(),
+            })?;
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            sink.lock().unwrap().push(e.to_string())
+        }));
+        let lost: Arc<Mutex<Option<String>>> = Arc::default();
+        let lost_sink = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            *lost_sink.lock().unwrap() = Some(format!("{reason:?}: {msg}"));
+        });
+        let info = DeviceInfo {
+            name: ai.name.clone(),
+            backend: ai.backend.to_str().to_string(),
+            device_type: format!("{:?}", ai.device_type),
+            driver: ai.driver.clone(),
+            driver_info: ai.driver_info.clone(),
+            limits,
+            shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups: features.contains(wgpu::Features::SUBGROUP),
+        };
+        Ok(Device(Arc::new(Backend::Gpu(Gpu {
+            pool: BufferPool::new(device.clone()),
+            device,
+            queue,
+            info,
+            pipelines: PipelineCache::default(),
+            errors,
+            lost,
+            kernels_launched: AtomicU64::new(0),
+            submits: AtomicU64::new(0),
+        }))))
+    }
+
+    pub fn is_cpu(&self) -> bool {
+        matches!(*self.0, Backend::Cpu)
+    }
+
+    pub fn info(&self) -> DeviceInfo {
+        match &*self.0 {
+            Backend::Cpu => DeviceInfo {
+                name: "CPU reference (f64)".into(),
+                backend: "cpu-reference".into(),
+                device_type: "Cpu".into(),
+                driver: String::new(),
+                driver_info: String::new(),
+                limits: wgpu::Limits::default(),
+                shader_f16: true,
+                subgroups: false,
+            },
+            Backend::Gpu(g) => g.info.clone(),
+        }
+    }
+
+    pub fn stats(&self) -> DeviceStats {
+        match &*self.0 {
+            Backend::Cpu => DeviceStats::default(),
+            Backend::Gpu(g) => DeviceStats {
+                kernels_launched: g.kernels_launched.load(Ordering::Relaxed),
+                submits: g.submits.load(Ordering::Relaxed),
+                pipelines_compiled: g.pipelines.len() as u64,
+                pool: g.pool.stats(),
+            },
+        }
+    }
+
+    /// Put host data on this device as a realized input node.
+    pub fn upload(&self, dtype: DType, shape: &[usize], values: &[f64]) -> Result<Node> {
+        let prim = crate::ir::Prim::Input {
+            shape: shape.to_vec(),
+            dtype,
+        };
+        let value = match &*self.0 {
+            Backend::Cpu => Realized::Host(Arc::new(HostArray::new(
+                dtype,
+                shape.to_vec(),
+                values.to_vec(),
+            ))),
+            Backend::Gpu(g) => Realized::Gpu(g.upload(dtype, shape, values)?),
+        };
+        Node::realized(prim, value)
+    }
+
+    /// Compute every node in `roots` that is not computed yet: on a GPU, all
+    /// their kernels in one command encoder and one submit.
+    pub async fn realize(&self, roots: &[Node]) -> Result<()> {
+        match &*self.0 {
+            Backend::Cpu => interp::realize(roots),
+            Backend::Gpu(g) => g.realize(roots).await,
+        }
+    }
+
+    /// Realize `node` and read it back as a contiguous host array.
+    pub async fn read(&self, node: &Node) -> Result<HostArray> {
+        match &*self.0 {
+            Backend::Cpu => {
+                interp::realize(std::slice::from_ref(node))?;
+                match node.realized_value() {
+                    Some(Realized::Host(h)) => Ok((*h).clone()),
+                    _ => Err(KilnError::Readback(
+                        "a GPU tensor read through the CPU device".into(),
+                    )),
+                }
+            }
+            Backend::Gpu(g) => g.read(node).await,
+        }
+    }
+}
+
+impl Gpu {
+    fn check_errors(&self) -> Result<()> {
+        if let Some(reason) = self.lost.lock().unwrap().clone() {
+            return Err(KilnError::DeviceLost(reason));
+        }
+        let errors = std::mem::take(&mut *self.errors.lock().unwrap());
+        match errors.into_iter().next() {
+            None => Ok(()),
+            Some(e) if e.to_lowercase().contains("out of memory") => Err(KilnError::OutOfMemory(e)),
+            Some(e) => Err(KilnError::Gpu(e)),
+        }
+    }
+
+    fn storage_usage() -> wgpu::BufferUsages {
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST
+    }
+
+    /// A buffer for `n` elements of `dtype`, checked against the adapter's limits.
+    fn alloc(&self, op: &'static str, dtype: DType, shape: &[usize]) -> Result<Arc<PooledBuffer>> {
+        let bytes = dtype.storage_bytes(crate::shape::numel(shape));
+        let limits = &self.info.limits;
+        for (limit_name, limit) in [
+            (
+                "max_storage_buffer_binding_size",
+                limits.max_storage_buffer_binding_size,
+            ),
+            ("max_buffer_size", limits.max_buffer_size),
+        ] {
+            if pool::size_class(bytes) > limit {
+                return Err(KilnError::TooLarge {
+                    op,
+                    shape: shape.to_vec(),
+                    dtype,
+                    bytes,
+                    limit_name,
+                    limit,
+                });
+            }
+        }
+        Ok(self.pool.get(bytes, Gpu::storage_usage()))
+    }
+
+    fn upload(&self, dtype: DType, shape: &[usize], values: &[f64]) -> Result<GpuArray> {
+        let buffer = self.alloc("upload", dtype, shape)?;
+        let words = crate::dtype::pack_words(dtype, values);
+        if !words.is_empty() {
+            self.queue
+                .write_buffer(buffer.buffer(), 0, bytemuck::cast_slice(&words));
+        }
+        Ok(GpuArray {
+            buffer,
+            layout: Layout::contiguous(shape),
+            dtype,
+        })
+    }
+}

@@ -1,0 +1,114 @@
+//! Realization entry points and async readback. Mapping a buffer completes
+//! through a callback, so readback is a future: the browser cannot block,
+//! and native code drives it with `pollster::block_on`.
+
+use super::Gpu;
+use super::realize::{Plan, ReadRequest};
+use crate::dtype::{DType, unpack_words};
+use crate::error::{KilnError, Result};
+use crate::interp::HostArray;
+use crate::ir::Node;
+use crate::shape::numel;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+impl Gpu {
+    pub(super) async fn realize(&self, roots: &[Node]) -> Result<()> {
+        let mut plan = Plan::new(self);
+        plan.run(roots)?;
+        plan.submit(None)?;
+        Ok(())
+    }
+
+    pub(super) async fn read(&self, node: &Node) -> Result<HostArray> {
+        let mut plan = Plan::new(self);
+        plan.run(std::slice::from_ref(node))?;
+        let mut value = plan.value(node)?;
+        let word_aligned = value.dtype != DType::F16 || value.layout.offset % 2 == 0;
+        if !value.layout.is_contiguous() || !word_aligned {
+            value = plan.materialize(&value)?;
+        }
+        let n = numel(&value.layout.shape);
+        let dtype = value.dtype;
+        let shape = value.layout.shape.clone();
+        let words = dtype.storage_bytes(n) / 4;
+        let first_word = match dtype {
+            DType::F16 => value.layout.offset / 2,
+            _ => value.layout.offset,
+        } as u64;
+        let request = (words > 0).then(|| ReadRequest {
+            buffer: value.buffer.clone(),
+            offset: first_word * 4,
+            bytes: words * 4,
+        });
+        let Some(staging) = plan.submit(request)? else {
+            return Ok(HostArray {
+                dtype,
+                shape,
+                data: vec![],
+            });
+        };
+        let slice = staging.buffer().slice(..words * 4);
+        let (sender, receiver) = oneshot();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            sender.send(r.map_err(|e| e.to_string()))
+        });
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| KilnError::Readback(e.to_string()))?;
+        receiver.await.map_err(KilnError::Readback)?;
+        let data = {
+            let mapped = slice
+                .get_mapped_range()
+                .map_err(|e| KilnError::Readback(e.to_string()))?;
+            unpack_words(dtype, bytemuck::cast_slice(&mapped), n)
+        };
+        staging.buffer().unmap();
+        self.check_errors()?;
+        Ok(HostArray { dtype, shape, data })
+    }
+}
+
+/// A one-value channel whose receiving end is a future.
+struct Slot<T> {
+    value: Option<T>,
+    waker: Option<Waker>,
+}
+
+struct Sender<T>(Arc<Mutex<Slot<T>>>);
+struct Receiver<T>(Arc<Mutex<Slot<T>>>);
+
+fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
+    let slot = Arc::new(Mutex::new(Slot {
+        value: None,
+        waker: None,
+    }));
+    (Sender(slot.clone()), Receiver(slot))
+}
+
+impl<T> Sender<T> {
+    fn send(self, value: T) {
+        let mut slot = self.0.lock().unwrap();
+        slot.value = Some(value);
+        if let Some(w) = slot.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+impl<T> Future for Receiver<T> {
+    type Output = T;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let mut slot = self.0.lock().unwrap();
+        match slot.value.take() {
+            Some(v) => Poll::Ready(v),
+            None => {
+                slot.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}

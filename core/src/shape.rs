@@ -1,0 +1,206 @@
+//! Shapes, NumPy broadcasting, and strided layouts. A layout maps a logical
+//! index to an element of a buffer: `offset + Σ coord[d] · strides[d]`, so
+//! permute, slice and expand change only the layout and copy nothing.
+
+use crate::error::{Result, shape_err};
+
+pub type Shape = Vec<usize>;
+
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
+    let mut strides = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for d in (0..shape.len()).rev() {
+        strides[d] = acc;
+        acc *= shape[d] as isize;
+    }
+    strides
+}
+
+/// NumPy broadcasting of two shapes; the error names the op and both shapes.
+pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Shape> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = if i < rank - a.len() {
+            1
+        } else {
+            a[i - (rank - a.len())]
+        };
+        let db = if i < rank - b.len() {
+            1
+        } else {
+            b[i - (rank - b.len())]
+        };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return shape_err(
+                    op,
+                    format!("shapes {a:?} and {b:?} cannot be broadcast together"),
+                );
+            }
+        };
+    }
+    Ok(out)
+}
+
+/// Normalize a possibly negative axis against `rank`.
+pub fn normalize_axis(op: &'static str, axis: isize, rank: usize) -> Result<usize> {
+    let a = if axis < 0 { axis + rank as isize } else { axis };
+    if a < 0 || a >= rank as isize {
+        return Err(crate::KilnError::Axis { op, axis, rank });
+    }
+    Ok(a as usize)
+}
+
+/// One Python-style slice along one axis: `start:stop:step`, already clamped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SliceSpec {
+    pub start: usize,
+    pub len: usize,
+    pub step: isize,
+}
+
+impl SliceSpec {
+    /// Resolve Python slice bounds against a dimension of size `dim`.
+    pub fn resolve(
+        op: &'static str,
+        dim: usize,
+        start: Option<isize>,
+        stop: Option<isize>,
+        step: isize,
+    ) -> Result<SliceSpec> {
+        if step == 0 {
+            return shape_err(op, "slice step must not be zero".into());
+        }
+        let n = dim as isize;
+        let clamp = |v: isize, lo: isize, hi: isize| v.max(lo).min(hi);
+        let norm = |v: isize| if v < 0 { v + n } else { v };
+        let (start, len) = if step > 0 {
+            let s = clamp(start.map_or(0, norm), 0, n);
+            let e = clamp(stop.map_or(n, norm), 0, n);
+            (s, if e > s { (e - s + step - 1) / step } else { 0 })
+        } else {
+            let s = clamp(start.map_or(n - 1, norm), -1, n - 1);
+            let e = clamp(
+                stop.map_or(-1, |v| if v < 0 { v + n } else { v }),
+                -1,
+                n - 1,
+            );
+            (
+                s,
+                if s > e {
+                    (s - e - step - 1) / (-step)
+                } else {
+                    0
+                },
+            )
+        };
+        Ok(SliceSpec {
+            start: start.max(0) as usize,
+            len: len as usize,
+            step,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Layout {
+    pub shape: Shape,
+    pub strides: Vec<isize>,
+    pub offset: usize,
+}
+
+impl Layout {
+    pub fn contiguous(shape: &[usize]) -> Layout {
+        Layout {
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: 0,
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    /// Row-major and gap-free (any offset): a kernel may index it as `offset + i`.
+    pub fn is_contiguous(&self) -> bool {
+        let want = contiguous_strides(&self.shape);
+        self.shape
+            .iter()
+            .zip(self.strides.iter().zip(&want))
+            .all(|(&d, (&s, &w))| d == 1 || s == w)
+    }
+
+    pub fn permute(&self, perm: &[usize]) -> Layout {
+        Layout {
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+            offset: self.offset,
+        }
+    }
+
+    pub fn slice(&self, specs: &[SliceSpec]) -> Layout {
+        let mut offset = self.offset as isize;
+        let mut shape = Vec::with_capacity(specs.len());
+        let mut strides = Vec::with_capacity(specs.len());
+        for (d, s) in specs.iter().enumerate() {
+            if s.len > 0 {
+                offset += s.start as isize * self.strides[d];
+            }
+            shape.push(s.len);
+            strides.push(self.strides[d] * s.step);
+        }
+        Layout {
+            shape,
+            strides,
+            offset: offset.max(0) as usize,
+        }
+    }
+
+    /// Broadcast to `shape` (same rank, size-1 dims grow with stride 0).
+    pub fn expand(&self, shape: &[usize]) -> Layout {
+        let lead = shape.len() - self.shape.len();
+        let strides = (0..shape.len())
+            .map(|d| {
+                if d < lead || (self.shape[d - lead] == 1 && shape[d] != 1) {
+                    0
+                } else {
+                    self.strides[d - lead]
+                }
+            })
+            .collect();
+        Layout {
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+        }
+    }
+
+    /// Reshape without a copy; `None` when the layout is not contiguous.
+    pub fn reshape(&self, shape: &[usize]) -> Option<Layout> {
+        self.is_contiguous().then(|| Layout {
+            offset: self.offset,
+            ..Layout::contiguous(shape)
+        })
+    }
+}
+
+/// Unravel a flat row-major index into coordinates of `shape`.
+pub fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut coords = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        if shape[d] > 0 {
+            coords[d] = i % shape[d];
+            i /= shape[d];
+        }
+    }
+    coords
+}

@@ -1,0 +1,29 @@
+//! kiln: tensors and kernels on any GPU and in the browser. Ops build a lazy
+//! graph of primitives; realization compiles it to WGSL compute kernels and
+//! runs them through wgpu (Vulkan, Metal, DX12, OpenGL, WebGPU), or on the
+//! f64 CPU reference.
+//!
+//! ```no_run
+//! use kiln::prelude::*;
+//! # fn main() -> kiln::Result<()> {
+//! let dev = kiln::block_on(Device::gpu())?;
+//! let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[3])?;
+//! let y = x.mul(&x)?.sum(&[], false)?;
+//! assert_eq!(kiln::block_on(y.item::<f32>())?, 14.0);
+//! # Ok(()) }
+//! ```
+
+pub use kiln_core::{
+    self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result,
+};
+pub use kiln_ops::Tensor;
+
+/// Run a future to completion on native targets (readback is async).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    pollster::block_on(f)
+}
+
+pub mod prelude {
+    pub use crate::{DType, Device, DeviceOptions, KilnError, Result, Tensor};
+}

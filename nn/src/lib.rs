@@ -1,0 +1,1 @@
+//! Layers, losses and optax-style optimizers for kiln. Not built yet (nn issue).

@@ -1,0 +1,16 @@
+//! kiln-ops: the user-facing `Tensor`. Every op builds a lazy graph node
+//! (checked at once: a bad shape or dtype is an `Err` naming the op and the
+//! shapes); nothing runs until a readback (`to_vec().await`) or `realize()`.
+
+mod creation;
+mod elementwise;
+mod indexing;
+mod linalg;
+mod reduce;
+mod softmax;
+mod tensor;
+mod views;
+
+pub use kiln_core::shape::SliceSpec;
+pub use kiln_core::{DType, Device, Element, KilnError, Result};
+pub use tensor::Tensor;

@@ -1,0 +1,71 @@
+// Batched matmul C[b] = A[b] @ B[b] (+ C[b] when accumulating), f32 compute.
+//
+// Generated above this template: the meta block, bindings `out`, `a`, `b`,
+// `load_a(e)`, `load_b(e)` (f32 or packed f16) and `batch_offsets(batch)`.
+// Each invocation computes a 4x4 block of C held in registers, reading A and
+// B straight from storage through their strides (transposed operands need no
+// copy). On CPU adapters this beats workgroup-memory tiling, whose barriers
+// are costly (see DESIGN.md); the per-adapter tuned family is the benchmark
+// issue's work. The k loop runs over [k0, k1), which the runtime keeps at
+// most 16,384 long (Mesa ends loops after 65,535 iterations), accumulating
+// longer K over several dispatches.
+//
+// meta: 0 M, 1 K, 2 N, 3 k0, 4 k1, 5 accumulate, 6 first batch,
+//       7 A row stride, 8 A col stride, 9 B row stride, 10 B col stride.
+
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wg: vec3<u32>) {
+    let M = m(0u);
+    let N = m(2u);
+    let batch = wg.z + m(6u);
+    let base = batch_offsets(batch);
+    let sar = bitcast<i32>(m(7u));
+    let sac = bitcast<i32>(m(8u));
+    let sbr = bitcast<i32>(m(9u));
+    let sbc = bitcast<i32>(m(10u));
+    let row0 = gid.y * 4u;
+    let col0 = gid.x * 4u;
+    if (row0 >= M || col0 >= N) {
+        return;
+    }
+    // Rows and columns past the edge read the last valid one; their results
+    // are never stored.
+    var ra: vec4<i32>;
+    var cb: vec4<i32>;
+    for (var i = 0u; i < 4u; i++) {
+        ra[i] = base.x + i32(min(row0 + i, M - 1u)) * sar;
+        cb[i] = base.y + i32(min(col0 + i, N - 1u)) * sbc;
+    }
+    var c0 = vec4<f32>(0.0);
+    var c1 = vec4<f32>(0.0);
+    var c2 = vec4<f32>(0.0);
+    var c3 = vec4<f32>(0.0);
+    for (var k = m(3u); k < m(4u); k++) {
+        let ka = i32(k) * sac;
+        let kb = i32(k) * sbr;
+        let av = vec4<f32>(load_a(ra.x + ka), load_a(ra.y + ka), load_a(ra.z + ka), load_a(ra.w + ka));
+        let bv = vec4<f32>(load_b(cb.x + kb), load_b(cb.y + kb), load_b(cb.z + kb), load_b(cb.w + kb));
+        c0 += av.x * bv;
+        c1 += av.y * bv;
+        c2 += av.z * bv;
+        c3 += av.w * bv;
+    }
+    var rows = array<vec4<f32>, 4>(c0, c1, c2, c3);
+    let accumulate = m(5u) != 0u;
+    for (var i = 0u; i < 4u; i++) {
+        let r = row0 + i;
+        if (r < M) {
+            for (var j = 0u; j < 4u; j++) {
+                let c = col0 + j;
+                if (c < N) {
+                    let at = (batch * M + r) * N + c;
+                    var v = rows[i][j];
+                    if (accumulate) {
+                        v += out[at];
+                    }
+                    out[at] = v;
+                }
+            }
+        }
+    }
+}

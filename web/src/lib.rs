@@ -1,0 +1,1 @@
+//! Browser (wasm + WebGPU) front end of kiln. Not built yet (web issue).
