@@ -1,44 +1,45 @@
 // Deterministic row reduction, one pass of a multi-pass tree.
 //
-// Generated above this template: the meta block, bindings, `struct Acc`,
-// `identity()`, `combine(a, b)`, `load(row, r)` and `store(slot, acc)`.
-// Workgroup `slot = row * groups + g` reduces elements [g*CHUNK, (g+1)*CHUNK)
-// of its row into one partial. Each invocation folds PER_THREAD consecutive
-// elements (a bounded loop: Mesa silently ends loops after 65,535
-// iterations), then the workgroup combines its 256 partials in a fixed tree,
-// so a result is bitwise stable from run to run. `combine` keeps `a` on ties,
-// and `a` always holds the lower indices, so argmax/argmin return the first.
+// Generated above this template: the meta block, bindings, `identity()`,
+// `merge(a, b)` (the monoid), `take(a, b)` (whether an arg reduction moves
+// to b's index), `load(row, r)`, `load_index(row, r)` and `store(slot, v, i)`.
+// Invocation `slot = row * groups + g` folds elements
+// [g*PER_THREAD, (g+1)*PER_THREAD) of its row into one partial, in order;
+// the runtime repeats passes until one partial per row is left. The loop is
+// bounded (Mesa silently ends loops after 65,535 iterations) and the order
+// is fixed, so a result is bitwise stable from run to run. `combine` keeps
+// `a` on ties and `a` holds the lower indices, so argmax/argmin return the
+// first extreme.
+// Value and index live in two variables, not a struct: naga 30 gives
+// structs explicit layouts, which Vulkan forbids outside buffers
+// (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
+//
+// No workgroup memory: naga 30 decorates workgroup arrays with an explicit
+// layout too, and barriers are costly on CPU adapters anyway. A workgroup-tree
+// variant for real GPUs is the benchmark issue's work.
 
-const PER_THREAD: u32 = 16u;
-const CHUNK: u32 = 4096u;
-
-var<workgroup> tree: array<Acc, 256>;
+const PER_THREAD: u32 = 64u;
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let rows = m(0u);
     let len = m(1u);
     let groups = m(2u);
-    let slot = wg.y * m(3u) + wg.x;
-    let valid = slot < rows * groups;
+    let slot = gid.y * m(3u) + gid.x;
+    if (slot >= rows * groups) {
+        return;
+    }
     let row = slot / groups;
-    let start = (slot % groups) * CHUNK + li * PER_THREAD;
+    let start = (slot % groups) * PER_THREAD;
     var acc = identity();
+    var acc_i = 0u;
     for (var k = 0u; k < PER_THREAD; k++) {
         let r = start + k;
-        if (valid && r < len) {
-            acc = combine(acc, load(row, r));
+        if (r < len) {
+            let v = load(row, r);
+            acc_i = select(acc_i, load_index(row, r), take(acc, v));
+            acc = merge(acc, v);
         }
     }
-    tree[li] = acc;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (li < s) {
-            tree[li] = combine(tree[li], tree[li + s]);
-        }
-        workgroupBarrier();
-    }
-    if (li == 0u && valid) {
-        store(slot, tree[0]);
-    }
+    store(slot, acc, acc_i);
 }

@@ -152,9 +152,7 @@ pub fn pack_words(dtype: DType, values: &[f64]) -> Vec<u32> {
             .chunks(2)
             .map(|pair| {
                 let lo = half::f16::from_f64(pair[0]).to_bits() as u32;
-                let hi = pair
-                    .get(1)
-                    .map_or(0, |&v| half::f16::from_f64(v).to_bits() as u32);
+                let hi = pair.get(1).map_or(0, |&v| half::f16::from_f64(v).to_bits() as u32);
                 lo | (hi << 16)
             })
             .collect(),
@@ -164,10 +162,7 @@ pub fn pack_words(dtype: DType, values: &[f64]) -> Vec<u32> {
 /// Unpack `n` elements of `dtype` from GPU words.
 pub fn unpack_words(dtype: DType, words: &[u32], n: usize) -> Vec<f64> {
     match dtype {
-        DType::F32 => words[..n]
-            .iter()
-            .map(|&w| f32::from_bits(w) as f64)
-            .collect(),
+        DType::F32 => words[..n].iter().map(|&w| f32::from_bits(w) as f64).collect(),
         DType::I32 => words[..n].iter().map(|&w| w as i32 as f64).collect(),
         DType::U32 => words[..n].iter().map(|&w| w as f64).collect(),
         DType::Bool => words[..n].iter().map(|&w| (w != 0) as u8 as f64).collect(),

@@ -14,11 +14,7 @@ pub enum KilnError {
     DType { op: &'static str, detail: String },
 
     #[error("{op}: axis {axis} is out of range for a tensor of rank {rank}")]
-    Axis {
-        op: &'static str,
-        axis: isize,
-        rank: usize,
-    },
+    Axis { op: &'static str, axis: isize, rank: usize },
 
     #[error("{op}: {detail}")]
     Invalid { op: &'static str, detail: String },
@@ -27,14 +23,7 @@ pub enum KilnError {
         "{op}: a tensor of shape {shape:?} ({dtype}) needs {bytes} bytes, over the adapter's \
          {limit_name} of {limit} bytes"
     )]
-    TooLarge {
-        op: &'static str,
-        shape: Vec<usize>,
-        dtype: DType,
-        bytes: u64,
-        limit_name: &'static str,
-        limit: u64,
-    },
+    TooLarge { op: &'static str, shape: Vec<usize>, dtype: DType, bytes: u64, limit_name: &'static str, limit: u64 },
 
     #[error(
         "no GPU adapter found on backends {backends}. Install a driver (on Linux: Mesa's \
@@ -49,11 +38,7 @@ pub enum KilnError {
     RequestDevice { adapter: String, detail: String },
 
     #[error("{op}: tensors live on different devices ({left} and {right})")]
-    DeviceMismatch {
-        op: &'static str,
-        left: String,
-        right: String,
-    },
+    DeviceMismatch { op: &'static str, left: String, right: String },
 
     #[error("the GPU device was lost: {0}")]
     DeviceLost(String),
@@ -64,9 +49,7 @@ pub enum KilnError {
     #[error("GPU error (a bug in kiln, please report it): {0}")]
     Gpu(String),
 
-    #[error(
-        "kiln generated a shader that does not compile (a bug in kiln): {message}\n--- WGSL ---\n{wgsl}"
-    )]
+    #[error("kiln generated a shader that does not compile (a bug in kiln): {message}\n--- WGSL ---\n{wgsl}")]
     Shader { message: String, wgsl: String },
 
     #[error("readback failed: {0}")]

@@ -25,17 +25,28 @@ impl HostArray {
 
     /// Read the elements of `layout` (a view into this array's data).
     fn view(&self, layout: &Layout) -> Vec<f64> {
-        (0..layout.numel())
-            .map(|i| {
-                let coords = unravel(i, &layout.shape);
-                let at: isize = coords
-                    .iter()
-                    .zip(&layout.strides)
-                    .map(|(&c, &s)| c as isize * s)
-                    .sum();
-                self.data[(layout.offset as isize + at) as usize]
-            })
-            .collect()
+        let mut out = Vec::with_capacity(layout.numel());
+        for_each_coord(&layout.shape, |_, coords| {
+            let at: isize = coords.iter().zip(&layout.strides).map(|(&c, &s)| c as isize * s).sum();
+            out.push(self.data[(layout.offset as isize + at) as usize]);
+        });
+        out
+    }
+}
+
+/// Call `f(flat_index, coords)` for every element of `shape` in row-major
+/// order, stepping the coordinates like an odometer (no allocation each).
+fn for_each_coord(shape: &[usize], mut f: impl FnMut(usize, &[usize])) {
+    let mut coords = vec![0; shape.len()];
+    for i in 0..numel(shape) {
+        f(i, &coords);
+        for d in (0..shape.len()).rev() {
+            coords[d] += 1;
+            if coords[d] < shape[d] {
+                break;
+            }
+            coords[d] = 0;
+        }
     }
 }
 
@@ -49,9 +60,7 @@ pub fn realize(roots: &[Node]) -> Result<()> {
                 Some(Realized::Host(h)) => Ok(h),
                 _ => Err(KilnError::Invalid {
                     op: node.prim().name(),
-                    detail:
-                        "an input was computed on a GPU device; the CPU reference needs CPU tensors"
-                            .into(),
+                    detail: "an input was computed on a GPU device; the CPU reference needs CPU tensors".into(),
                 }),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -70,21 +79,8 @@ fn eval(node: &Node, x: &[Arc<HostArray>]) -> HostArray {
         Prim::Fill { value, .. } => vec![*value; n],
         Prim::Iota { start, step, .. } => (0..n).map(|i| start + i as f64 * step).collect(),
         Prim::Unary(op) => x[0].data.iter().map(|&v| unary(*op, v)).collect(),
-        Prim::Binary(op) => x[0]
-            .data
-            .iter()
-            .zip(&x[1].data)
-            .map(|(&a, &b)| binary(*op, a, b))
-            .collect(),
-        Prim::Where => (0..n)
-            .map(|i| {
-                if x[0].data[i] != 0.0 {
-                    x[1].data[i]
-                } else {
-                    x[2].data[i]
-                }
-            })
-            .collect(),
+        Prim::Binary(op) => x[0].data.iter().zip(&x[1].data).map(|(&a, &b)| binary(*op, a, b)).collect(),
+        Prim::Where => (0..n).map(|i| if x[0].data[i] != 0.0 { x[1].data[i] } else { x[2].data[i] }).collect(),
         Prim::Cast { to } => cast(&x[0], *to),
         Prim::Reduce { op, axes, .. } => reduce(&x[0], *op, axes),
         Prim::ArgReduce { op, axis, .. } => arg_reduce(&x[0], *op, *axis),
@@ -155,10 +151,7 @@ fn cast(x: &HostArray, to: DType) -> Vec<f64> {
         DType::U32 => v.trunc().clamp(0.0, u32::MAX as f64),
         _ => v,
     };
-    x.data
-        .iter()
-        .map(|&v| if x.dtype.is_float() { saturate(v) } else { v })
-        .collect()
+    x.data.iter().map(|&v| if x.dtype.is_float() { saturate(v) } else { v }).collect()
 }
 
 /// Split coordinates into (kept index, reduced index) for a reduction.
@@ -175,13 +168,7 @@ fn split_index(coords: &[usize], shape: &[usize], axes: &[usize]) -> (usize, usi
 }
 
 fn reduce(x: &HostArray, op: ReduceOp, axes: &[usize]) -> Vec<f64> {
-    let kept: usize = x
-        .shape
-        .iter()
-        .enumerate()
-        .filter(|(d, _)| !axes.contains(d))
-        .map(|(_, &s)| s)
-        .product();
+    let kept: usize = x.shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &s)| s).product();
     let init = match op {
         ReduceOp::Sum => 0.0,
         ReduceOp::Prod => 1.0,
@@ -189,23 +176,25 @@ fn reduce(x: &HostArray, op: ReduceOp, axes: &[usize]) -> Vec<f64> {
         ReduceOp::Min => f64::INFINITY,
     };
     let mut out = vec![init; kept];
-    for (i, &v) in x.data.iter().enumerate() {
-        let (k, _) = split_index(&unravel(i, &x.shape), &x.shape, axes);
+    for_each_coord(&x.shape, |i, coords| {
+        let v = x.data[i];
+        let (k, _) = split_index(coords, &x.shape, axes);
         out[k] = match op {
             ReduceOp::Sum => out[k] + v,
             ReduceOp::Prod => out[k] * v,
             ReduceOp::Max => out[k].max(v),
             ReduceOp::Min => out[k].min(v),
         };
-    }
+    });
     out
 }
 
 fn arg_reduce(x: &HostArray, op: ArgOp, axis: usize) -> Vec<f64> {
     let kept = numel(&x.shape) / x.shape[axis].max(1);
     let mut best: Vec<Option<(f64, usize)>> = vec![None; kept];
-    for (i, &v) in x.data.iter().enumerate() {
-        let (k, r) = split_index(&unravel(i, &x.shape), &x.shape, &[axis]);
+    for_each_coord(&x.shape, |i, coords| {
+        let v = x.data[i];
+        let (k, r) = split_index(coords, &x.shape, &[axis]);
         let better = match best[k] {
             None => true,
             Some((b, _)) => match op {
@@ -216,10 +205,8 @@ fn arg_reduce(x: &HostArray, op: ArgOp, axis: usize) -> Vec<f64> {
         if better {
             best[k] = Some((v, r));
         }
-    }
-    best.into_iter()
-        .map(|b| b.map_or(0.0, |(_, r)| r as f64))
-        .collect()
+    });
+    best.into_iter().map(|b| b.map_or(0.0, |(_, r)| r as f64)).collect()
 }
 
 fn matmul(a: &HostArray, b: &HostArray) -> Vec<f64> {
@@ -231,9 +218,7 @@ fn matmul(a: &HostArray, b: &HostArray) -> Vec<f64> {
         let (ab, bb, ob) = (bi * m * k, bi * k * n, bi * m * n);
         for i in 0..m {
             for j in 0..n {
-                out[ob + i * n + j] = (0..k)
-                    .map(|p| a.data[ab + i * k + p] * b.data[bb + p * n + j])
-                    .sum();
+                out[ob + i * n + j] = (0..k).map(|p| a.data[ab + i * k + p] * b.data[bb + p * n + j]).sum();
             }
         }
     }
@@ -248,11 +233,7 @@ fn concat(x: &[Arc<HostArray>], axis: usize, shape: &[usize]) -> Vec<f64> {
         for (i, &v) in part.data.iter().enumerate() {
             let mut coords = unravel(i, &part.shape);
             coords[axis] += start;
-            let at: isize = coords
-                .iter()
-                .zip(&out_strides)
-                .map(|(&c, &s)| c as isize * s)
-                .sum();
+            let at: isize = coords.iter().zip(&out_strides).map(|(&c, &s)| c as isize * s).sum();
             out[at as usize] = v;
         }
         start += part.shape[axis];
@@ -271,11 +252,7 @@ fn gather(src: &HostArray, idx: &HostArray, axis: usize) -> Vec<f64> {
                 return 0.0;
             }
             coords[axis] = j as usize;
-            let at: isize = coords
-                .iter()
-                .zip(&strides)
-                .map(|(&c, &s)| c as isize * s)
-                .sum();
+            let at: isize = coords.iter().zip(&strides).map(|(&c, &s)| c as isize * s).sum();
             src.data[at as usize]
         })
         .collect()

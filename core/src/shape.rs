@@ -25,25 +25,14 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Sh
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i < rank - a.len() {
-            1
-        } else {
-            a[i - (rank - a.len())]
-        };
-        let db = if i < rank - b.len() {
-            1
-        } else {
-            b[i - (rank - b.len())]
-        };
+        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
+        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
             _ => {
-                return shape_err(
-                    op,
-                    format!("shapes {a:?} and {b:?} cannot be broadcast together"),
-                );
+                return shape_err(op, format!("shapes {a:?} and {b:?} cannot be broadcast together"));
             }
         };
     }
@@ -88,25 +77,10 @@ impl SliceSpec {
             (s, if e > s { (e - s + step - 1) / step } else { 0 })
         } else {
             let s = clamp(start.map_or(n - 1, norm), -1, n - 1);
-            let e = clamp(
-                stop.map_or(-1, |v| if v < 0 { v + n } else { v }),
-                -1,
-                n - 1,
-            );
-            (
-                s,
-                if s > e {
-                    (s - e - step - 1) / (-step)
-                } else {
-                    0
-                },
-            )
+            let e = clamp(stop.map_or(-1, |v| if v < 0 { v + n } else { v }), -1, n - 1);
+            (s, if s > e { (s - e - step - 1) / (-step) } else { 0 })
         };
-        Ok(SliceSpec {
-            start: start.max(0) as usize,
-            len: len as usize,
-            step,
-        })
+        Ok(SliceSpec { start: start.max(0) as usize, len: len as usize, step })
     }
 }
 
@@ -119,11 +93,7 @@ pub struct Layout {
 
 impl Layout {
     pub fn contiguous(shape: &[usize]) -> Layout {
-        Layout {
-            shape: shape.to_vec(),
-            strides: contiguous_strides(shape),
-            offset: 0,
-        }
+        Layout { shape: shape.to_vec(), strides: contiguous_strides(shape), offset: 0 }
     }
 
     pub fn numel(&self) -> usize {
@@ -133,10 +103,7 @@ impl Layout {
     /// Row-major and gap-free (any offset): a kernel may index it as `offset + i`.
     pub fn is_contiguous(&self) -> bool {
         let want = contiguous_strides(&self.shape);
-        self.shape
-            .iter()
-            .zip(self.strides.iter().zip(&want))
-            .all(|(&d, (&s, &w))| d == 1 || s == w)
+        self.shape.iter().zip(self.strides.iter().zip(&want)).all(|(&d, (&s, &w))| d == 1 || s == w)
     }
 
     pub fn permute(&self, perm: &[usize]) -> Layout {
@@ -158,38 +125,21 @@ impl Layout {
             shape.push(s.len);
             strides.push(self.strides[d] * s.step);
         }
-        Layout {
-            shape,
-            strides,
-            offset: offset.max(0) as usize,
-        }
+        Layout { shape, strides, offset: offset.max(0) as usize }
     }
 
     /// Broadcast to `shape` (same rank, size-1 dims grow with stride 0).
     pub fn expand(&self, shape: &[usize]) -> Layout {
         let lead = shape.len() - self.shape.len();
         let strides = (0..shape.len())
-            .map(|d| {
-                if d < lead || (self.shape[d - lead] == 1 && shape[d] != 1) {
-                    0
-                } else {
-                    self.strides[d - lead]
-                }
-            })
+            .map(|d| if d < lead || (self.shape[d - lead] == 1 && shape[d] != 1) { 0 } else { self.strides[d - lead] })
             .collect();
-        Layout {
-            shape: shape.to_vec(),
-            strides,
-            offset: self.offset,
-        }
+        Layout { shape: shape.to_vec(), strides, offset: self.offset }
     }
 
     /// Reshape without a copy; `None` when the layout is not contiguous.
     pub fn reshape(&self, shape: &[usize]) -> Option<Layout> {
-        self.is_contiguous().then(|| Layout {
-            offset: self.offset,
-            ..Layout::contiguous(shape)
-        })
+        self.is_contiguous().then(|| Layout { offset: self.offset, ..Layout::contiguous(shape) })
     }
 }
 

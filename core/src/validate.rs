@@ -6,13 +6,11 @@ use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
 
 /// Parse and validate a WGSL source; the error carries the source.
 pub fn validate_wgsl(source: &str) -> Result<(naga::Module, ModuleInfo)> {
-    let fail = |message: String| KilnError::Shader {
-        message,
-        wgsl: source.to_string(),
-    };
-    let module =
-        naga::front::wgsl::parse_str(source).map_err(|e| fail(e.emit_to_string(source)))?;
-    let info = Validator::new(ValidationFlags::all(), Capabilities::empty())
+    let fail = |message: String| KilnError::Shader { message, wgsl: source.to_string() };
+    let module = naga::front::wgsl::parse_str(source).map_err(|e| fail(e.emit_to_string(source)))?;
+    // pack2x16float/unpack2x16float (f16 storage) need this capability in
+    // naga; wgpu grants it on every backend kiln targets.
+    let info = Validator::new(ValidationFlags::all(), Capabilities::SHADER_FLOAT16_IN_FLOAT32)
         .validate(&module)
         .map_err(|e| fail(e.emit_to_string(source)))?;
     Ok((module, info))
@@ -31,51 +29,21 @@ pub struct Translations {
 pub fn translate_all(source: &str) -> Result<Translations> {
     use naga::back::{glsl, hlsl, msl, spv};
     let (module, info) = validate_wgsl(source)?;
-    let fail = |lang: &str, e: String| KilnError::Shader {
-        message: format!("{lang}: {e}"),
-        wgsl: source.to_string(),
-    };
-    let spirv = spv::write_vec(&module, &info, &spv::Options::default(), None)
-        .map_err(|e| fail("SPIR-V", e.to_string()))?;
-    let (msl, _) = msl::write_string(
-        &module,
-        &info,
-        &msl::Options::default(),
-        &msl::PipelineOptions::default(),
-    )
-    .map_err(|e| fail("MSL", e.to_string()))?;
+    let fail = |lang: &str, e: String| KilnError::Shader { message: format!("{lang}: {e}"), wgsl: source.to_string() };
+    let spirv =
+        spv::write_vec(&module, &info, &spv::Options::default(), None).map_err(|e| fail("SPIR-V", e.to_string()))?;
+    let (msl, _) = msl::write_string(&module, &info, &msl::Options::default(), &msl::PipelineOptions::default())
+        .map_err(|e| fail("MSL", e.to_string()))?;
     let mut hlsl = String::new();
-    hlsl::Writer::new(
-        &mut hlsl,
-        &hlsl::Options::default(),
-        &hlsl::PipelineOptions::default(),
-    )
-    .write(&module, &info, None)
-    .map_err(|e| fail("HLSL", e.to_string()))?;
+    hlsl::Writer::new(&mut hlsl, &hlsl::Options::default(), &hlsl::PipelineOptions::default())
+        .write(&module, &info, None)
+        .map_err(|e| fail("HLSL", e.to_string()))?;
     let mut glsl = String::new();
-    let options = glsl::Options {
-        version: glsl::Version::new_gles(310),
-        ..Default::default()
-    };
-    let pipeline = glsl::PipelineOptions {
-        shader_stage: naga::ShaderStage::Compute,
-        entry_point: "main".into(),
-        multiview: None,
-    };
-    glsl::Writer::new(
-        &mut glsl,
-        &module,
-        &info,
-        &options,
-        &pipeline,
-        naga::proc::BoundsCheckPolicies::default(),
-    )
-    .and_then(|mut w| w.write())
-    .map_err(|e| fail("GLSL", e.to_string()))?;
-    Ok(Translations {
-        spirv,
-        msl,
-        hlsl,
-        glsl,
-    })
+    let options = glsl::Options { version: glsl::Version::new_gles(310), ..Default::default() };
+    let pipeline =
+        glsl::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into(), multiview: None };
+    glsl::Writer::new(&mut glsl, &module, &info, &options, &pipeline, naga::proc::BoundsCheckPolicies::default())
+        .and_then(|mut w| w.write())
+        .map_err(|e| fail("GLSL", e.to_string()))?;
+    Ok(Translations { spirv, msl, hlsl, glsl })
 }

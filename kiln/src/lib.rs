@@ -13,9 +13,7 @@
 //! # Ok(()) }
 //! ```
 
-pub use kiln_core::{
-    self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result,
-};
+pub use kiln_core::{self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result};
 pub use kiln_ops::Tensor;
 
 /// Run a future to completion on native targets (readback is async).

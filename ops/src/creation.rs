@@ -10,10 +10,7 @@ impl Tensor {
         if n != data.len() {
             return Err(KilnError::Shape {
                 op: "from_slice",
-                detail: format!(
-                    "{} values cannot fill shape {shape:?} ({n} elements)",
-                    data.len()
-                ),
+                detail: format!("{} values cannot fill shape {shape:?} ({n} elements)", data.len()),
             });
         }
         let values: Vec<f64> = data.iter().map(|v| v.to_f64()).collect();
@@ -21,38 +18,19 @@ impl Tensor {
     }
 
     /// A tensor of `dtype` from f64 values (rounded or wrapped to the dtype).
-    pub fn from_f64(
-        device: &Device,
-        values: &[f64],
-        shape: &[usize],
-        dtype: DType,
-    ) -> Result<Tensor> {
+    pub fn from_f64(device: &Device, values: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         if n != values.len() {
             return Err(KilnError::Shape {
                 op: "from_f64",
-                detail: format!(
-                    "{} values cannot fill shape {shape:?} ({n} elements)",
-                    values.len()
-                ),
+                detail: format!("{} values cannot fill shape {shape:?} ({n} elements)", values.len()),
             });
         }
-        Ok(Tensor {
-            node: device.upload(dtype, shape, values)?,
-            device: device.clone(),
-        })
+        Ok(Tensor { node: device.upload(dtype, shape, values)?, device: device.clone() })
     }
 
     pub fn full(device: &Device, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
-        Tensor::build(
-            device,
-            Prim::Fill {
-                value,
-                shape: shape.to_vec(),
-                dtype,
-            },
-            &[],
-        )
+        Tensor::build(device, Prim::Fill { value, shape: shape.to_vec(), dtype }, &[])
     }
 
     pub fn zeros(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
@@ -69,32 +47,15 @@ impl Tensor {
     }
 
     /// `start, start + step, ...` up to (not including) `stop`, as NumPy.
-    pub fn arange(
-        device: &Device,
-        start: f64,
-        stop: f64,
-        step: f64,
-        dtype: DType,
-    ) -> Result<Tensor> {
+    pub fn arange(device: &Device, start: f64, stop: f64, step: f64, dtype: DType) -> Result<Tensor> {
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !stop.is_finite() {
             return Err(KilnError::Invalid {
                 op: "arange",
-                detail: format!(
-                    "start {start}, stop {stop}, step {step}: step must be finite and non-zero"
-                ),
+                detail: format!("start {start}, stop {stop}, step {step}: step must be finite and non-zero"),
             });
         }
         let len = ((stop - start) / step).ceil().max(0.0) as usize;
-        Tensor::build(
-            device,
-            Prim::Iota {
-                start,
-                step,
-                len,
-                dtype,
-            },
-            &[],
-        )
+        Tensor::build(device, Prim::Iota { start, step, len, dtype }, &[])
     }
 
     /// An `n × m` matrix with ones on the diagonal.

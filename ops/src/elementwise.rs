@@ -48,8 +48,7 @@ impl Tensor {
         if self.dtype().is_float() {
             return self.binary(BinaryOp::Div, other);
         }
-        self.cast(DType::F32)?
-            .binary(BinaryOp::Div, &other.cast(DType::F32)?)
+        self.cast(DType::F32)?.binary(BinaryOp::Div, &other.cast(DType::F32)?)
     }
 
     pub fn add_scalar(&self, v: f64) -> Result<Tensor> {
@@ -72,11 +71,7 @@ impl Tensor {
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let shape = broadcast_shapes("where", cond.shape(), a.shape())?;
         let shape = broadcast_shapes("where", &shape, b.shape())?;
-        let (c, a, b) = (
-            cond.broadcast_to(&shape)?,
-            a.broadcast_to(&shape)?,
-            b.broadcast_to(&shape)?,
-        );
+        let (c, a, b) = (cond.broadcast_to(&shape)?, a.broadcast_to(&shape)?, b.broadcast_to(&shape)?);
         c.op(Prim::Where, &[&a, &b])
     }
 

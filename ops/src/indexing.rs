@@ -33,11 +33,7 @@ impl Tensor {
         if !self.dtype().is_int() {
             return Err(KilnError::DType {
                 op: "one_hot",
-                detail: format!(
-                    "classes must be i32 or u32, got {} {:?}",
-                    self.dtype(),
-                    self.shape()
-                ),
+                detail: format!("classes must be i32 or u32, got {} {:?}", self.dtype(), self.shape()),
             });
         }
         let range = Tensor::arange(&self.device, 0.0, classes as f64, 1.0, self.dtype())?;

@@ -11,32 +11,16 @@ impl Tensor {
         if self.rank() == 0 || other.rank() == 0 {
             return Err(KilnError::Shape {
                 op: "matmul",
-                detail: format!(
-                    "needs rank ≥ 1 operands, got {:?} and {:?}",
-                    self.shape(),
-                    other.shape()
-                ),
+                detail: format!("needs rank ≥ 1 operands, got {:?} and {:?}", self.shape(), other.shape()),
             });
         }
-        let a = if self.rank() == 1 {
-            self.unsqueeze(0)?
-        } else {
-            self.clone()
-        };
-        let b = if other.rank() == 1 {
-            other.unsqueeze(1)?
-        } else {
-            other.clone()
-        };
+        let a = if self.rank() == 1 { self.unsqueeze(0)? } else { self.clone() };
+        let b = if other.rank() == 1 { other.unsqueeze(1)? } else { other.clone() };
         let (ra, rb) = (a.rank(), b.rank());
         if a.shape()[ra - 1] != b.shape()[rb - 2] {
             return Err(KilnError::Shape {
                 op: "matmul",
-                detail: format!(
-                    "shapes {:?} and {:?} are not aligned",
-                    self.shape(),
-                    other.shape()
-                ),
+                detail: format!("shapes {:?} and {:?} are not aligned", self.shape(), other.shape()),
             });
         }
         let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
@@ -46,15 +30,7 @@ impl Tensor {
             t.broadcast_to(&shape)
         };
         let out = with(&a, ra)?.op(Prim::Matmul, &[&with(&b, rb)?])?;
-        let out = if self.rank() == 1 {
-            out.squeeze(-2)?
-        } else {
-            out
-        };
-        if other.rank() == 1 {
-            out.squeeze(-1)
-        } else {
-            Ok(out)
-        }
+        let out = if self.rank() == 1 { out.squeeze(-2)? } else { out };
+        if other.rank() == 1 { out.squeeze(-1) } else { Ok(out) }
     }
 }

@@ -11,16 +11,10 @@ impl Tensor {
         if axes.is_empty() {
             return Ok((0..self.rank()).collect());
         }
-        let mut out = axes
-            .iter()
-            .map(|&a| normalize_axis(op, a, self.rank()))
-            .collect::<Result<Vec<_>>>()?;
+        let mut out = axes.iter().map(|&a| normalize_axis(op, a, self.rank())).collect::<Result<Vec<_>>>()?;
         out.sort_unstable();
         if out.windows(2).any(|w| w[0] == w[1]) {
-            return Err(KilnError::Shape {
-                op,
-                detail: format!("axes {axes:?} repeat an axis"),
-            });
+            return Err(KilnError::Shape { op, detail: format!("axes {axes:?} repeat an axis") });
         }
         Ok(out)
     }
@@ -51,16 +45,8 @@ impl Tensor {
 
     /// Mean over `axes`; integer inputs average as f32, as NumPy.
     pub fn mean(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
-        let x = if self.dtype().is_float() {
-            self.clone()
-        } else {
-            self.cast(DType::F32)?
-        };
-        let count: usize = self
-            .reduce_axes("mean", axes)?
-            .iter()
-            .map(|&a| self.shape()[a])
-            .product();
+        let x = if self.dtype().is_float() { self.clone() } else { self.cast(DType::F32)? };
+        let count: usize = self.reduce_axes("mean", axes)?.iter().map(|&a| self.shape()[a]).product();
         x.sum(axes, keepdim)?.div_scalar(count as f64)
     }
 
@@ -76,14 +62,7 @@ impl Tensor {
 
     fn arg_reduce(&self, op: ArgOp, axis: Option<isize>, keepdim: bool) -> Result<Tensor> {
         match axis {
-            None => self.reshape(&[-1])?.op(
-                Prim::ArgReduce {
-                    op,
-                    axis: 0,
-                    keepdim,
-                },
-                &[],
-            ),
+            None => self.reshape(&[-1])?.op(Prim::ArgReduce { op, axis: 0, keepdim }, &[]),
             Some(a) => {
                 let axis = normalize_axis(op.name(), a, self.rank())?;
                 self.op(Prim::ArgReduce { op, axis, keepdim }, &[])

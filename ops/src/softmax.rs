@@ -9,14 +9,7 @@ impl Tensor {
         if self.dtype().is_float() {
             return Ok(());
         }
-        Err(KilnError::DType {
-            op,
-            detail: format!(
-                "needs a float tensor, got {} {:?}",
-                self.dtype(),
-                self.shape()
-            ),
-        })
+        Err(KilnError::DType { op, detail: format!("needs a float tensor, got {} {:?}", self.dtype(), self.shape()) })
     }
 
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {

@@ -29,10 +29,7 @@ impl Tensor {
             }
         }
         let node = Node::new(prim, inputs.iter().map(|t| t.node.clone()).collect())?;
-        let t = Tensor {
-            node,
-            device: device.clone(),
-        };
+        let t = Tensor { node, device: device.clone() };
         #[cfg(not(target_arch = "wasm32"))]
         if eager() {
             pollster::block_on(t.realize())?;
@@ -42,9 +39,7 @@ impl Tensor {
 
     /// Build a node over `self` and `others`, on `self`'s device.
     pub(crate) fn op(&self, prim: Prim, others: &[&Tensor]) -> Result<Tensor> {
-        let inputs: Vec<&Tensor> = std::iter::once(self)
-            .chain(others.iter().copied())
-            .collect();
+        let inputs: Vec<&Tensor> = std::iter::once(self).chain(others.iter().copied()).collect();
         Tensor::build(&self.device, prim, &inputs)
     }
 
@@ -87,21 +82,10 @@ impl Tensor {
         if T::DTYPE != self.dtype() {
             return Err(KilnError::DType {
                 op: "to_vec",
-                detail: format!(
-                    "tensor of shape {:?} is {}, asked for {}",
-                    self.shape(),
-                    self.dtype(),
-                    T::DTYPE
-                ),
+                detail: format!("tensor of shape {:?} is {}, asked for {}", self.shape(), self.dtype(), T::DTYPE),
             });
         }
-        Ok(self
-            .to_host()
-            .await?
-            .data
-            .into_iter()
-            .map(T::from_f64)
-            .collect())
+        Ok(self.to_host().await?.data.into_iter().map(T::from_f64).collect())
     }
 
     /// Read the values back as f64 with shape and dtype.

@@ -8,40 +8,18 @@ use kiln_core::{KilnError, Prim, Result};
 impl Tensor {
     /// Reshape; one dimension may be -1 (inferred).
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
-        let err = |detail: String| {
-            Err(KilnError::Shape {
-                op: "reshape",
-                detail,
-            })
-        };
-        let known: usize = shape
-            .iter()
-            .filter(|&&d| d >= 0)
-            .map(|&d| d as usize)
-            .product();
+        let err = |detail: String| Err(KilnError::Shape { op: "reshape", detail });
+        let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
         let holes = shape.iter().filter(|&&d| d == -1).count();
         if holes > 1 || shape.iter().any(|&d| d < -1) {
-            return err(format!(
-                "invalid target shape {shape:?} for {:?}",
-                self.shape()
-            ));
+            return err(format!("invalid target shape {shape:?} for {:?}", self.shape()));
         }
         let resolved: Vec<usize> = shape
             .iter()
-            .map(|&d| {
-                if d == -1 {
-                    if known == 0 { 0 } else { self.numel() / known }
-                } else {
-                    d as usize
-                }
-            })
+            .map(|&d| if d == -1 { if known == 0 { 0 } else { self.numel() / known } } else { d as usize })
             .collect();
         if resolved.iter().product::<usize>() != self.numel() {
-            return err(format!(
-                "cannot reshape {:?} ({} elements) to {shape:?}",
-                self.shape(),
-                self.numel()
-            ));
+            return err(format!("cannot reshape {:?} ({} elements) to {shape:?}", self.shape(), self.numel()));
         }
         if resolved == self.shape() {
             return Ok(self.clone());
@@ -50,19 +28,13 @@ impl Tensor {
     }
 
     pub fn permute(&self, perm: &[isize]) -> Result<Tensor> {
-        let perm = perm
-            .iter()
-            .map(|&a| normalize_axis("permute", a, self.rank()))
-            .collect::<Result<Vec<_>>>()?;
+        let perm = perm.iter().map(|&a| normalize_axis("permute", a, self.rank())).collect::<Result<Vec<_>>>()?;
         self.op(Prim::Permute { perm }, &[])
     }
 
     /// Swap two axes.
     pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
-        let (a, b) = (
-            normalize_axis("transpose", a, self.rank())?,
-            normalize_axis("transpose", b, self.rank())?,
-        );
+        let (a, b) = (normalize_axis("transpose", a, self.rank())?, normalize_axis("transpose", b, self.rank())?);
         let mut perm: Vec<usize> = (0..self.rank()).collect();
         perm.swap(a, b);
         self.op(Prim::Permute { perm }, &[])
@@ -71,33 +43,16 @@ impl Tensor {
     /// Transpose of the last two axes.
     pub fn t(&self) -> Result<Tensor> {
         if self.rank() < 2 {
-            return Err(KilnError::Shape {
-                op: "t",
-                detail: format!("needs rank ≥ 2, shape is {:?}", self.shape()),
-            });
+            return Err(KilnError::Shape { op: "t", detail: format!("needs rank ≥ 2, shape is {:?}", self.shape()) });
         }
         self.transpose(-2, -1)
     }
 
     /// Python slicing `start:stop:step` along `axis` (negative values count
     /// from the end; `None` is the open end).
-    pub fn slice(
-        &self,
-        axis: isize,
-        start: Option<isize>,
-        stop: Option<isize>,
-        step: isize,
-    ) -> Result<Tensor> {
+    pub fn slice(&self, axis: isize, start: Option<isize>, stop: Option<isize>, step: isize) -> Result<Tensor> {
         let axis = normalize_axis("slice", axis, self.rank())?;
-        let mut specs: Vec<SliceSpec> = self
-            .shape()
-            .iter()
-            .map(|&d| SliceSpec {
-                start: 0,
-                len: d,
-                step: 1,
-            })
-            .collect();
+        let mut specs: Vec<SliceSpec> = self.shape().iter().map(|&d| SliceSpec { start: 0, len: d, step: 1 }).collect();
         specs[axis] = SliceSpec::resolve("slice", self.shape()[axis], start, stop, step)?;
         self.op(Prim::Slice { specs }, &[])
     }
@@ -108,11 +63,7 @@ impl Tensor {
         if start + len > self.shape()[a] {
             return Err(KilnError::Shape {
                 op: "narrow",
-                detail: format!(
-                    "{start}..{} is outside axis {a} of shape {:?}",
-                    start + len,
-                    self.shape()
-                ),
+                detail: format!("{start}..{} is outside axis {a} of shape {:?}", start + len, self.shape()),
             });
         }
         self.slice(axis, Some(start as isize), Some((start + len) as isize), 1)
@@ -123,12 +74,7 @@ impl Tensor {
         if self.shape() == shape {
             return Ok(self.clone());
         }
-        self.op(
-            Prim::Expand {
-                shape: shape.to_vec(),
-            },
-            &[],
-        )
+        self.op(Prim::Expand { shape: shape.to_vec() }, &[])
     }
 
     /// Alias of `broadcast_to`.
@@ -150,20 +96,11 @@ impl Tensor {
         if self.shape()[a] != 1 {
             return Err(KilnError::Shape {
                 op: "squeeze",
-                detail: format!(
-                    "axis {a} of shape {:?} has size {}, not 1",
-                    self.shape(),
-                    self.shape()[a]
-                ),
+                detail: format!("axis {a} of shape {:?} has size {}, not 1", self.shape(), self.shape()[a]),
             });
         }
-        let shape: Vec<isize> = self
-            .shape()
-            .iter()
-            .enumerate()
-            .filter(|&(d, _)| d != a)
-            .map(|(_, &s)| s as isize)
-            .collect();
+        let shape: Vec<isize> =
+            self.shape().iter().enumerate().filter(|&(d, _)| d != a).map(|(_, &s)| s as isize).collect();
         self.reshape(&shape)
     }
 
@@ -172,15 +109,9 @@ impl Tensor {
         if self.rank() == 0 {
             return self.reshape(&[1]);
         }
-        let (s, e) = (
-            normalize_axis("flatten", start, self.rank())?,
-            normalize_axis("flatten", end, self.rank())?,
-        );
+        let (s, e) = (normalize_axis("flatten", start, self.rank())?, normalize_axis("flatten", end, self.rank())?);
         if s > e {
-            return Err(KilnError::Shape {
-                op: "flatten",
-                detail: format!("start axis {s} is after end axis {e}"),
-            });
+            return Err(KilnError::Shape { op: "flatten", detail: format!("start axis {s} is after end axis {e}") });
         }
         let dims = self.shape();
         let mut shape: Vec<isize> = dims[..s].iter().map(|&d| d as isize).collect();
@@ -192,10 +123,7 @@ impl Tensor {
     /// Join tensors along an existing axis.
     pub fn concat(tensors: &[&Tensor], axis: isize) -> Result<Tensor> {
         let Some(first) = tensors.first() else {
-            return Err(KilnError::Invalid {
-                op: "concat",
-                detail: "needs at least one tensor".into(),
-            });
+            return Err(KilnError::Invalid { op: "concat", detail: "needs at least one tensor".into() });
         };
         let axis = normalize_axis("concat", axis, first.rank())?;
         if tensors.len() == 1 {
@@ -207,10 +135,7 @@ impl Tensor {
     /// Join tensors along a new axis.
     pub fn stack(tensors: &[&Tensor], axis: isize) -> Result<Tensor> {
         let Some(first) = tensors.first() else {
-            return Err(KilnError::Invalid {
-                op: "stack",
-                detail: "needs at least one tensor".into(),
-            });
+            return Err(KilnError::Invalid { op: "stack", detail: "needs at least one tensor".into() });
         };
         for t in tensors {
             if t.shape() != first.shape() {
@@ -220,10 +145,7 @@ impl Tensor {
                 });
             }
         }
-        let expanded = tensors
-            .iter()
-            .map(|t| t.unsqueeze(axis))
-            .collect::<Result<Vec<_>>>()?;
+        let expanded = tensors.iter().map(|t| t.unsqueeze(axis)).collect::<Result<Vec<_>>>()?;
         let refs: Vec<&Tensor> = expanded.iter().collect();
         Tensor::concat(&refs, axis)
     }

@@ -1,1 +1,103 @@
+//! The cross-adapter conformance suite: every op, on every adapter found,
+//! against the CPU reference interpreter (f64), with per-op tolerances.
+//!
+//! `cargo test -p kiln-conformance` runs it; `cargo run --release -p
+//! kiln-conformance --bin conformance` also rewrites docs/CONFORMANCE.md.
 
+pub mod adapters;
+pub mod cases;
+pub mod report;
+pub mod rng;
+pub mod validation;
+
+use kiln::prelude::*;
+
+/// How close an adapter's result must be to the reference: each element
+/// within `abs + rel · |reference|`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tol {
+    pub abs: f64,
+    pub rel: f64,
+}
+
+impl Tol {
+    pub const EXACT: Tol = Tol { abs: 0.0, rel: 0.0 };
+    /// Arithmetic that rounds once or twice in f32.
+    pub const F32: Tol = Tol { abs: 1e-6, rel: 1e-5 };
+    /// Transcendentals: GPU libraries promise a few ulp, not correct rounding.
+    pub const MATH: Tol = Tol { abs: 1e-5, rel: 1e-4 };
+    /// f16 storage: one rounding to 11 significant bits.
+    pub const F16: Tol = Tol { abs: 1e-3, rel: 2e-3 };
+}
+
+pub type Build = Box<dyn Fn(&Device) -> Result<Tensor> + Send + Sync>;
+
+/// One conformance case: an op applied to fixed-seed inputs.
+pub struct Case {
+    /// The op this case checks (a row group in the report).
+    pub op: &'static str,
+    /// What the case exercises: dtype, shapes, layout.
+    pub detail: String,
+    pub tol: Tol,
+    pub build: Build,
+}
+
+/// The outcome of one case on one device.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Largest |adapter − reference| over the elements.
+    pub max_abs_err: f64,
+    pub passed: bool,
+    /// Why it failed (an error, a shape or dtype mismatch, or the worst element).
+    pub failure: Option<String>,
+}
+
+/// Compute `case` on the reference and on `device`, and compare.
+pub async fn run_case(case: &Case, reference: &Device, device: &Device) -> Outcome {
+    let fail = |msg: String| Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) };
+    let want = match (case.build)(reference) {
+        Ok(t) => t.to_host().await,
+        Err(e) => Err(e),
+    };
+    let want = match want {
+        Ok(w) => w,
+        Err(e) => return fail(format!("reference failed: {e}")),
+    };
+    let got = match (case.build)(device) {
+        Ok(t) => t.to_host().await,
+        Err(e) => Err(e),
+    };
+    let got = match got {
+        Ok(g) => g,
+        Err(e) => return fail(e.to_string()),
+    };
+    if got.shape != want.shape || got.dtype != want.dtype {
+        return fail(format!("got {} {:?}, want {} {:?}", got.dtype, got.shape, want.dtype, want.shape));
+    }
+    compare(&got.data, &want.data, case.tol)
+}
+
+/// Elementwise comparison; NaN must meet NaN, infinities must match exactly.
+pub fn compare(got: &[f64], want: &[f64], tol: Tol) -> Outcome {
+    let mut max_abs_err: f64 = 0.0;
+    let mut worst: Option<(usize, f64, f64)> = None;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = if w.is_nan() || g.is_nan() {
+            w.is_nan() && g.is_nan()
+        } else if w.is_infinite() || g.is_infinite() {
+            g == w
+        } else {
+            let err = (g - w).abs();
+            max_abs_err = max_abs_err.max(err);
+            err <= tol.abs + tol.rel * w.abs()
+        };
+        if !ok && worst.is_none() {
+            worst = Some((i, g, w));
+        }
+    }
+    Outcome {
+        max_abs_err,
+        passed: worst.is_none(),
+        failure: worst.map(|(i, g, w)| format!("element {i}: got {g}, want {w} (tolerance {tol:?})")),
+    }
+}

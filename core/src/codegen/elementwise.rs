@@ -3,10 +3,7 @@
 //! broadcasting, permutes and slices cost index arithmetic, not copies).
 //! One thread computes one element, or one packed pair for f16 output.
 
-use super::{
-    META_DECL, WG, compute_type, literal, load_expr, storage_type, store_expr, strided_index,
-    unravel,
-};
+use super::{META_DECL, WG, compute_type, literal, load_expr, storage_type, store_expr, strided_index, unravel};
 use crate::dtype::DType;
 use crate::ir::{BinaryOp, UnaryOp};
 
@@ -61,16 +58,9 @@ impl EwKernel {
 
     pub fn wgsl(&self) -> String {
         let mut s = String::from(META_DECL);
-        s += &format!(
-            "@group(0) @binding(1) var<storage, read_write> out: array<{}>;\n",
-            storage_type(self.out)
-        );
+        s += &format!("@group(0) @binding(1) var<storage, read_write> out: array<{}>;\n", storage_type(self.out));
         for (k, (d, _)) in self.inputs.iter().enumerate() {
-            s += &format!(
-                "@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n",
-                k + 2,
-                storage_type(*d)
-            );
+            s += &format!("@group(0) @binding({}) var<storage, read> in{k}: array<{}>;\n", k + 2, storage_type(*d));
         }
         if contains_pow(&self.expr) {
             s += POW_FN;
@@ -95,10 +85,7 @@ impl EwKernel {
             body += &format!("    {l}\n");
         }
         let result_ty = self.expr_dtype(&self.expr);
-        let mut s = format!(
-            "fn value(i: u32) -> {} {{\n{body}    return {v};\n}}\n",
-            compute_type(result_ty)
-        );
+        let mut s = format!("fn value(i: u32) -> {} {{\n{body}    return {v};\n}}\n", compute_type(result_ty));
         if self.out_strided {
             s += &format!(
                 "fn out_index(i: u32) -> u32 {{\n{}{}    return u32(at_out);\n}}\n",
@@ -117,15 +104,8 @@ impl EwKernel {
         let body = if self.out == DType::F16 {
             "    let i0 = 2u * t;\n    if (i0 >= m(0u)) { return; }\n    var v1 = 0.0;\n    if (i0 + 1u < m(0u)) { v1 = value(i0 + 1u); }\n    out[t] = pack2x16float(vec2<f32>(value(i0), v1));\n".to_string()
         } else {
-            let at = if self.out_strided {
-                "out_index(t)"
-            } else {
-                "t"
-            };
-            format!(
-                "    if (t >= m(0u)) {{ return; }}\n    out[{at}] = {};\n",
-                store_expr(self.out, "value(t)")
-            )
+            let at = if self.out_strided { "out_index(t)" } else { "t" };
+            format!("    if (t >= m(0u)) {{ return; }}\n    out[{at}] = {};\n", store_expr(self.out, "value(t)"))
         };
         format!("{head}{body}}}\n")
     }
@@ -154,18 +134,12 @@ impl EwKernel {
         let base = self.input_base(k);
         let name = format!("x{k}");
         if contiguous {
-            lets.push(format!(
-                "let {name} = {};",
-                load_expr(dtype, &format!("in{k}"), &format!("m({base}u) + i"))
-            ));
+            lets.push(format!("let {name} = {};", load_expr(dtype, &format!("in{k}"), &format!("m({base}u) + i"))));
         } else {
             for line in strided_index(&format!("{k}"), self.rank, base).lines() {
                 lets.push(line.trim().to_string());
             }
-            lets.push(format!(
-                "let {name} = {};",
-                load_expr(dtype, &format!("in{k}"), &format!("u32(at_{k})"))
-            ));
+            lets.push(format!("let {name} = {};", load_expr(dtype, &format!("in{k}"), &format!("u32(at_{k})"))));
         }
         name
     }
@@ -178,14 +152,7 @@ impl EwKernel {
             Expr::Fill => (scalar_param(self.out, self.param_base()), self.out),
             Expr::Iota => {
                 let (p, ct) = (self.param_base(), compute_type(self.out));
-                (
-                    format!(
-                        "{} + {ct}(i) * {}",
-                        scalar_param(self.out, p),
-                        scalar_param(self.out, p + 1)
-                    ),
-                    self.out,
-                )
+                (format!("{} + {ct}(i) * {}", scalar_param(self.out, p), scalar_param(self.out, p + 1)), self.out)
             }
             Expr::Unary(op, x) => {
                 let d = self.expr_dtype(x);
@@ -195,10 +162,7 @@ impl EwKernel {
             Expr::Binary(op, x, y) => {
                 let d = self.expr_dtype(x);
                 let (a, b) = (self.emit(x, lets), self.emit(y, lets));
-                (
-                    binary(*op, &a, &b),
-                    if op.is_comparison() { DType::Bool } else { d },
-                )
+                (binary(*op, &a, &b), if op.is_comparison() { DType::Bool } else { d })
             }
             Expr::Where(c, a, b) => {
                 let (c, a2, b) = (self.emit(c, lets), self.emit(a, lets), self.emit(b, lets));
@@ -218,35 +182,17 @@ impl EwKernel {
 
     fn gather(&self, axis: usize, lets: &mut Vec<String>) -> String {
         let j = self.load_input(1, lets);
-        let ji = if self.inputs[1].0 == DType::U32 {
-            format!("bitcast<i32>({j})")
-        } else {
-            j
-        };
+        let ji = if self.inputs[1].0 == DType::U32 { format!("bitcast<i32>({j})") } else { j };
         let (src, base) = (self.inputs[0].0, self.input_base(0));
         lets.push(format!("let ji = {ji};"));
-        lets.push(format!(
-            "var g: {} = {};",
-            compute_type(src),
-            literal(src, 0.0)
-        ));
-        lets.push(format!(
-            "if (ji >= 0 && u32(ji) < m({}u)) {{",
-            self.param_base()
-        ));
+        lets.push(format!("var g: {} = {};", compute_type(src), literal(src, 0.0)));
+        lets.push(format!("if (ji >= 0 && u32(ji) < m({}u)) {{", self.param_base()));
         let mut at = format!("i32(m({base}u))");
         for d in 0..self.rank {
-            let c = if d == axis {
-                "ji".to_string()
-            } else {
-                format!("i32(c{d})")
-            };
+            let c = if d == axis { "ji".to_string() } else { format!("i32(c{d})") };
             at += &format!(" + {c} * bitcast<i32>(m({}u))", base + 1 + d);
         }
-        lets.push(format!(
-            "    g = {};",
-            load_expr(src, "in0", &format!("u32({at})"))
-        ));
+        lets.push(format!("    g = {};", load_expr(src, "in0", &format!("u32({at})"))));
         lets.push("}".into());
         "g".into()
     }

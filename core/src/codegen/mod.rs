@@ -109,10 +109,7 @@ pub fn literal(dtype: DType, v: f64) -> String {
 pub fn strided_index(name: &str, rank: usize, base: usize) -> String {
     let mut s = format!("    var at_{name} = i32(m({base}u));\n");
     for d in 0..rank {
-        s += &format!(
-            "    at_{name} += i32(c{d}) * bitcast<i32>(m({}u));\n",
-            base + 1 + d
-        );
+        s += &format!("    at_{name} += i32(c{d}) * bitcast<i32>(m({}u));\n", base + 1 + d);
     }
     s
 }
@@ -125,11 +122,7 @@ pub fn unravel(rank: usize, shape_base: usize, i: &str) -> String {
         if d == 0 {
             s += "    let c0 = rem;\n";
         } else {
-            s += &format!(
-                "    let c{d} = rem % m({}u);\n    rem = rem / m({}u);\n",
-                shape_base + d,
-                shape_base + d
-            );
+            s += &format!("    let c{d} = rem % m({}u);\n    rem = rem / m({}u);\n", shape_base + d, shape_base + d);
         }
     }
     s

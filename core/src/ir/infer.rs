@@ -16,32 +16,22 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
         _ => 1,
     };
     if inputs.len() != arity {
-        return Err(KilnError::Invalid {
-            op,
-            detail: format!("takes {arity} inputs, got {}", inputs.len()),
-        });
+        return Err(KilnError::Invalid { op, detail: format!("takes {arity} inputs, got {}", inputs.len()) });
     }
     match prim {
-        Prim::Input { shape, dtype } | Prim::Fill { shape, dtype, .. } => Ok(TypeInfo {
-            shape: shape.clone(),
-            dtype: *dtype,
-        }),
+        Prim::Input { shape, dtype } | Prim::Fill { shape, dtype, .. } => {
+            Ok(TypeInfo { shape: shape.clone(), dtype: *dtype })
+        }
         Prim::Iota { len, dtype, .. } => {
             if *dtype == DType::Bool {
                 return dtype_err(op, "arange cannot produce bool".into());
             }
-            Ok(TypeInfo {
-                shape: vec![*len],
-                dtype: *dtype,
-            })
+            Ok(TypeInfo { shape: vec![*len], dtype: *dtype })
         }
         Prim::Unary(u) => {
             let x = inputs[0];
             if !u.accepts(x.dtype) {
-                return dtype_err(
-                    op,
-                    format!("not defined for {} (shape {:?})", x.dtype, x.shape),
-                );
+                return dtype_err(op, format!("not defined for {} (shape {:?})", x.dtype, x.shape));
             }
             Ok(x.clone())
         }
@@ -53,77 +43,39 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
             if x.dtype != y.dtype {
                 return dtype_err(
                     op,
-                    format!(
-                        "dtypes {} and {} differ (shapes {:?}); cast one first",
-                        x.dtype, y.dtype, x.shape
-                    ),
+                    format!("dtypes {} and {} differ (shapes {:?}); cast one first", x.dtype, y.dtype, x.shape),
                 );
             }
             if !b.accepts(x.dtype) {
-                return dtype_err(
-                    op,
-                    format!("not defined for {} (shape {:?})", x.dtype, x.shape),
-                );
+                return dtype_err(op, format!("not defined for {} (shape {:?})", x.dtype, x.shape));
             }
-            let dtype = if b.is_comparison() {
-                DType::Bool
-            } else {
-                x.dtype
-            };
-            Ok(TypeInfo {
-                shape: x.shape.clone(),
-                dtype,
-            })
+            let dtype = if b.is_comparison() { DType::Bool } else { x.dtype };
+            Ok(TypeInfo { shape: x.shape.clone(), dtype })
         }
         Prim::Where => {
             let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
             if c.shape != a.shape || a.shape != b.shape {
-                return shape_err(
-                    op,
-                    format!(
-                        "shapes {:?}, {:?} and {:?} differ",
-                        c.shape, a.shape, b.shape
-                    ),
-                );
+                return shape_err(op, format!("shapes {:?}, {:?} and {:?} differ", c.shape, a.shape, b.shape));
             }
             if c.dtype != DType::Bool {
                 return dtype_err(op, format!("condition must be bool, got {}", c.dtype));
             }
             if a.dtype != b.dtype {
-                return dtype_err(
-                    op,
-                    format!("branches have dtypes {} and {}", a.dtype, b.dtype),
-                );
+                return dtype_err(op, format!("branches have dtypes {} and {}", a.dtype, b.dtype));
             }
             Ok(a.clone())
         }
-        Prim::Cast { to } => Ok(TypeInfo {
-            shape: inputs[0].shape.clone(),
-            dtype: *to,
-        }),
-        Prim::Reduce {
-            op: r,
-            axes,
-            keepdim,
-        } => {
+        Prim::Cast { to } => Ok(TypeInfo { shape: inputs[0].shape.clone(), dtype: *to }),
+        Prim::Reduce { op: r, axes, keepdim } => {
             let x = inputs[0];
             if !x.dtype.is_numeric() {
-                return dtype_err(
-                    op,
-                    format!("not defined for bool (shape {:?}); cast first", x.shape),
-                );
+                return dtype_err(op, format!("not defined for bool (shape {:?}); cast first", x.shape));
             }
             check_axes(op, axes, x.shape.len())?;
             if r.identity().is_none() && axes.iter().any(|&a| x.shape[a] == 0) {
-                return shape_err(
-                    op,
-                    format!("cannot reduce a zero-size axis of shape {:?}", x.shape),
-                );
+                return shape_err(op, format!("cannot reduce a zero-size axis of shape {:?}", x.shape));
             }
-            Ok(TypeInfo {
-                shape: reduced_shape(&x.shape, axes, *keepdim),
-                dtype: x.dtype,
-            })
+            Ok(TypeInfo { shape: reduced_shape(&x.shape, axes, *keepdim), dtype: x.dtype })
         }
         Prim::ArgReduce { axis, keepdim, .. } => {
             let x = inputs[0];
@@ -132,110 +84,58 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
             }
             check_axes(op, &[*axis], x.shape.len())?;
             if x.shape[*axis] == 0 {
-                return shape_err(
-                    op,
-                    format!("cannot reduce a zero-size axis of shape {:?}", x.shape),
-                );
+                return shape_err(op, format!("cannot reduce a zero-size axis of shape {:?}", x.shape));
             }
-            Ok(TypeInfo {
-                shape: reduced_shape(&x.shape, &[*axis], *keepdim),
-                dtype: DType::I32,
-            })
+            Ok(TypeInfo { shape: reduced_shape(&x.shape, &[*axis], *keepdim), dtype: DType::I32 })
         }
         Prim::Reshape { shape } => {
             let x = inputs[0];
             if numel(shape) != numel(&x.shape) {
                 return shape_err(
                     op,
-                    format!(
-                        "cannot reshape {:?} ({} elements) to {:?}",
-                        x.shape,
-                        numel(&x.shape),
-                        shape
-                    ),
+                    format!("cannot reshape {:?} ({} elements) to {:?}", x.shape, numel(&x.shape), shape),
                 );
             }
-            Ok(TypeInfo {
-                shape: shape.clone(),
-                dtype: x.dtype,
-            })
+            Ok(TypeInfo { shape: shape.clone(), dtype: x.dtype })
         }
         Prim::Permute { perm } => {
             let x = inputs[0];
             let mut seen = vec![false; x.shape.len()];
             let valid = perm.len() == x.shape.len()
-                && perm
-                    .iter()
-                    .all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
+                && perm.iter().all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
             if !valid {
-                return shape_err(
-                    op,
-                    format!("{perm:?} is not a permutation of the axes of {:?}", x.shape),
-                );
+                return shape_err(op, format!("{perm:?} is not a permutation of the axes of {:?}", x.shape));
             }
-            Ok(TypeInfo {
-                shape: perm.iter().map(|&p| x.shape[p]).collect(),
-                dtype: x.dtype,
-            })
+            Ok(TypeInfo { shape: perm.iter().map(|&p| x.shape[p]).collect(), dtype: x.dtype })
         }
         Prim::Slice { specs } => {
             let x = inputs[0];
             if specs.len() != x.shape.len() {
-                return shape_err(
-                    op,
-                    format!("{} slice specs for shape {:?}", specs.len(), x.shape),
-                );
+                return shape_err(op, format!("{} slice specs for shape {:?}", specs.len(), x.shape));
             }
-            Ok(TypeInfo {
-                shape: specs.iter().map(|s| s.len).collect(),
-                dtype: x.dtype,
-            })
+            Ok(TypeInfo { shape: specs.iter().map(|s| s.len).collect(), dtype: x.dtype })
         }
         Prim::Expand { shape } => {
             let x = inputs[0];
             let lead = shape.len().checked_sub(x.shape.len());
-            let ok = lead.is_some_and(|lead| {
-                x.shape
-                    .iter()
-                    .enumerate()
-                    .all(|(d, &s)| s == shape[d + lead] || s == 1)
-            });
+            let ok = lead.is_some_and(|lead| x.shape.iter().enumerate().all(|(d, &s)| s == shape[d + lead] || s == 1));
             if !ok {
                 return shape_err(op, format!("cannot broadcast {:?} to {:?}", x.shape, shape));
             }
-            Ok(TypeInfo {
-                shape: shape.clone(),
-                dtype: x.dtype,
-            })
+            Ok(TypeInfo { shape: shape.clone(), dtype: x.dtype })
         }
         Prim::Matmul => {
             let (a, b) = (inputs[0], inputs[1]);
             let (ra, rb) = (a.shape.len(), b.shape.len());
-            if ra < 2
-                || ra != rb
-                || a.shape[..ra - 2] != b.shape[..rb - 2]
-                || a.shape[ra - 1] != b.shape[rb - 2]
-            {
-                return shape_err(
-                    op,
-                    format!("shapes {:?} and {:?} are not aligned", a.shape, b.shape),
-                );
+            if ra < 2 || ra != rb || a.shape[..ra - 2] != b.shape[..rb - 2] || a.shape[ra - 1] != b.shape[rb - 2] {
+                return shape_err(op, format!("shapes {:?} and {:?} are not aligned", a.shape, b.shape));
             }
             if a.dtype != b.dtype || !a.dtype.is_float() {
-                return dtype_err(
-                    op,
-                    format!(
-                        "needs two f32 or two f16 inputs, got {} and {}",
-                        a.dtype, b.dtype
-                    ),
-                );
+                return dtype_err(op, format!("needs two f32 or two f16 inputs, got {} and {}", a.dtype, b.dtype));
             }
             let mut shape = a.shape.clone();
             shape[ra - 1] = b.shape[rb - 1];
-            Ok(TypeInfo {
-                shape,
-                dtype: a.dtype,
-            })
+            Ok(TypeInfo { shape, dtype: a.dtype })
         }
         Prim::Concat { axis } => {
             let first = inputs[0];
@@ -244,29 +144,16 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
             shape[*axis] = 0;
             for x in inputs {
                 let same_rest = x.shape.len() == first.shape.len()
-                    && x.shape
-                        .iter()
-                        .zip(&first.shape)
-                        .enumerate()
-                        .all(|(d, (p, q))| d == *axis || p == q);
+                    && x.shape.iter().zip(&first.shape).enumerate().all(|(d, (p, q))| d == *axis || p == q);
                 if !same_rest {
-                    return shape_err(
-                        op,
-                        format!(
-                            "shapes {:?} and {:?} differ off axis {axis}",
-                            first.shape, x.shape
-                        ),
-                    );
+                    return shape_err(op, format!("shapes {:?} and {:?} differ off axis {axis}", first.shape, x.shape));
                 }
                 if x.dtype != first.dtype {
                     return dtype_err(op, format!("dtypes {} and {} differ", first.dtype, x.dtype));
                 }
                 shape[*axis] += x.shape[*axis];
             }
-            Ok(TypeInfo {
-                shape,
-                dtype: first.dtype,
-            })
+            Ok(TypeInfo { shape, dtype: first.dtype })
         }
         Prim::Gather { axis } => {
             let (src, idx) = (inputs[0], inputs[1]);
@@ -275,25 +162,14 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
             }
             check_axes(op, &[*axis], src.shape.len())?;
             let fits = idx.shape.len() == src.shape.len()
-                && idx
-                    .shape
-                    .iter()
-                    .zip(&src.shape)
-                    .enumerate()
-                    .all(|(d, (i, s))| d == *axis || i <= s);
+                && idx.shape.iter().zip(&src.shape).enumerate().all(|(d, (i, s))| d == *axis || i <= s);
             if !fits {
                 return shape_err(
                     op,
-                    format!(
-                        "index shape {:?} does not fit source shape {:?} on axis {axis}",
-                        idx.shape, src.shape
-                    ),
+                    format!("index shape {:?} does not fit source shape {:?} on axis {axis}", idx.shape, src.shape),
                 );
             }
-            Ok(TypeInfo {
-                shape: idx.shape.clone(),
-                dtype: src.dtype,
-            })
+            Ok(TypeInfo { shape: idx.shape.clone(), dtype: src.dtype })
         }
     }
 }
@@ -301,11 +177,7 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
 fn check_axes(op: &'static str, axes: &[usize], rank: usize) -> Result<()> {
     for (i, &a) in axes.iter().enumerate() {
         if a >= rank {
-            return Err(KilnError::Axis {
-                op,
-                axis: a as isize,
-                rank,
-            });
+            return Err(KilnError::Axis { op, axis: a as isize, rank });
         }
         if axes[..i].contains(&a) {
             return shape_err(op, format!("axis {a} given twice"));

@@ -41,10 +41,7 @@ impl Node {
         if info.shape.len() > MAX_RANK {
             return Err(crate::KilnError::Shape {
                 op: prim.name(),
-                detail: format!(
-                    "result shape {:?} has rank over {MAX_RANK}, the most kiln supports",
-                    info.shape
-                ),
+                detail: format!("result shape {:?} has rank over {MAX_RANK}, the most kiln supports", info.shape),
             });
         }
         Ok(Node(Arc::new(NodeInner {

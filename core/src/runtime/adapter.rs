@@ -30,10 +30,7 @@ fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
         wgpu::DeviceType::Cpu => 4,
     };
     let backend = match info.backend {
-        wgpu::Backend::Vulkan
-        | wgpu::Backend::Metal
-        | wgpu::Backend::Dx12
-        | wgpu::Backend::BrowserWebGpu => 0,
+        wgpu::Backend::Vulkan | wgpu::Backend::Metal | wgpu::Backend::Dx12 | wgpu::Backend::BrowserWebGpu => 0,
         _ => 1,
     };
     (kind, backend)
@@ -55,26 +52,15 @@ pub fn choose(
     backends: wgpu::Backends,
 ) -> Result<wgpu::Adapter> {
     if adapters.is_empty() {
-        return Err(KilnError::NoAdapter {
-            backends: format!("{backends:?}"),
-        });
+        return Err(KilnError::NoAdapter { backends: format!("{backends:?}") });
     }
     adapters.sort_by_key(|a| rank(&a.get_info()));
-    let available = || {
-        adapters
-            .iter()
-            .map(|a| describe(&a.get_info()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let available = || adapters.iter().map(|a| describe(&a.get_info())).collect::<Vec<_>>().join(", ");
     match selector.filter(|s| !s.trim().is_empty()) {
         None => Ok(adapters.remove(0)),
         Some(sel) => match adapters.iter().position(|a| matches(sel, &a.get_info())) {
             Some(i) => Ok(adapters.remove(i)),
-            None => Err(KilnError::AdapterNotFound {
-                selector: sel.to_string(),
-                available: available(),
-            }),
+            None => Err(KilnError::AdapterNotFound { selector: sel.to_string(), available: available() }),
         },
     }
 }

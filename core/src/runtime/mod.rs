@@ -62,10 +62,7 @@ pub struct DeviceOptions {
 
 impl Default for DeviceOptions {
     fn default() -> Self {
-        DeviceOptions {
-            adapter: None,
-            backends: wgpu::Backends::all(),
-        }
+        DeviceOptions { adapter: None, backends: wgpu::Backends::all() }
     }
 }
 
@@ -122,10 +119,7 @@ impl Device {
     }
 
     pub async fn with_options(options: DeviceOptions) -> Result<Device> {
-        let selector = options
-            .adapter
-            .clone()
-            .or_else(|| std::env::var("KILN_ADAPTER").ok());
+        let selector = options.adapter.clone().or_else(|| std::env::var("KILN_ADAPTER").ok());
         let instance = instance(options.backends);
         let adapters = instance.enumerate_adapters(options.backends).await;
         let adapter = adapter::choose(adapters, selector.as_deref(), options.backends)?;
@@ -155,15 +149,10 @@ impl Device {
                 ..Default::default()
             })
             .await
-            .map_err(|e| KilnError::RequestDevice {
-                adapter: adapter::describe(&ai),
-                detail: e.to_string(),
-            })?;
+            .map_err(|e| KilnError::RequestDevice { adapter: adapter::describe(&ai), detail: e.to_string() })?;
         let errors: Arc<Mutex<Vec<String>>> = Arc::default();
         let sink = errors.clone();
-        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-            sink.lock().unwrap().push(e.to_string())
-        }));
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| sink.lock().unwrap().push(e.to_string())));
         let lost: Arc<Mutex<Option<String>>> = Arc::default();
         let lost_sink = lost.clone();
         device.set_device_lost_callback(move |reason, msg| {
@@ -224,18 +213,19 @@ impl Device {
         }
     }
 
+    /// The WGSL of every kernel this device has compiled.
+    pub fn compiled_sources(&self) -> Vec<String> {
+        match &*self.0 {
+            Backend::Cpu => Vec::new(),
+            Backend::Gpu(g) => g.pipelines.sources(),
+        }
+    }
+
     /// Put host data on this device as a realized input node.
     pub fn upload(&self, dtype: DType, shape: &[usize], values: &[f64]) -> Result<Node> {
-        let prim = crate::ir::Prim::Input {
-            shape: shape.to_vec(),
-            dtype,
-        };
+        let prim = crate::ir::Prim::Input { shape: shape.to_vec(), dtype };
         let value = match &*self.0 {
-            Backend::Cpu => Realized::Host(Arc::new(HostArray::new(
-                dtype,
-                shape.to_vec(),
-                values.to_vec(),
-            ))),
+            Backend::Cpu => Realized::Host(Arc::new(HostArray::new(dtype, shape.to_vec(), values.to_vec()))),
             Backend::Gpu(g) => Realized::Gpu(g.upload(dtype, shape, values)?),
         };
         Node::realized(prim, value)
@@ -257,9 +247,7 @@ impl Device {
                 interp::realize(std::slice::from_ref(node))?;
                 match node.realized_value() {
                     Some(Realized::Host(h)) => Ok((*h).clone()),
-                    _ => Err(KilnError::Readback(
-                        "a GPU tensor read through the CPU device".into(),
-                    )),
+                    _ => Err(KilnError::Readback("a GPU tensor read through the CPU device".into())),
                 }
             }
             Backend::Gpu(g) => g.read(node).await,
@@ -289,21 +277,11 @@ impl Gpu {
         let bytes = dtype.storage_bytes(crate::shape::numel(shape));
         let limits = &self.info.limits;
         for (limit_name, limit) in [
-            (
-                "max_storage_buffer_binding_size",
-                limits.max_storage_buffer_binding_size,
-            ),
+            ("max_storage_buffer_binding_size", limits.max_storage_buffer_binding_size),
             ("max_buffer_size", limits.max_buffer_size),
         ] {
             if pool::size_class(bytes) > limit {
-                return Err(KilnError::TooLarge {
-                    op,
-                    shape: shape.to_vec(),
-                    dtype,
-                    bytes,
-                    limit_name,
-                    limit,
-                });
+                return Err(KilnError::TooLarge { op, shape: shape.to_vec(), dtype, bytes, limit_name, limit });
             }
         }
         Ok(self.pool.get(bytes, Gpu::storage_usage()))
@@ -313,13 +291,8 @@ impl Gpu {
         let buffer = self.alloc("upload", dtype, shape)?;
         let words = crate::dtype::pack_words(dtype, values);
         if !words.is_empty() {
-            self.queue
-                .write_buffer(buffer.buffer(), 0, bytemuck::cast_slice(&words));
+            self.queue.write_buffer(buffer.buffer(), 0, bytemuck::cast_slice(&words));
         }
-        Ok(GpuArray {
-            buffer,
-            layout: Layout::contiguous(shape),
-            dtype,
-        })
+        Ok(GpuArray { buffer, layout: Layout::contiguous(shape), dtype })
     }
 }

@@ -22,21 +22,21 @@ impl PipelineCache {
             label: Some("kiln kernel"),
             source: wgpu::ShaderSource::Wgsl(source.into()),
         });
-        let pipeline = Arc::new(
-            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("kiln kernel"),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            }),
-        );
-        self.pipelines
-            .lock()
-            .unwrap()
-            .insert(source.to_string(), pipeline.clone());
+        let pipeline = Arc::new(device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("kiln kernel"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        }));
+        self.pipelines.lock().unwrap().insert(source.to_string(), pipeline.clone());
         Ok(pipeline)
+    }
+
+    /// Every WGSL source compiled so far (for validation in tests).
+    pub fn sources(&self) -> Vec<String> {
+        self.pipelines.lock().unwrap().keys().cloned().collect()
     }
 
     pub fn len(&self) -> usize {

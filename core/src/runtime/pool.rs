@@ -52,11 +52,7 @@ impl Drop for PooledBuffer {
         let mut state = state.lock().unwrap();
         state.stats.bytes_in_use -= self.class;
         state.stats.bytes_free += self.class;
-        state
-            .free
-            .entry((self.class, buffer.usage()))
-            .or_default()
-            .push(buffer);
+        state.free.entry((self.class, buffer.usage())).or_default().push(buffer);
     }
 }
 
@@ -69,10 +65,7 @@ pub fn size_class(bytes: u64) -> u64 {
 
 impl BufferPool {
     pub fn new(device: wgpu::Device) -> BufferPool {
-        BufferPool {
-            device,
-            state: Arc::default(),
-        }
+        BufferPool { device, state: Arc::default() }
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -98,11 +91,7 @@ impl BufferPool {
                 })
             }
         };
-        Arc::new(PooledBuffer {
-            buffer: Some(buffer),
-            class,
-            state: Arc::downgrade(&self.state),
-        })
+        Arc::new(PooledBuffer { buffer: Some(buffer), class, state: Arc::downgrade(&self.state) })
     }
 
     /// Destroy every free buffer (memory goes back to the driver).

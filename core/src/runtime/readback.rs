@@ -38,32 +38,19 @@ impl Gpu {
             DType::F16 => value.layout.offset / 2,
             _ => value.layout.offset,
         } as u64;
-        let request = (words > 0).then(|| ReadRequest {
-            buffer: value.buffer.clone(),
-            offset: first_word * 4,
-            bytes: words * 4,
-        });
+        let request =
+            (words > 0).then(|| ReadRequest { buffer: value.buffer.clone(), offset: first_word * 4, bytes: words * 4 });
         let Some(staging) = plan.submit(request)? else {
-            return Ok(HostArray {
-                dtype,
-                shape,
-                data: vec![],
-            });
+            return Ok(HostArray { dtype, shape, data: vec![] });
         };
         let slice = staging.buffer().slice(..words * 4);
         let (sender, receiver) = oneshot();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            sender.send(r.map_err(|e| e.to_string()))
-        });
+        slice.map_async(wgpu::MapMode::Read, move |r| sender.send(r.map_err(|e| e.to_string())));
         #[cfg(not(target_arch = "wasm32"))]
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| KilnError::Readback(e.to_string()))?;
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| KilnError::Readback(e.to_string()))?;
         receiver.await.map_err(KilnError::Readback)?;
         let data = {
-            let mapped = slice
-                .get_mapped_range()
-                .map_err(|e| KilnError::Readback(e.to_string()))?;
+            let mapped = slice.get_mapped_range().map_err(|e| KilnError::Readback(e.to_string()))?;
             unpack_words(dtype, bytemuck::cast_slice(&mapped), n)
         };
         staging.buffer().unmap();
@@ -82,10 +69,7 @@ struct Sender<T>(Arc<Mutex<Slot<T>>>);
 struct Receiver<T>(Arc<Mutex<Slot<T>>>);
 
 fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
-    let slot = Arc::new(Mutex::new(Slot {
-        value: None,
-        waker: None,
-    }));
+    let slot = Arc::new(Mutex::new(Slot { value: None, waker: None }));
     (Sender(slot.clone()), Receiver(slot))
 }
 

@@ -5,9 +5,7 @@
 use super::pool::PooledBuffer;
 use super::{Gpu, GpuArray};
 use crate::codegen::elementwise::{EwKernel, Expr};
-use crate::codegen::templates::{
-    self, MATMUL_K_CHUNK, MATMUL_TILE, Monoid, REDUCE_CHUNK, ReduceSource,
-};
+use crate::codegen::templates::{self, MATMUL_K_CHUNK, MATMUL_TILE, Monoid, REDUCE_CHUNK, ReduceSource};
 use crate::codegen::{META_WORDS, Meta, WG};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
@@ -41,13 +39,7 @@ pub(super) struct Plan<'a> {
 
 impl<'a> Plan<'a> {
     pub fn new(gpu: &'a Gpu) -> Plan<'a> {
-        Plan {
-            gpu,
-            computed: Vec::new(),
-            values: HashMap::new(),
-            meta: Vec::new(),
-            dispatches: Vec::new(),
-        }
+        Plan { gpu, computed: Vec::new(), values: HashMap::new(), meta: Vec::new(), dispatches: Vec::new() }
     }
 
     /// Plan every unrealized node that `roots` need.
@@ -68,45 +60,25 @@ impl<'a> Plan<'a> {
             Some(Realized::Gpu(v)) => Ok(v),
             _ => Err(KilnError::Invalid {
                 op: node.prim().name(),
-                detail: "the input lives on another device (the CPU reference); move it first"
-                    .into(),
+                detail: "the input lives on another device (the CPU reference); move it first".into(),
             }),
         }
     }
 
     fn compute(&mut self, node: &Node) -> Result<GpuArray> {
-        let inputs = node
-            .inputs()
-            .iter()
-            .map(|n| self.value(n))
-            .collect::<Result<Vec<_>>>()?;
+        let inputs = node.inputs().iter().map(|n| self.value(n)).collect::<Result<Vec<_>>>()?;
         let (op, shape, dtype) = (node.prim().name(), node.shape().to_vec(), node.dtype());
         let x = |i: usize| inputs[i].clone();
         let view = |layout: Layout| Ok(GpuArray { layout, ..x(0) });
         match node.prim() {
-            Prim::Input { .. } => Err(KilnError::Invalid {
-                op,
-                detail: "input node without data".into(),
-            }),
-            Prim::Fill { value, .. } => {
-                self.elementwise(op, Expr::Fill, &[], dtype, &shape, &[(dtype, *value)])
+            Prim::Input { .. } => Err(KilnError::Invalid { op, detail: "input node without data".into() }),
+            Prim::Fill { value, .. } => self.elementwise(op, Expr::Fill, &[], dtype, &shape, &[(dtype, *value)]),
+            Prim::Iota { start, step, .. } => {
+                self.elementwise(op, Expr::Iota, &[], dtype, &shape, &[(dtype, *start), (dtype, *step)])
             }
-            Prim::Iota { start, step, .. } => self.elementwise(
-                op,
-                Expr::Iota,
-                &[],
-                dtype,
-                &shape,
-                &[(dtype, *start), (dtype, *step)],
-            ),
-            Prim::Unary(u) => self.elementwise(
-                op,
-                Expr::Unary(*u, Box::new(Expr::Input(0))),
-                &inputs,
-                dtype,
-                &shape,
-                &[],
-            ),
+            Prim::Unary(u) => {
+                self.elementwise(op, Expr::Unary(*u, Box::new(Expr::Input(0))), &inputs, dtype, &shape, &[])
+            }
             Prim::Binary(b) => {
                 let expr = Expr::Binary(*b, Box::new(Expr::Input(0)), Box::new(Expr::Input(1)));
                 self.elementwise(op, expr, &inputs, dtype, &shape, &[])
@@ -115,39 +87,22 @@ impl<'a> Plan<'a> {
                 let [c, a, b] = [0, 1, 2].map(|i| Box::new(Expr::Input(i)));
                 self.elementwise(op, Expr::Where(c, a, b), &inputs, dtype, &shape, &[])
             }
-            Prim::Cast { to } => self.elementwise(
-                op,
-                Expr::Cast(Box::new(Expr::Input(0)), *to),
-                &inputs,
-                dtype,
-                &shape,
-                &[],
-            ),
+            Prim::Cast { to } => {
+                self.elementwise(op, Expr::Cast(Box::new(Expr::Input(0)), *to), &inputs, dtype, &shape, &[])
+            }
             Prim::Reduce { op: r, axes, .. } => {
                 let wide = self.reduce(op, &x(0), Monoid::Reduce(*r), axes, r.identity())?;
-                self.narrow(
-                    GpuArray {
-                        layout: Layout::contiguous(&shape),
-                        ..wide
-                    },
-                    dtype,
-                )
+                self.narrow(GpuArray { layout: Layout::contiguous(&shape), ..wide }, dtype)
             }
             Prim::ArgReduce { op: a, axis, .. } => {
                 let out = self.reduce(op, &x(0), Monoid::Arg(*a), &[*axis], None)?;
-                Ok(GpuArray {
-                    layout: Layout::contiguous(&shape),
-                    ..out
-                })
+                Ok(GpuArray { layout: Layout::contiguous(&shape), ..out })
             }
             Prim::Reshape { shape } => match x(0).layout.reshape(shape) {
                 Some(layout) => view(layout),
                 None => {
                     let copy = self.materialize(&x(0))?;
-                    Ok(GpuArray {
-                        layout: Layout::contiguous(shape),
-                        ..copy
-                    })
+                    Ok(GpuArray { layout: Layout::contiguous(shape), ..copy })
                 }
             },
             Prim::Permute { perm } => view(x(0).layout.permute(perm)),
@@ -163,28 +118,14 @@ impl<'a> Plan<'a> {
             }
             Prim::Gather { axis } => {
                 let src_len = x(0).layout.shape[*axis] as f64;
-                self.elementwise(
-                    op,
-                    Expr::Gather { axis: *axis },
-                    &inputs,
-                    dtype,
-                    &shape,
-                    &[(DType::U32, src_len)],
-                )
+                self.elementwise(op, Expr::Gather { axis: *axis }, &inputs, dtype, &shape, &[(DType::U32, src_len)])
             }
         }
     }
 
     /// Copy a strided value into a fresh contiguous buffer.
     pub fn materialize(&mut self, x: &GpuArray) -> Result<GpuArray> {
-        self.elementwise(
-            "contiguous",
-            Expr::Input(0),
-            std::slice::from_ref(x),
-            x.dtype,
-            &x.layout.shape,
-            &[],
-        )
+        self.elementwise("contiguous", Expr::Input(0), std::slice::from_ref(x), x.dtype, &x.layout.shape, &[])
     }
 
     /// Pack a 4-byte result into f16 when the node is f16.
@@ -193,14 +134,7 @@ impl<'a> Plan<'a> {
             return Ok(wide);
         }
         let shape = wide.layout.shape.clone();
-        self.elementwise(
-            "cast",
-            Expr::Cast(Box::new(Expr::Input(0)), dtype),
-            &[wide],
-            dtype,
-            &shape,
-            &[],
-        )
+        self.elementwise("cast", Expr::Cast(Box::new(Expr::Input(0)), dtype), &[wide], dtype, &shape, &[])
     }
 
     /// A 1-D grid of workgroups covering `threads`, folded into y past the
@@ -228,19 +162,12 @@ impl<'a> Plan<'a> {
         params: &[(DType, f64)],
     ) -> Result<GpuArray> {
         let buffer = self.gpu.alloc(op, out, shape)?;
-        let result = GpuArray {
-            buffer: buffer.clone(),
-            layout: Layout::contiguous(shape),
-            dtype: out,
-        };
+        let result = GpuArray { buffer: buffer.clone(), layout: Layout::contiguous(shape), dtype: out };
         let kernel = EwKernel {
             out,
             out_strided: false,
             rank: shape.len(),
-            inputs: inputs
-                .iter()
-                .map(|x| (x.dtype, x.layout.is_contiguous()))
-                .collect(),
+            inputs: inputs.iter().map(|x| (x.dtype, x.layout.is_contiguous())).collect(),
             expr,
         };
         self.launch_elementwise(op, &kernel, shape, inputs, buffer, None, params)?;
@@ -277,35 +204,19 @@ impl<'a> Plan<'a> {
         for &(d, v) in params {
             meta.scalar(d, v);
         }
-        let buffers = std::iter::once(out)
-            .chain(inputs.iter().map(|x| x.buffer.clone()))
-            .collect();
+        let buffers = std::iter::once(out).chain(inputs.iter().map(|x| x.buffer.clone())).collect();
         self.dispatch(&kernel.wgsl(), meta, buffers, groups)
     }
 
-    fn dispatch(
-        &mut self,
-        source: &str,
-        meta: Meta,
-        buffers: Vec<Arc<PooledBuffer>>,
-        groups: [u32; 3],
-    ) -> Result<()> {
+    fn dispatch(&mut self, source: &str, meta: Meta, buffers: Vec<Arc<PooledBuffer>>, groups: [u32; 3]) -> Result<()> {
         if meta.0.len() > META_WORDS {
-            return Err(KilnError::Gpu(format!(
-                "kernel parameters overflow the meta block ({} words)",
-                meta.0.len()
-            )));
+            return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({} words)", meta.0.len())));
         }
         let pipeline = self.gpu.pipelines.get(&self.gpu.device, source)?;
         let meta_slot = self.meta.len() / META_WORDS;
         self.meta.extend(&meta.0);
         self.meta.resize((meta_slot + 1) * META_WORDS, 0);
-        self.dispatches.push(Dispatch {
-            pipeline,
-            meta_slot,
-            buffers,
-            groups,
-        });
+        self.dispatches.push(Dispatch { pipeline, meta_slot, buffers, groups });
         Ok(())
     }
 
@@ -320,51 +231,30 @@ impl<'a> Plan<'a> {
         identity: Option<f64>,
     ) -> Result<GpuArray> {
         let rank = x.layout.shape.len();
-        let perm: Vec<usize> = (0..rank)
-            .filter(|d| !axes.contains(d))
-            .chain(axes.iter().copied())
-            .collect();
+        let perm: Vec<usize> = (0..rank).filter(|d| !axes.contains(d)).chain(axes.iter().copied()).collect();
         let view = x.layout.permute(&perm);
-        let rows: usize = perm[..rank - axes.len()]
-            .iter()
-            .map(|&d| x.layout.shape[d])
-            .product();
+        let rows: usize = perm[..rank - axes.len()].iter().map(|&d| x.layout.shape[d]).product();
         let mut len: usize = axes.iter().map(|&d| x.layout.shape[d]).product();
         let is_arg = matches!(monoid, Monoid::Arg(_));
         let value_dtype = x.dtype.wide();
         let out_dtype = if is_arg { DType::I32 } else { value_dtype };
         if len == 0 {
             // Only sum and prod get here (inference rejects the rest).
-            return self.elementwise(
-                op,
-                Expr::Fill,
-                &[],
-                out_dtype,
-                &[rows],
-                &[(out_dtype, identity.unwrap_or(0.0))],
-            );
+            return self.elementwise(op, Expr::Fill, &[], out_dtype, &[rows], &[(out_dtype, identity.unwrap_or(0.0))]);
         }
         let result = self.gpu.alloc(op, out_dtype, &[rows])?;
         if rows == 0 {
-            return Ok(GpuArray {
-                buffer: result,
-                layout: Layout::contiguous(&[0]),
-                dtype: out_dtype,
-            });
+            return Ok(GpuArray { buffer: result, layout: Layout::contiguous(&[0]), dtype: out_dtype });
         }
         let contiguous = view.is_contiguous();
-        let mut source = ReduceSource::Tensor {
-            dtype: x.dtype,
-            contiguous,
-            rank,
-        };
+        let mut source = ReduceSource::Tensor { dtype: x.dtype, contiguous, rank };
         let mut inputs = vec![x.buffer.clone()];
         loop {
             let groups = len.div_ceil(REDUCE_CHUNK);
             let last = groups == 1;
-            let grid = self.grid(op, rows * groups)?;
+            let grid = self.grid(op, (rows * groups).div_ceil(WG as usize))?;
             let mut meta = Meta::default();
-            meta.u(rows).u(len).u(groups).u(grid[0] as usize);
+            meta.u(rows).u(len).u(groups).u(grid[0] as usize * WG as usize);
             if let ReduceSource::Tensor { .. } = source {
                 if contiguous {
                     meta.u(view.offset);
@@ -375,35 +265,19 @@ impl<'a> Plan<'a> {
                     meta.layout(view.offset, &view.strides);
                 }
             }
-            let values = if last && !is_arg {
-                result.clone()
-            } else {
-                self.gpu.alloc(op, value_dtype, &[rows * groups])?
-            };
+            let values =
+                if last && !is_arg { result.clone() } else { self.gpu.alloc(op, value_dtype, &[rows * groups])? };
             let mut outputs = vec![values.clone()];
             let mut next = vec![values];
             if is_arg {
-                let indices = if last {
-                    result.clone()
-                } else {
-                    self.gpu.alloc(op, DType::I32, &[rows * groups])?
-                };
+                let indices = if last { result.clone() } else { self.gpu.alloc(op, DType::I32, &[rows * groups])? };
                 outputs.insert(0, indices.clone());
                 next.push(indices);
             }
             let source_code = templates::reduce_wgsl(monoid, source);
-            self.dispatch(
-                &source_code,
-                meta,
-                outputs.into_iter().chain(inputs).collect(),
-                grid,
-            )?;
+            self.dispatch(&source_code, meta, outputs.into_iter().chain(inputs).collect(), grid)?;
             if last {
-                return Ok(GpuArray {
-                    buffer: result,
-                    layout: Layout::contiguous(&[rows]),
-                    dtype: out_dtype,
-                });
+                return Ok(GpuArray { buffer: result, layout: Layout::contiguous(&[rows]), dtype: out_dtype });
             }
             inputs = next;
             len = groups;
@@ -411,74 +285,40 @@ impl<'a> Plan<'a> {
         }
     }
 
-    fn matmul(
-        &mut self,
-        op: &'static str,
-        a: &GpuArray,
-        b: &GpuArray,
-        shape: &[usize],
-    ) -> Result<GpuArray> {
+    fn matmul(&mut self, op: &'static str, a: &GpuArray, b: &GpuArray, shape: &[usize]) -> Result<GpuArray> {
         let r = shape.len();
-        let (m, k, n) = (
-            a.layout.shape[r - 2],
-            a.layout.shape[r - 1],
-            b.layout.shape[r - 1],
-        );
+        let (m, k, n) = (a.layout.shape[r - 2], a.layout.shape[r - 1], b.layout.shape[r - 1]);
         let batch_shape = &shape[..r - 2];
         let batch: usize = batch_shape.iter().product();
         if k == 0 {
             return self.elementwise(op, Expr::Fill, &[], DType::F32, shape, &[(DType::F32, 0.0)]);
         }
         let out = self.gpu.alloc(op, DType::F32, shape)?;
-        let result = GpuArray {
-            buffer: out.clone(),
-            layout: Layout::contiguous(shape),
-            dtype: DType::F32,
-        };
+        let result = GpuArray { buffer: out.clone(), layout: Layout::contiguous(shape), dtype: DType::F32 };
         if numel(shape) == 0 {
             return Ok(result);
         }
         let max = self.gpu.info.limits.max_compute_workgroups_per_dimension as usize;
         let (gx, gy) = (n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE));
         if gx > max || gy > max {
-            return Err(KilnError::Invalid {
-                op,
-                detail: format!("an output of {m}×{n} exceeds the adapter's grid"),
-            });
+            return Err(KilnError::Invalid { op, detail: format!("an output of {m}×{n} exceeds the adapter's grid") });
         }
         let source = templates::matmul_wgsl(a.dtype, batch_shape.len());
         let (la, lb) = (&a.layout, &b.layout);
         for b0 in (0..batch).step_by(max) {
             for k0 in (0..k).step_by(MATMUL_K_CHUNK) {
                 let mut meta = Meta::default();
-                meta.u(m)
-                    .u(k)
-                    .u(n)
-                    .u(k0)
-                    .u((k0 + MATMUL_K_CHUNK).min(k))
-                    .u((k0 > 0) as usize)
-                    .u(b0);
-                meta.i(la.strides[r - 2])
-                    .i(la.strides[r - 1])
-                    .i(lb.strides[r - 2])
-                    .i(lb.strides[r - 1]);
+                meta.u(m).u(k).u(n).u(k0).u((k0 + MATMUL_K_CHUNK).min(k)).u((k0 > 0) as usize).u(b0);
+                meta.i(la.strides[r - 2]).i(la.strides[r - 1]).i(lb.strides[r - 2]).i(lb.strides[r - 1]);
                 meta.u(la.offset).u(lb.offset);
                 batch_shape.iter().for_each(|&d| {
                     meta.u(d);
                 });
-                la.strides[..r - 2]
-                    .iter()
-                    .chain(&lb.strides[..r - 2])
-                    .for_each(|&s| {
-                        meta.i(s);
-                    });
+                la.strides[..r - 2].iter().chain(&lb.strides[..r - 2]).for_each(|&s| {
+                    meta.i(s);
+                });
                 let groups = [gx as u32, gy as u32, (batch - b0).min(max) as u32];
-                self.dispatch(
-                    &source,
-                    meta,
-                    vec![out.clone(), a.buffer.clone(), b.buffer.clone()],
-                    groups,
-                )?;
+                self.dispatch(&source, meta, vec![out.clone(), a.buffer.clone(), b.buffer.clone()], groups)?;
             }
         }
         Ok(result)
@@ -498,10 +338,7 @@ impl<'a> Plan<'a> {
         let out_layout = Layout::contiguous(shape);
         let mut start = 0;
         for part in parts {
-            let region = Layout {
-                offset: start * out_layout.strides[axis] as usize,
-                ..out_layout.clone()
-            };
+            let region = Layout { offset: start * out_layout.strides[axis] as usize, ..out_layout.clone() };
             let kernel = EwKernel {
                 out: wide,
                 out_strided: true,
@@ -520,11 +357,7 @@ impl<'a> Plan<'a> {
             )?;
             start += part.layout.shape[axis];
         }
-        Ok(GpuArray {
-            buffer: out,
-            layout: out_layout,
-            dtype: wide,
-        })
+        Ok(GpuArray { buffer: out, layout: out_layout, dtype: wide })
     }
 
     /// Record every dispatch (and the readback copy) in one encoder, submit
@@ -536,40 +369,28 @@ impl<'a> Plan<'a> {
             self.finish();
             return Ok(None);
         }
-        let mut encoder = gpu
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("kiln step"),
-            });
+        let mut encoder =
+            gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln step") });
         let meta_buffer = (!self.meta.is_empty()).then(|| {
-            let buf = gpu.pool.get(
-                (self.meta.len() * 4) as u64,
-                wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            );
-            gpu.queue
-                .write_buffer(buf.buffer(), 0, bytemuck::cast_slice(&self.meta));
+            let buf =
+                gpu.pool.get((self.meta.len() * 4) as u64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+            gpu.queue.write_buffer(buf.buffer(), 0, bytemuck::cast_slice(&self.meta));
             buf
         });
         if let Some(meta_buffer) = &meta_buffer {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("kiln"),
-                timestamp_writes: None,
-            });
+            let mut pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("kiln"), timestamp_writes: None });
             for d in &self.dispatches {
                 let meta_binding = wgpu::BufferBinding {
                     buffer: meta_buffer.buffer(),
                     offset: (d.meta_slot * META_WORDS * 4) as u64,
                     size: std::num::NonZeroU64::new((META_WORDS * 4) as u64),
                 };
-                let mut entries = vec![wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: wgpu::BindingResource::Buffer(meta_binding),
-                }];
+                let mut entries =
+                    vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(meta_binding) }];
                 for (i, b) in d.buffers.iter().enumerate() {
-                    entries.push(wgpu::BindGroupEntry {
-                        binding: i as u32 + 1,
-                        resource: b.buffer().as_entire_binding(),
-                    });
+                    entries
+                        .push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.buffer().as_entire_binding() });
                 }
                 let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: None,
@@ -582,26 +403,13 @@ impl<'a> Plan<'a> {
             }
         }
         let staging = read.map(|r| {
-            let staging = gpu.pool.get(
-                r.bytes,
-                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            );
-            encoder.copy_buffer_to_buffer(
-                r.buffer.buffer(),
-                r.offset,
-                staging.buffer(),
-                0,
-                r.bytes,
-            );
+            let staging = gpu.pool.get(r.bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            encoder.copy_buffer_to_buffer(r.buffer.buffer(), r.offset, staging.buffer(), 0, r.bytes);
             staging
         });
         gpu.queue.submit([encoder.finish()]);
-        gpu.submits
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        gpu.kernels_launched.fetch_add(
-            self.dispatches.len() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        gpu.submits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        gpu.kernels_launched.fetch_add(self.dispatches.len() as u64, std::sync::atomic::Ordering::Relaxed);
         gpu.check_errors()?;
         self.finish();
         Ok(staging)

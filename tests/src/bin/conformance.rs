@@ -1,0 +1,31 @@
+//! Run the conformance suite on every adapter and rewrite docs/CONFORMANCE.md.
+//! Usage: `conformance [OP_FILTER] [--no-write]`.
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filter = args.iter().find(|a| !a.starts_with("--")).map(String::as_str);
+    let run = pollster::block_on(kiln_conformance::report::run(filter));
+    let failures = run.failures();
+    for f in &failures {
+        eprintln!("FAIL {f}");
+    }
+    for (_, msgs) in &run.messages {
+        for m in msgs {
+            eprintln!("VALIDATION {m}");
+        }
+    }
+    let (passed, failed) = run.counts();
+    if filter.is_none() && !args.iter().any(|a| a == "--no-write") {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/CONFORMANCE.md");
+        let md = kiln_conformance::report::markdown(&run, "cargo run --release -p kiln-conformance --bin conformance");
+        std::fs::write(&path, md).expect("write docs/CONFORMANCE.md");
+        println!("wrote {}", path.display());
+    }
+    for skip in &run.skipped {
+        println!("skipped adapter: {skip}");
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 || !run.messages.is_empty() {
+        std::process::exit(1);
+    }
+}

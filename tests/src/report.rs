@@ -1,0 +1,160 @@
+//! Running the whole suite and writing docs/CONFORMANCE.md.
+
+use crate::{Case, Outcome, adapters, cases, compare, validation};
+use kiln::core::interp::HostArray;
+use kiln::prelude::*;
+
+pub struct Run {
+    pub validation: String,
+    pub adapters: Vec<(String, kiln::DeviceInfo)>,
+    pub skipped: Vec<String>,
+    /// (op, case detail, one outcome per adapter)
+    pub rows: Vec<(&'static str, String, Vec<Outcome>)>,
+    /// Validation-layer messages, by adapter.
+    pub messages: Vec<(String, Vec<String>)>,
+    /// Every WGSL source compiled on any adapter.
+    pub sources: Vec<String>,
+}
+
+impl Run {
+    pub fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (op, detail, outcomes) in &self.rows {
+            for ((name, _), o) in self.adapters.iter().zip(outcomes) {
+                if let Some(f) = &o.failure {
+                    out.push(format!("{op} [{detail}] on {name}: {f}"));
+                }
+            }
+        }
+        out
+    }
+
+    pub fn counts(&self) -> (usize, usize) {
+        let all: Vec<&Outcome> = self.rows.iter().flat_map(|r| &r.2).collect();
+        let passed = all.iter().filter(|o| o.passed).count();
+        (passed, all.len() - passed)
+    }
+}
+
+async fn reference(case: &Case, cpu: &Device) -> Result<HostArray> {
+    (case.build)(cpu)?.to_host().await
+}
+
+async fn check(case: &Case, want: &Result<HostArray>, device: &Device) -> Outcome {
+    let fail = |msg: String| Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) };
+    let want = match want {
+        Ok(w) => w,
+        Err(e) => return fail(format!("reference failed: {e}")),
+    };
+    let got = match (case.build)(device) {
+        Ok(t) => t.to_host().await,
+        Err(e) => Err(e),
+    };
+    match got {
+        Err(e) => fail(e.to_string()),
+        Ok(g) if g.shape != want.shape || g.dtype != want.dtype => {
+            fail(format!("got {} {:?}, want {} {:?}", g.dtype, g.shape, want.dtype, want.shape))
+        }
+        Ok(g) => compare(&g.data, &want.data, case.tol),
+    }
+}
+
+/// Run every case (whose op contains `filter`, if given) on every adapter.
+pub async fn run(filter: Option<&str>) -> Run {
+    let validation = validation::setup();
+    let (found, skipped) = adapters::discover().await;
+    let cpu = Device::cpu();
+    let cases: Vec<Case> = cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))).collect();
+    let mut rows = Vec::new();
+    for case in &cases {
+        let want = reference(case, &cpu).await;
+        let mut outcomes = Vec::new();
+        for f in &found {
+            outcomes.push(check(case, &want, &f.device).await);
+        }
+        rows.push((case.op, case.detail.clone(), outcomes));
+    }
+    let messages = validation::take_messages();
+    let mut sources: Vec<String> = found.iter().flat_map(|f| f.device.compiled_sources()).collect();
+    sources.sort();
+    sources.dedup();
+    Run {
+        validation,
+        adapters: found.iter().map(|f| (f.label.clone(), f.device.info())).collect(),
+        skipped,
+        rows,
+        messages: if messages.is_empty() { vec![] } else { vec![("any adapter".into(), messages)] },
+        sources,
+    }
+}
+
+fn cell(o: &Outcome) -> String {
+    match (o.passed, o.max_abs_err.is_nan()) {
+        (true, _) => format!("✓ {:.1e}", o.max_abs_err),
+        (false, true) => "✗ error".into(),
+        (false, false) => format!("✗ {:.1e}", o.max_abs_err),
+    }
+}
+
+/// The Markdown of docs/CONFORMANCE.md.
+pub fn markdown(run: &Run, command: &str) -> String {
+    let mut s = String::from("# Conformance\n\n");
+    s += &format!(
+        "Every op on every adapter found, against kiln's CPU reference interpreter (f64). Each cell shows \
+         pass (✓) or fail (✗) and the largest absolute difference from the reference over the op's \
+         cases. Regenerate with `{command}`.\n\n"
+    );
+    s += &format!("{}.\n\n## Adapters\n\n| adapter | backend | type | driver |\n|---|---|---|---|\n", run.validation);
+    for (label, info) in &run.adapters {
+        s += &format!("| {label} | {} | {} | {} {} |\n", info.backend, info.device_type, info.driver, info.driver_info);
+    }
+    for skip in &run.skipped {
+        s += &format!("\nSkipped: {skip}.\n");
+    }
+    let (passed, failed) = run.counts();
+    s += &format!("\n{passed} passed, {failed} failed ({} cases × {} adapters).\n", run.rows.len(), run.adapters.len());
+    let header = |first: &str| {
+        let mut h = format!("| {first} |");
+        let mut line = String::from("|---|");
+        if first == "op" {
+            h += " cases |";
+            line += "---|";
+        }
+        for (label, _) in &run.adapters {
+            h += &format!(" {label} |");
+            line += "---|";
+        }
+        format!("{h}\n{line}\n")
+    };
+    s += "\n## By op\n\n";
+    s += &header("op");
+    let mut ops: Vec<&str> = run.rows.iter().map(|r| r.0).collect();
+    ops.dedup();
+    for op in ops {
+        let rows: Vec<_> = run.rows.iter().filter(|r| r.0 == op).collect();
+        s += &format!("| {op} | {} |", rows.len());
+        for a in 0..run.adapters.len() {
+            let passed = rows.iter().all(|r| r.2[a].passed);
+            let worst = rows.iter().map(|r| r.2[a].max_abs_err).fold(0.0f64, |m, e| if e.is_nan() { m } else { m.max(e) });
+            s += &format!(" {} |", cell(&Outcome { max_abs_err: worst, passed, failure: None }));
+        }
+        s += "\n";
+    }
+    s += "\n## Every case\n\n";
+    s += &header("case");
+    for (op, detail, outcomes) in &run.rows {
+        s += &format!("| {op}: {detail} |");
+        for o in outcomes {
+            s += &format!(" {} |", cell(o));
+        }
+        s += "\n";
+    }
+    let failures = run.failures();
+    if !failures.is_empty() {
+        s += "\n## Failures\n\n";
+        for f in failures {
+            s += &format!("- {}\n", f.replace('|', "\\|"));
+        }
+    }
+    s
+}

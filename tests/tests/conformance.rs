@@ -1,0 +1,75 @@
+//! The conformance suite as a test: every op on every adapter against the
+//! CPU reference, under the Vulkan validation layer, then every WGSL source
+//! the adapters compiled through naga to SPIR-V (checked by spirv-val where
+//! installed), MSL, HLSL and GLSL. Prints "N passed, M failed".
+
+use kiln::core::ir::{BinaryOp, UnaryOp};
+use kiln_conformance::report;
+
+/// Ops outside the unary and binary tables that must each have a case.
+const OTHER_OPS: [&str; 31] = [
+    "full", "zeros", "ones", "arange", "eye", "from_slice", "empty", "where", "cast", "sum", "mean", "max", "min",
+    "prod", "argmax", "argmin", "matmul", "reshape", "permute", "transpose", "slice", "narrow", "expand",
+    "unsqueeze", "squeeze", "flatten", "concat", "stack", "softmax", "log_softmax", "gather",
+];
+const INDEXING_OPS: [&str; 2] = ["index_select", "one_hot"];
+
+fn spirv_val(words: &[u32]) -> Option<Result<(), String>> {
+    let path = std::env::temp_dir().join(format!("kiln-{}.spv", std::process::id()));
+    std::fs::write(&path, bytemuck_words(words)).ok()?;
+    let out = std::process::Command::new("spirv-val").arg("--target-env").arg("vulkan1.0").arg(&path).output().ok()?;
+    let _ = std::fs::remove_file(&path);
+    Some(if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) })
+}
+
+fn bytemuck_words(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn main() {
+    let run = pollster::block_on(report::run(None));
+    let mut failures = run.failures();
+
+    let required = UnaryOp::ALL.iter().map(|o| o.name()).chain(BinaryOp::ALL.iter().map(|o| o.name()));
+    for op in required.chain(OTHER_OPS).chain(INDEXING_OPS) {
+        if !run.rows.iter().any(|r| r.0 == op) {
+            failures.push(format!("op {op} has no conformance case"));
+        }
+    }
+    for (_, msgs) in &run.messages {
+        failures.extend(msgs.iter().map(|m| format!("validation layer: {m}")));
+    }
+
+    let mut spirv_checked = 0;
+    for source in &run.sources {
+        match kiln::core::validate::translate_all(source) {
+            Err(e) => failures.push(format!("translation failed: {e}")),
+            Ok(t) => match spirv_val(&t.spirv) {
+                Some(Err(e)) => failures.push(format!("spirv-val rejected a kernel: {e}\n{source}")),
+                Some(Ok(())) => spirv_checked += 1,
+                None => {}
+            },
+        }
+    }
+
+    println!("{}", run.validation);
+    for (label, _) in &run.adapters {
+        println!("adapter: {label}");
+    }
+    for skip in &run.skipped {
+        println!("skipped adapter: {skip}");
+    }
+    println!(
+        "{} kernels translated to SPIR-V/MSL/HLSL/GLSL, {spirv_checked} checked by spirv-val",
+        run.sources.len()
+    );
+    for f in &failures {
+        println!("FAIL {f}");
+    }
+    let (passed, failed) = run.counts();
+    let extra = failures.len() - run.failures().len();
+    println!("{passed} passed, {} failed", failed + extra);
+    if !failures.is_empty() {
+        std::process::exit(1);
+    }
+}
