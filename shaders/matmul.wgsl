@@ -50,22 +50,30 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wg
         c2 += av.z * bv;
         c3 += av.w * bv;
     }
-    var rows = array<vec4<f32>, 4>(c0, c1, c2, c3);
-    let accumulate = m(5u) != 0u;
-    for (var i = 0u; i < 4u; i++) {
-        let r = row0 + i;
-        if (r < M) {
-            for (var j = 0u; j < 4u; j++) {
-                let c = col0 + j;
-                if (c < N) {
-                    let at = (batch * M + r) * N + c;
-                    var v = rows[i][j];
-                    if (accumulate) {
-                        v += out[at];
-                    }
-                    out[at] = v;
-                }
+    // Four calls rather than a loop over an array of rows: naga 30 gives
+    // arrays an explicit layout, which Vulkan forbids in function memory
+    // (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
+    store_row(batch, row0, col0, c0);
+    store_row(batch, row0 + 1u, col0, c1);
+    store_row(batch, row0 + 2u, col0, c2);
+    store_row(batch, row0 + 3u, col0, c3);
+}
+
+fn store_row(batch: u32, r: u32, col0: u32, v: vec4<f32>) {
+    let M = m(0u);
+    let N = m(2u);
+    if (r >= M) {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        let c = col0 + j;
+        if (c < N) {
+            let at = (batch * M + r) * N + c;
+            var x = v[j];
+            if (m(5u) != 0u) {
+                x += out[at];
             }
+            out[at] = x;
         }
     }
 }
