@@ -17,6 +17,7 @@ pub fn validate_wgsl(source: &str) -> Result<(naga::Module, ModuleInfo)> {
 }
 
 /// Translations of one kernel to the other shading languages.
+#[derive(Debug)]
 pub struct Translations {
     pub spirv: Vec<u32>,
     pub msl: String,

@@ -16,7 +16,7 @@ impl Tensor {
         }
         let resolved: Vec<usize> = shape
             .iter()
-            .map(|&d| if d == -1 { if known == 0 { 0 } else { self.numel() / known } } else { d as usize })
+            .map(|&d| if d == -1 { self.numel().checked_div(known).unwrap_or(0) } else { d as usize })
             .collect();
         if resolved.iter().product::<usize>() != self.numel() {
             return err(format!("cannot reshape {:?} ({} elements) to {shape:?}", self.shape(), self.numel()));

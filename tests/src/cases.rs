@@ -69,7 +69,8 @@ fn creation(s: &mut Suite) {
     s.add("arange", "i32 -7..4097 step 3", Tol::EXACT, |d| Tensor::arange(d, -7.0, 4097.0, 3.0, I32));
     s.add("arange", "f32 10..0 step -0.5", Tol::F32, |d| Tensor::arange(d, 10.0, 0.0, -0.5, F32));
     s.add("eye", "f32 7×5", Tol::EXACT, |d| Tensor::eye(d, 7, 5, F32));
-    for (dtype, shape) in [(F32, vec![1023]), (F16, vec![1023]), (Bool, vec![7]), (U32, vec![4097]), (I32, vec![7, 7])] {
+    for (dtype, shape) in [(F32, vec![1023]), (F16, vec![1023]), (Bool, vec![7]), (U32, vec![4097]), (I32, vec![7, 7])]
+    {
         let (lo, hi) = if dtype == Bool { (0.0, 1.0) } else { (-100.0, 100.0) };
         let (lo, hi) = if dtype == U32 { (0.0, 4e9) } else { (lo, hi) };
         s.add("from_slice", format!("{dtype} {shape:?}"), Tol::EXACT, move |d| input(d, 1, &shape, dtype, lo, hi));
@@ -106,7 +107,9 @@ fn unary(s: &mut Suite) {
         let (lo, hi) = unary_domain(op);
         let tol = unary_tol(op);
         for n in [1usize, 7, 1023, 4097] {
-            s.add(op.name(), format!("f32 [{n}]"), tol, move |d| input(d, 10 + n as u64, &[n], DType::F32, lo, hi)?.unary(op));
+            s.add(op.name(), format!("f32 [{n}]"), tol, move |d| {
+                input(d, 10 + n as u64, &[n], DType::F32, lo, hi)?.unary(op)
+            });
         }
         s.add(op.name(), "f32 [33, 65] transposed view", tol, move |d| {
             transposed(d, 11, [33, 65], DType::F32, lo, hi)?.unary(op)
@@ -118,7 +121,9 @@ fn unary(s: &mut Suite) {
         input(d, 13, &[1023], DType::I32, -20.0, 20.0)?.cast(DType::F32)?.mul_scalar(0.5)?.round()
     });
     for op in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu] {
-        s.add(op.name(), "i32 [1023]", Tol::EXACT, move |d| input(d, 14, &[1023], DType::I32, -1000.0, 1000.0)?.unary(op));
+        s.add(op.name(), "i32 [1023]", Tol::EXACT, move |d| {
+            input(d, 14, &[1023], DType::I32, -1000.0, 1000.0)?.unary(op)
+        });
     }
     s.add("abs", "u32 [7]", Tol::EXACT, |d| input(d, 15, &[7], DType::U32, 0.0, 1e9)?.abs());
     s.add("logical_not", "bool [1023]", Tol::EXACT, |d| input(d, 16, &[1023], DType::Bool, 0.0, 1.0)?.logical_not());
@@ -227,7 +232,9 @@ fn where_and_cast(s: &mut Suite) {
     s.add("cast", "f32 → bool with zeros", Tol::EXACT, |d| {
         input(d, 46, &[1023], F32, -2.0, 2.0)?.round()?.cast(Bool)
     });
-    s.add("cast", "f32 → i32 transposed view", Tol::EXACT, |d| transposed(d, 47, [33, 65], F32, -50.0, 50.0)?.cast(I32));
+    s.add("cast", "f32 → i32 transposed view", Tol::EXACT, |d| {
+        transposed(d, 47, [33, 65], F32, -50.0, 50.0)?.cast(I32)
+    });
 }
 
 fn reductions(s: &mut Suite) {
@@ -267,7 +274,9 @@ fn reductions(s: &mut Suite) {
             if is_arg && axes.len() > 1 {
                 continue;
             }
-            s.add(name, format!("f32 {detail}"), tol, move |d| apply(&input(d, 50, &shape, DType::F32, lo, hi)?, &axes, keepdim));
+            s.add(name, format!("f32 {detail}"), tol, move |d| {
+                apply(&input(d, 50, &shape, DType::F32, lo, hi)?, &axes, keepdim)
+            });
         }
         s.add(name, "f32 [33, 65] transposed, over axis 1", tol, move |d| {
             apply(&transposed(d, 51, [33, 65], DType::F32, lo, hi)?, &[1], false)
@@ -285,13 +294,22 @@ fn reductions(s: &mut Suite) {
                 apply(&input(d, 53, &[7, 1023], DType::I32, -1.0, hi)?, &[-1], false)
             });
         }
-        s.add(name, "f16 [7, 1023] over axis -1", if is_arg { Tol::EXACT } else { Tol { abs: 2e-2, rel: 2e-3 } }, move |d| {
-            apply(&input(d, 54, &[7, 1023], DType::F16, lo, hi)?, &[-1], false)
-        });
+        s.add(
+            name,
+            "f16 [7, 1023] over axis -1",
+            if is_arg { Tol::EXACT } else { Tol { abs: 2e-2, rel: 2e-3 } },
+            move |d| apply(&input(d, 54, &[7, 1023], DType::F16, lo, hi)?, &[-1], false),
+        );
     }
-    s.add("sum", "zero-size axis [3, 0] → zeros", Tol::EXACT, |d| Tensor::zeros(d, &[3, 0], DType::F32)?.sum(&[1], false));
-    s.add("prod", "zero-size axis [3, 0] → ones", Tol::EXACT, |d| Tensor::zeros(d, &[3, 0], DType::F32)?.prod(&[1], false));
-    s.add("sum", "bool counts as i32", Tol::EXACT, |d| input(d, 55, &[7, 1023], DType::Bool, 0.0, 1.0)?.sum(&[-1], false));
+    s.add("sum", "zero-size axis [3, 0] → zeros", Tol::EXACT, |d| {
+        Tensor::zeros(d, &[3, 0], DType::F32)?.sum(&[1], false)
+    });
+    s.add("prod", "zero-size axis [3, 0] → ones", Tol::EXACT, |d| {
+        Tensor::zeros(d, &[3, 0], DType::F32)?.prod(&[1], false)
+    });
+    s.add("sum", "bool counts as i32", Tol::EXACT, |d| {
+        input(d, 55, &[7, 1023], DType::Bool, 0.0, 1.0)?.sum(&[-1], false)
+    });
 }
 
 fn matmul(s: &mut Suite) {
@@ -335,7 +353,9 @@ fn views(s: &mut Suite) {
     s.add("slice", "[7, 1023] axis 1, 3..1000 step 7", Tol::EXACT, move |d| x(d)?.slice(1, Some(3), Some(1000), 7));
     s.add("slice", "[7, 1023] axis 0 reversed (step -1)", Tol::EXACT, move |d| x(d)?.slice(0, None, None, -1));
     s.add("slice", "[7, 1023] axis 1, -10.. step -3", Tol::EXACT, move |d| x(d)?.slice(1, Some(-10), None, -3));
-    s.add("slice", "f16 [1023] from odd offset 1..", Tol::EXACT, |d| input(d, 72, &[1023], F16, -9.0, 9.0)?.slice(0, Some(1), None, 1));
+    s.add("slice", "f16 [1023] from odd offset 1..", Tol::EXACT, |d| {
+        input(d, 72, &[1023], F16, -9.0, 9.0)?.slice(0, Some(1), None, 1)
+    });
     s.add("narrow", "[3, 5, 7] axis 1, 1..4", Tol::EXACT, move |d| cube(d)?.narrow(1, 1, 3));
     s.add("expand", "[1, 7] → [5, 7]", Tol::EXACT, |d| input(d, 73, &[1, 7], F32, -9.0, 9.0)?.expand(&[5, 7]));
     s.add("expand", "[3, 1] → [2, 3, 4]", Tol::EXACT, |d| input(d, 74, &[3, 1], I32, -9.0, 9.0)?.expand(&[2, 3, 4]));
@@ -362,7 +382,11 @@ fn joins(s: &mut Suite) {
         Tensor::concat(&[&input(d, 83, &[3, 4], I32, -9.0, 9.0)?, &input(d, 84, &[1, 4], I32, -9.0, 9.0)?], 0)
     });
     s.add("concat", "f16 [7] ‖ [1023] ‖ [3]", Tol::EXACT, |d| {
-        let parts = [input(d, 85, &[7], F16, -9.0, 9.0)?, input(d, 86, &[1023], F16, -9.0, 9.0)?, input(d, 87, &[3], F16, -9.0, 9.0)?];
+        let parts = [
+            input(d, 85, &[7], F16, -9.0, 9.0)?,
+            input(d, 86, &[1023], F16, -9.0, 9.0)?,
+            input(d, 87, &[3], F16, -9.0, 9.0)?,
+        ];
         Tensor::concat(&[&parts[0], &parts[1], &parts[2]], 0)
     });
     s.add("stack", "three f32 [5, 7] on axis 1", Tol::EXACT, |d| {
@@ -404,6 +428,10 @@ fn indexing(s: &mut Suite) {
     s.add("index_select", "i32 [7, 1023] axis 1, 9 indices", Tol::EXACT, |d| {
         input(d, 106, &[7, 1023], I32, -9.0, 9.0)?.index_select(1, &input(d, 107, &[9], U32, 0.0, 1022.0)?)
     });
-    s.add("one_hot", "i32 [1023] → f32 [1023, 10]", Tol::EXACT, |d| input(d, 108, &[1023], I32, 0.0, 9.0)?.one_hot(10, F32));
-    s.add("one_hot", "u32 [7, 3] → i32 [7, 3, 4]", Tol::EXACT, |d| input(d, 109, &[7, 3], U32, 0.0, 3.0)?.one_hot(4, I32));
+    s.add("one_hot", "i32 [1023] → f32 [1023, 10]", Tol::EXACT, |d| {
+        input(d, 108, &[1023], I32, 0.0, 9.0)?.one_hot(10, F32)
+    });
+    s.add("one_hot", "u32 [7, 3] → i32 [7, 3, 4]", Tol::EXACT, |d| {
+        input(d, 109, &[7, 3], U32, 0.0, 3.0)?.one_hot(4, I32)
+    });
 }

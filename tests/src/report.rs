@@ -135,7 +135,8 @@ pub fn markdown(run: &Run, command: &str) -> String {
         s += &format!("| {op} | {} |", rows.len());
         for a in 0..run.adapters.len() {
             let passed = rows.iter().all(|r| r.2[a].passed);
-            let worst = rows.iter().map(|r| r.2[a].max_abs_err).fold(0.0f64, |m, e| if e.is_nan() { m } else { m.max(e) });
+            let worst =
+                rows.iter().map(|r| r.2[a].max_abs_err).fold(0.0f64, |m, e| if e.is_nan() { m } else { m.max(e) });
             s += &format!(" {} |", cell(&Outcome { max_abs_err: worst, passed, failure: None }));
         }
         s += "\n";

@@ -8,9 +8,37 @@ use kiln_conformance::report;
 
 /// Ops outside the unary and binary tables that must each have a case.
 const OTHER_OPS: [&str; 31] = [
-    "full", "zeros", "ones", "arange", "eye", "from_slice", "empty", "where", "cast", "sum", "mean", "max", "min",
-    "prod", "argmax", "argmin", "matmul", "reshape", "permute", "transpose", "slice", "narrow", "expand",
-    "unsqueeze", "squeeze", "flatten", "concat", "stack", "softmax", "log_softmax", "gather",
+    "full",
+    "zeros",
+    "ones",
+    "arange",
+    "eye",
+    "from_slice",
+    "empty",
+    "where",
+    "cast",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "prod",
+    "argmax",
+    "argmin",
+    "matmul",
+    "reshape",
+    "permute",
+    "transpose",
+    "slice",
+    "narrow",
+    "expand",
+    "unsqueeze",
+    "squeeze",
+    "flatten",
+    "concat",
+    "stack",
+    "softmax",
+    "log_softmax",
+    "gather",
 ];
 const INDEXING_OPS: [&str; 2] = ["index_select", "one_hot"];
 
@@ -59,10 +87,7 @@ fn main() {
     for skip in &run.skipped {
         println!("skipped adapter: {skip}");
     }
-    println!(
-        "{} kernels translated to SPIR-V/MSL/HLSL/GLSL, {spirv_checked} checked by spirv-val",
-        run.sources.len()
-    );
+    println!("{} kernels translated to SPIR-V/MSL/HLSL/GLSL, {spirv_checked} checked by spirv-val", run.sources.len());
     for f in &failures {
         println!("FAIL {f}");
     }

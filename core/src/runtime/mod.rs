@@ -82,7 +82,7 @@ pub(crate) struct Gpu {
 
 enum Backend {
     Cpu,
-    Gpu(Gpu),
+    Gpu(Box<Gpu>),
 }
 
 /// A device tensors live on. Cheap to clone (shared).
@@ -168,7 +168,7 @@ impl Device {
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
         };
-        Ok(Device(Arc::new(Backend::Gpu(Gpu {
+        Ok(Device(Arc::new(Backend::Gpu(Box::new(Gpu {
             pool: BufferPool::new(device.clone()),
             device,
             queue,
@@ -178,7 +178,7 @@ impl Device {
             lost,
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
-        }))))
+        })))))
     }
 
     pub fn is_cpu(&self) -> bool {

@@ -1,0 +1,146 @@
+//! Bad input gets an `Err` that names the op and the shapes (or the limit),
+//! never a panic.
+
+use kiln_core::{DType, Device, DeviceOptions, KilnError};
+use kiln_ops::Tensor;
+
+/// One CPU device shared by the tests (each `Device::cpu()` is a new device).
+fn cpu() -> Device {
+    static CPU: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    CPU.get_or_init(Device::cpu).clone()
+}
+
+fn t(shape: &[usize]) -> Tensor {
+    Tensor::zeros(&cpu(), shape, DType::F32).unwrap()
+}
+
+fn message(r: kiln_core::Result<Tensor>) -> String {
+    r.expect_err("expected an error").to_string()
+}
+
+#[test]
+fn broadcast_mismatch_names_op_and_shapes() {
+    let m = message(t(&[2, 3]).add(&t(&[4])));
+    assert!(m.contains("add") && m.contains("[2, 3]") && m.contains("[4]"), "{m}");
+}
+
+#[test]
+fn dtype_mismatch_is_an_error() {
+    let i = Tensor::zeros(&cpu(), &[3], DType::I32).unwrap();
+    let m = message(t(&[3]).mul(&i));
+    assert!(m.contains("mul") && m.contains("f32") && m.contains("i32"), "{m}");
+    let m = message(i.exp());
+    assert!(m.contains("exp") && m.contains("i32"), "{m}");
+    let m = message(t(&[3]).logical_and(&t(&[3])));
+    assert!(m.contains("logical_and"), "{m}");
+}
+
+#[test]
+fn invalid_axes_are_errors() {
+    let m = message(t(&[2, 3]).sum(&[2], false));
+    assert!(m.contains("sum") && m.contains("axis 2") && m.contains("rank 2"), "{m}");
+    assert!(message(t(&[2, 3]).sum(&[1, -1], false)).contains("repeat"));
+    assert!(message(t(&[2, 3]).softmax(-3)).contains("max"));
+    assert!(message(t(&[2, 3]).permute(&[0, 0])).contains("permute"));
+    assert!(message(t(&[2, 3]).squeeze(0)).contains("squeeze"));
+    assert!(message(t(&[2, 3]).transpose(0, 5)).contains("transpose"));
+}
+
+#[test]
+fn shape_errors_name_the_op() {
+    assert!(message(t(&[2, 3]).reshape(&[4, 2])).contains("reshape"));
+    assert!(message(t(&[2, 3]).reshape(&[-1, -1])).contains("reshape"));
+    let m = message(t(&[2, 3]).matmul(&t(&[2, 3])));
+    assert!(m.contains("matmul") && m.contains("[2, 3]"), "{m}");
+    assert!(message(Tensor::concat(&[&t(&[2, 3]), &t(&[3, 3])], 1)).contains("concat"));
+    assert!(message(Tensor::concat(&[], 0)).contains("concat"));
+    assert!(message(Tensor::stack(&[&t(&[2]), &t(&[3])], 0)).contains("stack"));
+    assert!(message(t(&[2, 3]).expand(&[4, 3])).contains("expand"));
+    assert!(message(t(&[4]).narrow(0, 3, 2)).contains("narrow"));
+    assert!(message(t(&[4]).slice(0, None, None, 0)).contains("step"));
+    assert!(message(Tensor::from_slice(&cpu(), &[1.0f32, 2.0], &[3])).contains("from_slice"));
+    assert!(message(Tensor::arange(&cpu(), 0.0, 1.0, 0.0, DType::F32)).contains("arange"));
+    assert!(message(t(&[1, 1, 1, 1, 1, 1, 1, 1]).unsqueeze(0)).contains("rank"));
+    let idx = Tensor::zeros(&cpu(), &[2, 2], DType::F32).unwrap();
+    assert!(message(t(&[2, 3]).gather(1, &idx)).contains("gather"));
+    assert!(message(t(&[3]).one_hot(4, DType::F32)).contains("one_hot"));
+}
+
+#[test]
+fn zero_size_tensors_work_or_error_clearly() {
+    let empty = t(&[3, 0]);
+    let m = message(empty.max(&[1], false));
+    assert!(m.contains("max") && m.contains("[3, 0]"), "{m}");
+    assert!(message(empty.argmax(Some(1), false)).contains("argmax"));
+    let sums = pollster::block_on(empty.sum(&[1], false).unwrap().to_vec::<f32>()).unwrap();
+    assert_eq!(sums, vec![0.0; 3]);
+    let none = pollster::block_on(t(&[0]).exp().unwrap().to_vec::<f32>()).unwrap();
+    assert!(none.is_empty());
+}
+
+#[test]
+fn reading_with_the_wrong_type_is_an_error() {
+    let e = pollster::block_on(t(&[2]).to_vec::<i32>()).unwrap_err();
+    assert!(e.to_string().contains("to_vec"), "{e}");
+    let e = pollster::block_on(t(&[2]).item::<f32>()).unwrap_err();
+    assert!(e.to_string().contains("item"), "{e}");
+}
+
+#[test]
+fn tensors_of_different_devices_do_not_mix() {
+    let m = message(t(&[2]).add(&Tensor::zeros(&Device::cpu(), &[2], DType::F32).unwrap()));
+    assert!(m.contains("different devices"), "{m}");
+}
+
+#[test]
+fn no_adapter_at_all_is_an_error() {
+    let opts = DeviceOptions { adapter: None, backends: kiln_core::wgpu::Backends::empty() };
+    match pollster::block_on(Device::with_options(opts)) {
+        Err(KilnError::NoAdapter { .. }) => {}
+        other => panic!("expected NoAdapter, got {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_adapter_selector_lists_the_available_ones() {
+    let opts = DeviceOptions { adapter: Some("no-such-gpu-xyz".into()), ..Default::default() };
+    match pollster::block_on(Device::with_options(opts)) {
+        Err(e @ KilnError::AdapterNotFound { .. }) => assert!(e.to_string().contains("no-such-gpu-xyz")),
+        Err(KilnError::NoAdapter { .. }) => eprintln!("skipped: no adapter on this machine"),
+        other => panic!("expected AdapterNotFound, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_tensor_over_the_binding_limit_is_an_error() {
+    let Ok(dev) = pollster::block_on(Device::gpu()) else {
+        eprintln!("skipped: no GPU adapter on this machine");
+        return;
+    };
+    let limit = dev.info().limits.max_storage_buffer_binding_size;
+    let n = (limit / 4 + 1) as usize;
+    let big = Tensor::zeros(&dev, &[n], DType::F32).unwrap().add_scalar(1.0).unwrap();
+    match pollster::block_on(big.realize()) {
+        Err(e @ KilnError::TooLarge { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains("max_storage_buffer_binding_size") && m.contains(&n.to_string()), "{m}");
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    // The device is still usable afterwards.
+    let ok = Tensor::from_slice(&dev, &[1.0f32, 2.0], &[2]).unwrap().mul_scalar(3.0).unwrap();
+    assert_eq!(pollster::block_on(ok.to_vec::<f32>()).unwrap(), vec![3.0, 6.0]);
+}
+
+#[test]
+fn non_contiguous_views_work_on_gpu() {
+    let Ok(dev) = pollster::block_on(Device::gpu()) else {
+        eprintln!("skipped: no GPU adapter on this machine");
+        return;
+    };
+    let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let v = x.t().unwrap().slice(0, None, None, -1).unwrap();
+    assert_eq!(pollster::block_on(v.to_vec::<f32>()).unwrap(), vec![3.0, 6.0, 2.0, 5.0, 1.0, 4.0]);
+    let flat = v.reshape(&[-1]).unwrap().sum(&[], false).unwrap();
+    assert_eq!(pollster::block_on(flat.item::<f32>()).unwrap(), 21.0);
+}
