@@ -1,1 +1,0 @@
-//! kiln benchmarks. Not built yet (benchmark issue).
