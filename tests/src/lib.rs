@@ -52,31 +52,6 @@ pub struct Outcome {
     pub failure: Option<String>,
 }
 
-/// Compute `case` on the reference and on `device`, and compare.
-pub async fn run_case(case: &Case, reference: &Device, device: &Device) -> Outcome {
-    let fail = |msg: String| Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) };
-    let want = match (case.build)(reference) {
-        Ok(t) => t.to_host().await,
-        Err(e) => Err(e),
-    };
-    let want = match want {
-        Ok(w) => w,
-        Err(e) => return fail(format!("reference failed: {e}")),
-    };
-    let got = match (case.build)(device) {
-        Ok(t) => t.to_host().await,
-        Err(e) => Err(e),
-    };
-    let got = match got {
-        Ok(g) => g,
-        Err(e) => return fail(e.to_string()),
-    };
-    if got.shape != want.shape || got.dtype != want.dtype {
-        return fail(format!("got {} {:?}, want {} {:?}", got.dtype, got.shape, want.dtype, want.shape));
-    }
-    compare(&got.data, &want.data, case.tol)
-}
-
 /// Elementwise comparison; NaN must meet NaN, infinities must match exactly.
 pub fn compare(got: &[f64], want: &[f64], tol: Tol) -> Outcome {
     let mut max_abs_err: f64 = 0.0;
