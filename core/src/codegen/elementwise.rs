@@ -71,7 +71,6 @@ impl EwKernel {
     }
 
     fn value_fn(&self) -> String {
-        let ct = compute_type(self.out);
         let mut body = String::new();
         let needs_coords = self.out_strided
             || matches!(self.expr, Expr::Gather { .. })
@@ -93,7 +92,6 @@ impl EwKernel {
                 strided_index("out", self.rank, self.out_base())
             );
         }
-        let _ = ct;
         s
     }
 
