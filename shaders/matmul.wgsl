@@ -1,7 +1,9 @@
 // Batched matmul C[b] = A[b] @ B[b] (+ C[b] when accumulating), f32 compute.
 //
-// Generated above this template: the meta block, bindings `out`, `a`, `b`,
-// `load_a(e)`, `load_b(e)` (f32 or packed f16) and `batch_offsets(batch)`.
+// Generated above this template: the meta block, bindings `out`, `in0` (A),
+// `in1` (B) and any the epilogue reads, `load_a(e)`, `load_b(e)` (f32 or
+// packed f16), `batch_offsets(batch)` and `epilogue(f, acc)` (a fused
+// consumer such as `relu(acc + bias[col])`, or the identity).
 // Each invocation computes a 4x4 block of C held in registers, reading A and
 // B straight from storage through their strides (transposed operands need no
 // copy). On CPU adapters this beats workgroup-memory tiling, whose barriers
@@ -11,7 +13,8 @@
 // longer K over several dispatches.
 //
 // meta: 0 M, 1 K, 2 N, 3 k0, 4 k1, 5 accumulate, 6 first batch,
-//       7 A row stride, 8 A col stride, 9 B row stride, 10 B col stride.
+//       7 A row stride, 8 A col stride, 9 B row stride, 10 B col stride,
+//       13 apply the epilogue (set on the last k chunk).
 
 @compute @workgroup_size(8, 8)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wg: vec3<u32>) {
@@ -72,6 +75,9 @@ fn store_row(batch: u32, r: u32, col0: u32, v: vec4<f32>) {
             var x = v[j];
             if (m(5u) != 0u) {
                 x += out[at];
+            }
+            if (m(13u) != 0u) {
+                x = epilogue(at, x);
             }
             out[at] = x;
         }

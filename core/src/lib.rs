@@ -7,6 +7,7 @@ pub mod error;
 pub mod interp;
 pub mod ir;
 pub mod runtime;
+pub mod sched;
 pub mod shape;
 pub mod validate;
 

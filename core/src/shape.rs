@@ -137,9 +137,51 @@ impl Layout {
         Layout { shape: shape.to_vec(), strides, offset: self.offset }
     }
 
-    /// Reshape without a copy; `None` when the layout is not contiguous.
+    /// Reshape without a copy, as NumPy does: each run of old dimensions
+    /// that merges or splits into new ones must be laid out as one stride
+    /// progression (a broadcast dimension may still gain or lose size-1
+    /// axes). `None` when the data would have to move.
     pub fn reshape(&self, shape: &[usize]) -> Option<Layout> {
-        self.is_contiguous().then(|| Layout { offset: self.offset, ..Layout::contiguous(shape) })
+        if self.is_contiguous() || numel(shape) == 0 {
+            return Some(Layout { offset: self.offset, ..Layout::contiguous(shape) });
+        }
+        let old: Vec<(usize, isize)> =
+            self.shape.iter().zip(&self.strides).filter(|(d, _)| **d != 1).map(|(&d, &s)| (d, s)).collect();
+        let new_dims: Vec<usize> = shape.iter().copied().filter(|&d| d != 1).collect();
+        let mut new_strides = Vec::with_capacity(new_dims.len());
+        let (mut i, mut j) = (0, 0);
+        while i < old.len() && j < new_dims.len() {
+            // Grow a group of old dims [i, i2) and new dims [j, j2) with equal products.
+            let (mut i2, mut j2) = (i + 1, j + 1);
+            let (mut po, mut pn) = (old[i].0, new_dims[j]);
+            while po != pn {
+                if po < pn {
+                    po *= old.get(i2)?.0;
+                    i2 += 1;
+                } else {
+                    pn *= *new_dims.get(j2)?;
+                    j2 += 1;
+                }
+            }
+            // The old group must be one stride progression.
+            if (i..i2 - 1).any(|k| old[k].1 != old[k + 1].1 * old[k + 1].0 as isize) {
+                return None;
+            }
+            let mut stride = old[i2 - 1].1;
+            let mut group = Vec::with_capacity(j2 - j);
+            for k in (j..j2).rev() {
+                group.push(stride);
+                stride *= new_dims[k] as isize;
+            }
+            new_strides.extend(group.into_iter().rev());
+            (i, j) = (i2, j2);
+        }
+        if i != old.len() || j != new_dims.len() {
+            return None;
+        }
+        let mut it = new_strides.into_iter();
+        let strides = shape.iter().map(|&d| if d == 1 { 0 } else { it.next().unwrap_or(0) }).collect();
+        Some(Layout { shape: shape.to_vec(), strides, offset: self.offset })
     }
 }
 

@@ -3,17 +3,50 @@
 //! (checked with spirv-val where installed). Runs without a GPU.
 
 use kiln_core::DType;
-use kiln_core::codegen::elementwise::{EwKernel, Expr};
-use kiln_core::codegen::templates::{Monoid, ReduceSource, matmul_wgsl, reduce_wgsl};
+use kiln_core::codegen::KernelKey;
+use kiln_core::codegen::templates::Monoid;
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
+use kiln_core::sched::lower::{Body, LeafDesc, Op, Sig};
 use kiln_core::validate::translate_all;
 
-fn ew(out: DType, inputs: Vec<(DType, bool)>, expr: Expr) -> String {
-    EwKernel { out, out_strided: false, rank: 3, inputs, expr }.wgsl()
+/// A signature over `rank` dims whose leaves each read their own buffer,
+/// with one body of `ops` (loads of every leaf first) and `roots`.
+fn sig(rank: usize, leaves: &[(DType, bool)], params: &[DType], ops: Vec<(Op, DType)>, roots: Vec<usize>) -> Sig {
+    let mut body = Body::default();
+    for (k, &(d, _)) in leaves.iter().enumerate() {
+        body.ops.push((Op::Load(k), d));
+    }
+    let base = body.ops.len();
+    body.ops.extend(ops.into_iter().map(|(op, d)| (shift(op, base), d)));
+    body.roots = roots.into_iter().map(|r| r + base).collect();
+    Sig {
+        rank,
+        leaves: leaves.iter().enumerate().map(|(k, &(dtype, contiguous))| LeafDesc { dtype, buffer: Some(k), contiguous }).collect(),
+        params: params.to_vec(),
+        buffers: leaves.iter().map(|l| l.0).collect(),
+        bodies: vec![body],
+    }
 }
 
-fn input(k: usize) -> Box<Expr> {
-    Box::new(Expr::Input(k))
+/// Refer to op `i` of the listed ops as `i + base` (after the loads); a
+/// negative-free trick: ops name loads as `usize::MAX - k`.
+fn shift(op: Op, base: usize) -> Op {
+    let r = |i: usize| if i >= LOAD { i - LOAD } else { i + base };
+    match op {
+        Op::Unary(u, x) => Op::Unary(u, r(x)),
+        Op::Binary(b, x, y) => Op::Binary(b, r(x), r(y)),
+        Op::Where(c, x, y) => Op::Where(r(c), r(x), r(y)),
+        Op::Cast(x) => Op::Cast(r(x)),
+        Op::Gather { src, axis, index, len } => Op::Gather { src, axis, index: r(index), len },
+        other => other,
+    }
+}
+
+/// Operand index of leaf `k`'s load.
+const LOAD: usize = 1 << 20;
+
+fn ew(sig: Sig, outputs: Vec<DType>) -> String {
+    KernelKey::Elementwise { sig, outputs, out_strided: false, vec4: false }.wgsl()
 }
 
 fn catalog() -> Vec<String> {
@@ -21,61 +54,109 @@ fn catalog() -> Vec<String> {
     for op in UnaryOp::ALL {
         for d in DType::ALL.into_iter().filter(|&d| op.accepts(d)) {
             for contiguous in [true, false] {
-                out.push(ew(d, vec![(d, contiguous)], Expr::Unary(op, input(0))));
+                let s = sig(3, &[(d, contiguous)], &[], vec![(Op::Unary(op, LOAD), d)], vec![0]);
+                if contiguous && d != DType::F16 {
+                    let key = KernelKey::Elementwise { sig: s.clone(), outputs: vec![d], out_strided: false, vec4: true };
+                    out.push(key.wgsl());
+                }
+                out.push(ew(s, vec![d]));
             }
         }
     }
     for op in BinaryOp::ALL {
         for d in DType::ALL.into_iter().filter(|&d| op.accepts(d)) {
             let o = if op.is_comparison() { DType::Bool } else { d };
-            out.push(ew(o, vec![(d, true), (d, false)], Expr::Binary(op, input(0), input(1))));
+            let s = sig(3, &[(d, true), (d, false)], &[], vec![(Op::Binary(op, LOAD, LOAD + 1), o)], vec![0]);
+            out.push(ew(s, vec![o]));
+            if op != BinaryOp::Pow && d != DType::F16 {
+                let s = sig(2, &[(d, true), (d, true)], &[], vec![(Op::Binary(op, LOAD, LOAD + 1), o)], vec![0]);
+                out.push(KernelKey::Elementwise { sig: s, outputs: vec![o], out_strided: false, vec4: true }.wgsl());
+            }
         }
     }
     for from in DType::ALL {
         for to in DType::ALL {
-            out.push(ew(to, vec![(from, false)], Expr::Cast(input(0), to)));
+            out.push(ew(sig(3, &[(from, false)], &[], vec![(Op::Cast(LOAD), to)], vec![0]), vec![to]));
         }
-        out.push(ew(
-            from,
-            vec![(DType::Bool, true), (from, true), (from, false)],
-            Expr::Where(input(0), input(1), input(2)),
-        ));
+        let leaves = [(DType::Bool, true), (from, true), (from, false)];
+        out.push(ew(sig(3, &leaves, &[], vec![(Op::Where(LOAD, LOAD + 1, LOAD + 2), from)], vec![0]), vec![from]));
         if from != DType::Bool {
-            out.push(ew(from, vec![], Expr::Iota));
-            out.push(ew(from, vec![(from, false), (DType::I32, true)], Expr::Gather { axis: 1 }));
-            out.push(ew(from, vec![(from, false), (DType::U32, false)], Expr::Gather { axis: 0 }));
-        }
-        out.push(ew(from, vec![], Expr::Fill));
-        let wide = from.wide();
-        out.push(
-            EwKernel {
-                out: wide,
-                out_strided: true,
-                rank: 2,
-                inputs: vec![(from, false)],
-                expr: Expr::Cast(input(0), wide),
+            let mut s = sig(3, &[], &[from, from], vec![(Op::Iota { leaf: 0, start: 0, step: 1 }, from)], vec![0]);
+            s.leaves.push(LeafDesc { dtype: from, buffer: None, contiguous: false });
+            out.push(ew(s, vec![from]));
+            for (index, axis) in [(DType::I32, 1), (DType::U32, 0)] {
+                let gather = Op::Gather { src: 0, axis, index: LOAD + 1, len: 0 };
+                let s = sig(3, &[(from, false), (index, true)], &[DType::U32], vec![(gather, from)], vec![0]);
+                out.push(ew(s, vec![from]));
             }
-            .wgsl(),
-        );
+        }
+        out.push(ew(sig(3, &[], &[from], vec![(Op::Param(0), from)], vec![0]), vec![from]));
+        let wide = from.wide();
+        let s = sig(2, &[(from, false)], &[], vec![(Op::Cast(LOAD), wide)], vec![0]);
+        out.push(KernelKey::Elementwise { sig: s, outputs: vec![wide], out_strided: true, vec4: false }.wgsl());
     }
+    // A multi-output kernel with f16 and f32 outputs sharing a subexpression.
+    let ops = vec![(Op::Unary(UnaryOp::Exp, LOAD), DType::F32), (Op::Cast(0), DType::F16)];
+    out.push(ew(sig(2, &[(DType::F32, false)], &[], ops, vec![0, 1]), vec![DType::F32, DType::F16]));
     let monoids = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min]
         .map(Monoid::Reduce)
         .into_iter()
         .chain([ArgOp::ArgMax, ArgOp::ArgMin].map(Monoid::Arg));
     for monoid in monoids {
         for dtype in [DType::F32, DType::F16, DType::I32, DType::U32] {
-            for src in [
-                ReduceSource::Tensor { dtype, contiguous: true, rank: 2 },
-                ReduceSource::Tensor { dtype, contiguous: false, rank: 3 },
-                ReduceSource::Partials { dtype },
-            ] {
-                out.push(reduce_wgsl(monoid, src));
+            for contiguous in [true, false] {
+                let s = sig(3, &[(dtype, contiguous)], &[], vec![(Op::Unary(UnaryOp::Abs, LOAD), dtype)], vec![0]);
+                out.push(KernelKey::Reduce { monoid, prologue: Some(s), partials: dtype.wide() }.wgsl());
             }
+            out.push(KernelKey::Reduce { monoid, prologue: None, partials: dtype.wide() }.wgsl());
         }
+    }
+    // Row kernels: softmax's shape (max, then sum of exp, then divide).
+    for per_row in [false, true] {
+        let mut s = sig(2, &[(DType::F32, true)], &[], vec![], vec![]);
+        s.bodies = vec![
+            Body { ops: vec![(Op::Load(0), DType::F32)], roots: vec![0] },
+            Body {
+                ops: vec![
+                    (Op::Load(0), DType::F32),
+                    (Op::Row(0), DType::F32),
+                    (Op::Binary(BinaryOp::Sub, 0, 1), DType::F32),
+                    (Op::Unary(UnaryOp::Exp, 2), DType::F32),
+                ],
+                roots: vec![3],
+            },
+            Body {
+                ops: vec![
+                    (Op::Load(0), DType::F32),
+                    (Op::Row(0), DType::F32),
+                    (Op::Row(1), DType::F32),
+                    (Op::Binary(BinaryOp::Sub, 0, 1), DType::F32),
+                    (Op::Unary(UnaryOp::Exp, 3), DType::F32),
+                    (Op::Binary(BinaryOp::Div, 4, 2), DType::F32),
+                ],
+                roots: vec![5],
+            },
+        ];
+        let key = KernelKey::Row { sig: s, stages: vec![ReduceOp::Max, ReduceOp::Sum], outputs: vec![DType::F32], per_row };
+        out.push(key.wgsl());
     }
     for dtype in [DType::F32, DType::F16] {
         for batch_rank in 0..4 {
-            out.push(matmul_wgsl(dtype, batch_rank));
+            out.push(KernelKey::Matmul { dtype, batch_rank, epilogue: None }.wgsl());
+            // relu(acc + bias): the bias is buffer 2, after A and B.
+            let mut s = sig(batch_rank + 2, &[(DType::F32, false)], &[], vec![], vec![]);
+            s.buffers = vec![dtype, dtype, DType::F32];
+            s.leaves[0].buffer = Some(2);
+            s.bodies[0] = Body {
+                ops: vec![
+                    (Op::Acc, DType::F32),
+                    (Op::Load(0), DType::F32),
+                    (Op::Binary(BinaryOp::Add, 0, 1), DType::F32),
+                    (Op::Unary(UnaryOp::Relu, 2), DType::F32),
+                ],
+                roots: vec![3],
+            };
+            out.push(KernelKey::Matmul { dtype, batch_rank, epilogue: Some(s) }.wgsl());
         }
     }
     out

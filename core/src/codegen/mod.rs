@@ -3,20 +3,23 @@
 //! ops, dtypes, rank and which inputs are contiguous: one compiled pipeline
 //! serves every shape.
 
-pub mod elementwise;
+pub mod fused;
 pub mod templates;
 
 use crate::dtype::DType;
+use crate::ir::ReduceOp;
+use crate::sched::lower::{Op, Sig};
+use templates::{Monoid, ReduceSource};
 
-/// Words in one kernel's uniform block (256 bytes, the largest uniform
-/// offset alignment any adapter asks for).
-pub const META_WORDS: usize = 64;
+/// Words in one kernel's uniform block (512 bytes, a multiple of the
+/// largest uniform offset alignment any adapter asks for, 256).
+pub const META_WORDS: usize = 128;
 
 /// Invocations per workgroup for 1-D kernels (WebGPU's guaranteed maximum).
 pub const WG: u32 = 256;
 
 /// The uniform block and its accessor, shared by every kernel.
-pub const META_DECL: &str = "@group(0) @binding(0) var<uniform> kparams: array<vec4<u32>, 16>;
+pub const META_DECL: &str = "@group(0) @binding(0) var<uniform> kparams: array<vec4<u32>, 32>;
 fn m(i: u32) -> u32 { return kparams[i >> 2u][i & 3u]; }
 ";
 
@@ -127,3 +130,71 @@ pub fn unravel(rank: usize, shape_base: usize, i: &str) -> String {
     }
     s
 }
+
+/// Everything a kernel's WGSL depends on: the kernel cache's key. Shapes,
+/// strides and scalars are not in it (they travel in meta), so one compiled
+/// pipeline serves every batch size.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KernelKey {
+    Elementwise { sig: Sig, outputs: Vec<DType>, out_strided: bool, vec4: bool },
+    /// First pass (`prologue`) or a later pass over partials of `dtype`.
+    Reduce { monoid: Monoid, prologue: Option<Sig>, partials: DType },
+    Row { sig: Sig, stages: Vec<ReduceOp>, outputs: Vec<DType>, per_row: bool },
+    Matmul { dtype: DType, batch_rank: usize, epilogue: Option<Sig> },
+}
+
+impl KernelKey {
+    pub fn wgsl(&self) -> String {
+        match self {
+            KernelKey::Elementwise { sig, outputs, out_strided, vec4 } => {
+                fused::elementwise_wgsl(sig, outputs, *out_strided, *vec4)
+            }
+            KernelKey::Reduce { monoid, prologue: Some(sig), .. } => {
+                templates::reduce_wgsl(*monoid, ReduceSource::Prologue(sig))
+            }
+            KernelKey::Reduce { monoid, prologue: None, partials } => {
+                templates::reduce_wgsl(*monoid, ReduceSource::Partials { dtype: *partials })
+            }
+            KernelKey::Row { sig, stages, outputs, per_row } => fused::row_wgsl(sig, stages, outputs, *per_row),
+            KernelKey::Matmul { dtype, batch_rank, epilogue } => {
+                templates::matmul_wgsl(*dtype, *batch_rank, epilogue.as_ref())
+            }
+        }
+    }
+
+    /// A short readable name for logs and dumps, e.g. `ew_sub_exp_div`.
+    pub fn name(&self) -> String {
+        let (kind, sig, extra) = match self {
+            KernelKey::Elementwise { sig, vec4, .. } => ("ew", Some(sig), if *vec4 { "_vec4" } else { "" }),
+            KernelKey::Reduce { monoid, prologue, .. } => {
+                let kind = match monoid {
+                    Monoid::Reduce(op) => op.name(),
+                    Monoid::Arg(op) => op.name(),
+                };
+                (kind, prologue.as_ref(), if prologue.is_some() { "" } else { "_partials" })
+            }
+            KernelKey::Row { sig, .. } => ("row", Some(sig), ""),
+            KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),
+        };
+        let mut name = kind.to_string();
+        let mut seen = Vec::new();
+        for (op, _) in sig.iter().flat_map(|s| s.bodies.iter()).flat_map(|b| b.ops.iter()) {
+            let op_name = match op {
+                Op::Unary(u, _) => u.name(),
+                Op::Binary(b, ..) => b.name(),
+                Op::Where(..) => "where",
+                Op::Cast(_) => "cast",
+                Op::Gather { .. } => "gather",
+                Op::Iota { .. } => "arange",
+                _ => continue,
+            };
+            if !seen.contains(&op_name) && seen.len() < 6 {
+                seen.push(op_name);
+                name += "_";
+                name += op_name;
+            }
+        }
+        name + extra
+    }
+}
+

@@ -1,9 +1,11 @@
 //! Hand-written kernels from `shaders/`, completed with a few generated
 //! functions (loads for the input dtype and layout, the reduction's monoid).
 
-use super::{META_DECL, compute_type, literal, load_expr, storage_type, strided_index, unravel};
+use super::fused::{Emitter, reduce_monoid};
+use super::{META_DECL, compute_type, load_expr, storage_type, unravel};
 use crate::dtype::DType;
 use crate::ir::{ArgOp, ReduceOp};
+use crate::sched::lower::Sig;
 
 pub const REDUCE_TEMPLATE: &str = include_str!("../../../shaders/reduce.wgsl");
 pub const MATMUL_TEMPLATE: &str = include_str!("../../../shaders/matmul.wgsl");
@@ -15,7 +17,7 @@ pub const MATMUL_K_CHUNK: usize = 16384;
 /// Output tile of one matmul workgroup (8×8 invocations × 4×4 each).
 pub const MATMUL_TILE: usize = 32;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Monoid {
     Reduce(ReduceOp),
     Arg(ArgOp),
@@ -23,18 +25,19 @@ pub enum Monoid {
 
 /// Where a reduce pass reads from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReduceSource {
-    /// The tensor itself: contiguous rows (`offset + row * len + r`) or a
-    /// strided view of the given rank (meta: shape at 4, then offset and
-    /// strides).
-    Tensor { dtype: DType, contiguous: bool, rank: usize },
+pub enum ReduceSource<'a> {
+    /// A fused expression (body 0 of the signature) over the input seen as
+    /// `[kept.., reduced..]`, evaluated at `f = row · len + r`; meta holds
+    /// that shape at 4, then the expression's leaves and params.
+    Prologue(&'a Sig),
     /// Partials of an earlier pass (values, and indices for arg reductions).
     Partials { dtype: DType },
 }
 
 pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource) -> String {
     let value_dtype = match src {
-        ReduceSource::Tensor { dtype, .. } | ReduceSource::Partials { dtype } => dtype,
+        ReduceSource::Prologue(sig) => sig.bodies[0].ops[sig.bodies[0].roots[0]].1,
+        ReduceSource::Partials { dtype } => dtype,
     };
     let acc = compute_type(value_dtype);
     let is_arg = matches!(monoid, Monoid::Arg(_));
@@ -47,19 +50,31 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource) -> String {
         "@group(0) @binding({value_out}) var<storage, read_write> out_v: array<{}>;\n",
         storage_type(value_dtype.wide())
     );
-    s += &format!(
-        "@group(0) @binding({}) var<storage, read> in_v: array<{}>;\n",
-        value_out + 1,
-        storage_type(value_dtype_in(src))
-    );
-    if is_arg && matches!(src, ReduceSource::Partials { .. }) {
-        s += &format!("@group(0) @binding({}) var<storage, read> in_i: array<i32>;\n", value_out + 2);
-    }
     let (id, merge, take) = monoid_code(monoid, value_dtype);
     s += &format!("fn identity() -> {acc} {{ return {id}; }}\n");
     s += &format!("fn take(a: {acc}, b: {acc}) -> bool {{ return {take}; }}\n");
     s += &format!("fn merge(a: {acc}, b: {acc}) -> {acc} {{ return {merge}; }}\n");
-    s += &load_fns(src, is_arg, acc);
+    match src {
+        ReduceSource::Prologue(sig) => {
+            let e = Emitter::new(sig, 4, false);
+            s += &e.input_decls(value_out);
+            s += &format!("fn load(row: u32, r: u32) -> {acc} {{\n    let f = row * m(1u) + r;\n");
+            let v = e.body(0, "f", "", &mut s);
+            s += &format!("    return {};\n}}\n", v[0]);
+            s += "fn load_index(row: u32, r: u32) -> u32 { return r; }\n";
+        }
+        ReduceSource::Partials { dtype } => {
+            let st = storage_type(dtype.wide());
+            s += &format!("@group(0) @binding({}) var<storage, read> in_v: array<{st}>;\n", value_out + 1);
+            s += &format!("fn load(row: u32, r: u32) -> {acc} {{ return in_v[row * m(1u) + r]; }}\n");
+            if is_arg {
+                s += &format!("@group(0) @binding({}) var<storage, read> in_i: array<i32>;\n", value_out + 2);
+                s += "fn load_index(row: u32, r: u32) -> u32 { return u32(in_i[row * m(1u) + r]); }\n";
+            } else {
+                s += "fn load_index(row: u32, r: u32) -> u32 { return 0u; }\n";
+            }
+        }
+    }
     s += &format!("fn store(slot: u32, v: {acc}, i: u32) {{\n    out_v[slot] = v;\n");
     if is_arg {
         s += "    out_i[slot] = i32(i);\n";
@@ -68,66 +83,57 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource) -> String {
     s + REDUCE_TEMPLATE
 }
 
-fn value_dtype_in(src: ReduceSource) -> DType {
-    match src {
-        ReduceSource::Tensor { dtype, .. } => dtype,
-        ReduceSource::Partials { dtype } => dtype.wide(),
-    }
-}
-
 /// (identity, merge(a, b), take(a, b)) of a reduction's monoid.
 fn monoid_code(monoid: Monoid, d: DType) -> (String, String, String) {
-    let (lo, hi) = match d {
-        DType::I32 => (format!("i32({})", i32::MIN), format!("i32({})", i32::MAX)),
-        DType::U32 => ("0u".into(), format!("{}u", u32::MAX)),
-        _ => (literal(d, f64::NEG_INFINITY), literal(d, f64::INFINITY)),
-    };
-    let plain = |id: String, merge: &str| (id, merge.to_string(), "false".to_string());
-    let arg = |id: String, cmp: &str| (id, format!("select(a, b, b {cmp} a)"), format!("b {cmp} a"));
     match monoid {
-        Monoid::Reduce(ReduceOp::Sum) => plain(literal(d, 0.0), "a + b"),
-        Monoid::Reduce(ReduceOp::Prod) => plain(literal(d, 1.0), "a * b"),
-        Monoid::Reduce(ReduceOp::Max) => plain(lo, "max(a, b)"),
-        Monoid::Reduce(ReduceOp::Min) => plain(hi, "min(a, b)"),
-        Monoid::Arg(ArgOp::ArgMax) => arg(lo, ">"),
-        Monoid::Arg(ArgOp::ArgMin) => arg(hi, "<"),
+        Monoid::Reduce(op) => {
+            let (id, merge) = reduce_monoid(op, d);
+            (id, merge, "false".to_string())
+        }
+        Monoid::Arg(a) => {
+            let (op, cmp) = match a {
+                ArgOp::ArgMax => (ReduceOp::Max, ">"),
+                ArgOp::ArgMin => (ReduceOp::Min, "<"),
+            };
+            (reduce_monoid(op, d).0, format!("select(a, b, b {cmp} a)"), format!("b {cmp} a"))
+        }
     }
 }
 
-fn load_fns(src: ReduceSource, is_arg: bool, acc: &str) -> String {
-    let value = match src {
-        ReduceSource::Tensor { dtype, contiguous: true, .. } => {
-            format!("    return {};\n", load_expr(dtype, "in_v", "m(4u) + row * m(1u) + r"))
-        }
-        ReduceSource::Tensor { dtype, contiguous: false, rank } => format!(
-            "{}{}    return {};\n",
-            unravel(rank, 4, "row * m(1u) + r"),
-            strided_index("in", rank, 4 + rank),
-            load_expr(dtype, "in_v", "u32(at_in)")
-        ),
-        ReduceSource::Partials { .. } => "    return in_v[row * m(1u) + r];\n".to_string(),
-    };
-    let index = match src {
-        ReduceSource::Partials { .. } if is_arg => "u32(in_i[row * m(1u) + r])",
-        ReduceSource::Partials { .. } => "0u",
-        ReduceSource::Tensor { .. } => "r",
-    };
-    format!(
-        "fn load(row: u32, r: u32) -> {acc} {{\n{value}}}\nfn load_index(row: u32, r: u32) -> u32 {{ return {index}; }}\n"
-    )
+/// Meta word where the matmul's batch shape starts.
+const MATMUL_SHAPE_BASE: usize = 14;
+
+/// Meta word where an epilogue's shape starts, past the batch layout.
+pub fn matmul_epilogue_base(batch_rank: usize) -> usize {
+    MATMUL_SHAPE_BASE + 3 * batch_rank
 }
 
-/// Matmul for f32 or packed-f16 operands with `batch_rank` batch dimensions.
-/// Meta past slot 10: A offset, B offset, batch shape, A and B batch strides.
-pub fn matmul_wgsl(dtype: DType, batch_rank: usize) -> String {
+/// Matmul for f32 or packed-f16 operands with `batch_rank` batch dimensions,
+/// and an epilogue (body 0 of `epilogue`, reading the accumulator as `acc`)
+/// applied to each output element after the last k chunk.
+/// Meta past slot 10: 11 A offset, 12 B offset, 13 apply epilogue, then the
+/// batch shape and A's and B's batch strides, then the epilogue's meta.
+pub fn matmul_wgsl(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
     let st = storage_type(dtype);
     let mut s = String::from(META_DECL);
     s += "@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n";
-    s += &format!("@group(0) @binding(2) var<storage, read> a: array<{st}>;\n");
-    s += &format!("@group(0) @binding(3) var<storage, read> b: array<{st}>;\n");
-    s += &format!("fn load_a(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "a", "u32(e)"));
-    s += &format!("fn load_b(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "b", "u32(e)"));
-    let shape_base = 13;
+    match epilogue {
+        Some(sig) => {
+            let e = Emitter::new(sig, matmul_epilogue_base(batch_rank), false);
+            s += &e.input_decls(1);
+            s += "fn epilogue(f: u32, acc: f32) -> f32 {\n";
+            let v = e.body(0, "f", "", &mut s);
+            s += &format!("    return {};\n}}\n", v[0]);
+        }
+        None => {
+            s += &format!("@group(0) @binding(2) var<storage, read> in0: array<{st}>;\n");
+            s += &format!("@group(0) @binding(3) var<storage, read> in1: array<{st}>;\n");
+            s += "fn epilogue(f: u32, acc: f32) -> f32 { return acc; }\n";
+        }
+    }
+    s += &format!("fn load_a(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "in0", "u32(e)"));
+    s += &format!("fn load_b(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "in1", "u32(e)"));
+    let shape_base = MATMUL_SHAPE_BASE;
     s += "fn batch_offsets(batch: u32) -> vec2<i32> {\n";
     s += &unravel(batch_rank, shape_base, "batch");
     s += "    var at_a = i32(m(11u));\n    var at_b = i32(m(12u));\n";

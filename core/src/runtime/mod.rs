@@ -2,6 +2,7 @@
 //! pipeline cache. The backend is a runtime value; there is no global device.
 
 mod adapter;
+mod launch;
 mod pipelines;
 pub mod pool;
 mod readback;

@@ -25,10 +25,10 @@ impl Gpu {
     pub(super) async fn read(&self, node: &Node) -> Result<HostArray> {
         let mut plan = Plan::new(self);
         plan.run(std::slice::from_ref(node))?;
-        let mut value = plan.value(node)?;
+        let mut value = plan.array(node)?;
         let word_aligned = value.dtype != DType::F16 || value.layout.offset % 2 == 0;
         if !value.layout.is_contiguous() || !word_aligned {
-            value = plan.materialize(&value)?;
+            value = plan.contiguous(&value)?;
         }
         let n = numel(&value.layout.shape);
         let dtype = value.dtype;

@@ -1,26 +1,42 @@
-//! The GPU scheduler: turns the unrealized part of a graph into kernels,
-//! recorded into one command encoder and submitted once. Views change
-//! layouts only; every other primitive becomes one or more dispatches.
+//! The GPU scheduler: walks the unrealized part of a graph, holding each
+//! node as a fused value (see `sched::expr`), and emits a kernel only where
+//! a value must exist in memory:
+//! - a root (what the caller asked for); roots of one shape share a kernel;
+//! - an operand of a matmul, a concat, a gather source, a tree reduction's
+//!   result, or a view the leaves' layouts cannot express;
+//! - a value with several consumers whose recomputation would cost more
+//!   than [`RECOMPUTE_MAX`] ops (cheaper ones are recomputed by each
+//!   consumer: a load saved is worth more than a few ALU ops).
+//!
+//! A last-axis reduction stays pending as a row stage, so that softmax,
+//! layer norm and cross-entropy become one row kernel; a matmul stays
+//! pending so that its consumer (bias, activation) becomes its epilogue.
 
+use super::launch::Recording;
 use super::pool::PooledBuffer;
 use super::{Gpu, GpuArray};
-use crate::codegen::elementwise::{EwKernel, Expr};
-use crate::codegen::templates::{self, MATMUL_K_CHUNK, MATMUL_TILE, Monoid, REDUCE_CHUNK, ReduceSource};
-use crate::codegen::{META_WORDS, Meta, WG};
+use crate::codegen::fused::ROW_MAX_LEN;
+use crate::codegen::templates::Monoid;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::{Node, Prim, Realized};
+use crate::sched::expr::{
+    Fused, Kind, PendingMatmul, RowStage, View, apply_view, as_buffer, cost, fresh_id, map_leaves, matmuls, node,
+    postorder, row_aligned, row_stages, same_mapping,
+};
+use crate::sched::lower::{Lowerer, meta_words};
 use crate::shape::{Layout, numel};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-struct Dispatch {
-    pipeline: Arc<wgpu::ComputePipeline>,
-    meta_slot: usize,
-    /// Bound at bindings 1, 2, ... (binding 0 is the meta block).
-    buffers: Vec<Arc<PooledBuffer>>,
-    groups: [u32; 3],
-}
+/// A value with several consumers is materialized once when inlining it
+/// would recompute more ops than this in each consumer.
+pub const RECOMPUTE_MAX: usize = 12;
+/// Largest fused expression; past it, operands are materialized.
+const FUSED_OPS_MAX: usize = 256;
+/// A last-axis reduction becomes a row stage when it has at least this
+/// many rows (one invocation per row) and at most `ROW_MAX_LEN` columns.
+const ROW_MIN_ROWS: usize = 32;
 
 /// A readback request: `bytes` bytes of `buffer` from `offset`.
 pub(super) struct ReadRequest {
@@ -30,394 +46,478 @@ pub(super) struct ReadRequest {
 }
 
 pub(super) struct Plan<'a> {
-    gpu: &'a Gpu,
+    pub gpu: &'a Gpu,
+    pub rec: Recording,
+    vals: HashMap<u64, Fused>,
+    consumers: HashMap<u64, usize>,
+    /// Nodes given a buffer, stored into them when the plan is submitted.
     computed: Vec<(Node, GpuArray)>,
-    values: HashMap<u64, GpuArray>,
-    meta: Vec<u32>,
-    dispatches: Vec<Dispatch>,
+    computed_ids: HashSet<u64>,
+    matmuls: HashMap<u64, GpuArray>,
+    stages: HashMap<u64, GpuArray>,
+}
+
+fn leaf(a: GpuArray) -> Fused {
+    node(a.dtype, Kind::Buf(a))
+}
+
+/// `a` (a 4-byte result) seen as `dtype`: a cast when that is f16.
+fn narrowed(a: GpuArray, dtype: DType) -> Fused {
+    let d = a.dtype;
+    let buf = leaf(a);
+    if d == dtype { buf } else { node(dtype, Kind::Cast(buf)) }
 }
 
 impl<'a> Plan<'a> {
     pub fn new(gpu: &'a Gpu) -> Plan<'a> {
-        Plan { gpu, computed: Vec::new(), values: HashMap::new(), meta: Vec::new(), dispatches: Vec::new() }
-    }
-
-    /// Plan every unrealized node that `roots` need.
-    pub fn run(&mut self, roots: &[Node]) -> Result<()> {
-        for node in Node::topo_unrealized(roots) {
-            let value = self.compute(&node)?;
-            self.values.insert(node.id(), value.clone());
-            self.computed.push((node, value));
+        Plan {
+            gpu,
+            rec: Recording::default(),
+            vals: HashMap::new(),
+            consumers: HashMap::new(),
+            computed: Vec::new(),
+            computed_ids: HashSet::new(),
+            matmuls: HashMap::new(),
+            stages: HashMap::new(),
         }
-        Ok(())
     }
 
-    pub fn value(&self, node: &Node) -> Result<GpuArray> {
-        if let Some(v) = self.values.get(&node.id()) {
+    /// Plan every unrealized node that `roots` need; roots end in buffers.
+    pub fn run(&mut self, roots: &[Node]) -> Result<()> {
+        let order = Node::topo_unrealized(roots);
+        for n in &order {
+            for i in n.inputs() {
+                *self.consumers.entry(i.id()).or_default() += 1;
+            }
+        }
+        for n in &order {
+            let v = self.build(n)?;
+            let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
+            self.vals.insert(n.id(), v.clone());
+            if shared && (!matmuls(&v).is_empty() || cost(&v) > RECOMPUTE_MAX) {
+                self.array(n)?;
+            }
+        }
+        self.materialize_roots(roots)
+    }
+
+    /// The fused value of a node (a buffer leaf when it is realized).
+    fn value(&self, n: &Node) -> Result<Fused> {
+        if let Some(v) = self.vals.get(&n.id()) {
             return Ok(v.clone());
         }
-        match node.realized_value() {
-            Some(Realized::Gpu(v)) => Ok(v),
+        match n.realized_value() {
+            Some(Realized::Gpu(a)) => Ok(leaf(a)),
             _ => Err(KilnError::Invalid {
-                op: node.prim().name(),
+                op: n.prim().name(),
                 detail: "the input lives on another device (the CPU reference); move it first".into(),
             }),
         }
     }
 
-    fn compute(&mut self, node: &Node) -> Result<GpuArray> {
-        let inputs = node.inputs().iter().map(|n| self.value(n)).collect::<Result<Vec<_>>>()?;
-        let (op, shape, dtype) = (node.prim().name(), node.shape().to_vec(), node.dtype());
-        let x = |i: usize| inputs[i].clone();
-        let view = |layout: Layout| Ok(GpuArray { layout, ..x(0) });
-        match node.prim() {
-            Prim::Input { .. } => Err(KilnError::Invalid { op, detail: "input node without data".into() }),
-            Prim::Fill { value, .. } => self.elementwise(op, Expr::Fill, &[], dtype, &shape, &[(dtype, *value)]),
-            Prim::Iota { start, step, .. } => {
-                self.elementwise(op, Expr::Iota, &[], dtype, &shape, &[(dtype, *start), (dtype, *step)])
-            }
-            Prim::Unary(u) => {
-                self.elementwise(op, Expr::Unary(*u, Box::new(Expr::Input(0))), &inputs, dtype, &shape, &[])
-            }
-            Prim::Binary(b) => {
-                let expr = Expr::Binary(*b, Box::new(Expr::Input(0)), Box::new(Expr::Input(1)));
-                self.elementwise(op, expr, &inputs, dtype, &shape, &[])
-            }
-            Prim::Where => {
-                let [c, a, b] = [0, 1, 2].map(|i| Box::new(Expr::Input(i)));
-                self.elementwise(op, Expr::Where(c, a, b), &inputs, dtype, &shape, &[])
-            }
-            Prim::Cast { to } => {
-                self.elementwise(op, Expr::Cast(Box::new(Expr::Input(0)), *to), &inputs, dtype, &shape, &[])
-            }
-            Prim::Reduce { op: r, axes, .. } => {
-                let wide = self.reduce(op, &x(0), Monoid::Reduce(*r), axes, r.identity())?;
-                self.narrow(GpuArray { layout: Layout::contiguous(&shape), ..wide }, dtype)
-            }
-            Prim::ArgReduce { op: a, axis, .. } => {
-                let out = self.reduce(op, &x(0), Monoid::Arg(*a), &[*axis], None)?;
-                Ok(GpuArray { layout: Layout::contiguous(&shape), ..out })
-            }
-            Prim::Reshape { shape } => match x(0).layout.reshape(shape) {
-                Some(layout) => view(layout),
-                None => {
-                    let copy = self.materialize(&x(0))?;
-                    Ok(GpuArray { layout: Layout::contiguous(shape), ..copy })
-                }
-            },
-            Prim::Permute { perm } => view(x(0).layout.permute(perm)),
-            Prim::Slice { specs } => view(x(0).layout.slice(specs)),
-            Prim::Expand { shape } => view(x(0).layout.expand(shape)),
-            Prim::Matmul => {
-                let wide = self.matmul(op, &x(0), &x(1), &shape)?;
-                self.narrow(wide, dtype)
-            }
-            Prim::Concat { axis } => {
-                let wide = self.concat(op, &inputs, *axis, &shape, dtype)?;
-                self.narrow(wide, dtype)
-            }
-            Prim::Gather { axis } => {
-                let src_len = x(0).layout.shape[*axis] as f64;
-                self.elementwise(op, Expr::Gather { axis: *axis }, &inputs, dtype, &shape, &[(DType::U32, src_len)])
-            }
+    /// The node's value in a buffer (any layout), computing it if needed.
+    pub fn array(&mut self, n: &Node) -> Result<GpuArray> {
+        let v = self.value(n)?;
+        let a = match as_buffer(&v) {
+            Some(a) => a.clone(),
+            None => self.materialize(&v, n.shape())?,
+        };
+        self.set_array(n, a.clone());
+        Ok(a)
+    }
+
+    fn set_array(&mut self, n: &Node, a: GpuArray) {
+        self.vals.insert(n.id(), leaf(a.clone()));
+        if n.realized_value().is_none() && self.computed_ids.insert(n.id()) {
+            self.computed.push((n.clone(), a));
         }
     }
 
-    /// Copy a strided value into a fresh contiguous buffer.
-    pub fn materialize(&mut self, x: &GpuArray) -> Result<GpuArray> {
-        self.elementwise("contiguous", Expr::Input(0), std::slice::from_ref(x), x.dtype, &x.layout.shape, &[])
+    /// A contiguous copy of `a`.
+    pub fn contiguous(&mut self, a: &GpuArray) -> Result<GpuArray> {
+        self.materialize(&leaf(a.clone()), &a.layout.shape.clone())
     }
 
-    /// Pack a 4-byte result into f16 when the node is f16.
-    fn narrow(&mut self, wide: GpuArray, dtype: DType) -> Result<GpuArray> {
-        if wide.dtype == dtype {
+    fn build(&mut self, n: &Node) -> Result<Fused> {
+        let inputs = n.inputs();
+        let dtype = n.dtype();
+        let x = |p: &Self, i: usize| p.value(&inputs[i]);
+        Ok(match n.prim() {
+            Prim::Input { .. } => {
+                return Err(KilnError::Invalid { op: "input", detail: "input node without data".into() });
+            }
+            Prim::Fill { value, .. } => node(dtype, Kind::Fill(*value)),
+            Prim::Iota { start, step, len, .. } => {
+                node(dtype, Kind::Iota { layout: Layout::contiguous(&[*len]), start: *start, step: *step })
+            }
+            Prim::Unary(op) => self.combine(n, &inputs, |v| Kind::Unary(*op, v[0].clone()))?,
+            Prim::Binary(op) => self.combine(n, &inputs, |v| Kind::Binary(*op, v[0].clone(), v[1].clone()))?,
+            Prim::Where => self.combine(n, &inputs, |v| Kind::Where(v[0].clone(), v[1].clone(), v[2].clone()))?,
+            Prim::Cast { .. } => self.combine(n, &inputs, |v| Kind::Cast(v[0].clone()))?,
+            Prim::Reduce { op, axes, .. } => {
+                let x = x(self, 0)?;
+                self.reduce(n, &inputs[0], x, Monoid::Reduce(*op), axes)?
+            }
+            Prim::ArgReduce { op, axis, .. } => {
+                let x = x(self, 0)?;
+                self.reduce(n, &inputs[0], x, Monoid::Arg(*op), &[*axis])?
+            }
+            Prim::Reshape { shape } => self.view(&inputs[0], View::Reshape(shape))?,
+            Prim::Permute { perm } => self.view(&inputs[0], View::Permute(perm))?,
+            Prim::Slice { specs } => self.view(&inputs[0], View::Slice(specs))?,
+            Prim::Expand { shape } => self.view(&inputs[0], View::Expand(shape))?,
+            Prim::Matmul => {
+                let (a, b) = (self.array(&inputs[0])?, self.array(&inputs[1])?);
+                let mm = PendingMatmul { id: fresh_id(), a, b, shape: n.shape().to_vec() };
+                node(dtype, Kind::Mm { mm: Arc::new(mm), layout: Layout::contiguous(n.shape()) })
+            }
+            Prim::Concat { axis } => self.concat(n, &inputs, *axis)?,
+            Prim::Gather { axis } => {
+                let src = self.array(&inputs[0])?;
+                node(dtype, Kind::Gather { src, axis: *axis, index: x(self, 1)? })
+            }
+        })
+    }
+
+    /// An elementwise op over its inputs' fused values; when the result
+    /// would bind too many buffers, need too much meta or grow too large,
+    /// the inputs are materialized first.
+    fn combine(&mut self, n: &Node, inputs: &[Node], f: impl Fn(&[Fused]) -> Kind) -> Result<Fused> {
+        let vals = inputs.iter().map(|i| self.value(i)).collect::<Result<Vec<_>>>()?;
+        let fused = node(n.dtype(), f(&vals));
+        let (buffers, words) = footprint(&fused, n.shape().len());
+        let fits = buffers < self.gpu.max_bindings()
+            && words <= Gpu::meta_room(n.shape().len())
+            && cost(&fused) <= FUSED_OPS_MAX;
+        if fits {
+            return Ok(fused);
+        }
+        let arrays = inputs.iter().map(|i| self.array(i).map(leaf)).collect::<Result<Vec<_>>>()?;
+        Ok(node(n.dtype(), f(&arrays)))
+    }
+
+    fn view(&mut self, input: &Node, view: View) -> Result<Fused> {
+        let x = self.value(input)?;
+        if let Some(v) = apply_view(&x, &view) {
+            return Ok(v);
+        }
+        let copy = self.materialize(&x, input.shape())?;
+        Ok(apply_view(&leaf(copy), &view).expect("a contiguous buffer takes any view"))
+    }
+
+    /// A reduction: pending as a row stage when it runs along a short last
+    /// axis with enough rows, otherwise a tree reduction now.
+    fn reduce(&mut self, n: &Node, input: &Node, x: Fused, monoid: Monoid, axes: &[usize]) -> Result<Fused> {
+        let (op, dtype, out_shape) = (n.prim().name(), n.dtype(), n.shape().to_vec());
+        let xs = input.shape();
+        let rank = xs.len();
+        let len: usize = axes.iter().map(|&a| xs[a]).product();
+        let rows = numel(xs) / len.max(1);
+        if let Monoid::Reduce(r) = monoid {
+            if len == 0 {
+                // Only sum and prod get here (inference rejects the rest).
+                return Ok(node(dtype, Kind::Fill(r.identity().unwrap_or(0.0))));
+            }
+            if axes == [rank - 1] && len <= ROW_MAX_LEN && rows >= ROW_MIN_ROWS {
+                let input = self.stage_input(x, xs)?;
+                let stage = RowStage { id: fresh_id(), op: r, input, shape: xs.to_vec() };
+                return Ok(node(dtype, Kind::Row { stage: Arc::new(stage), layout: Layout::contiguous(&out_shape) }));
+            }
+        }
+        let perm: Vec<usize> = (0..rank).filter(|d| !axes.contains(d)).chain(axes.iter().copied()).collect();
+        let x = match apply_view(&x, &View::Permute(&perm)) {
+            Some(v) => v,
+            None => apply_view(&leaf(self.materialize(&x, xs)?), &View::Permute(&perm)).expect("buffer view"),
+        };
+        let x = self.force_pending(&x)?;
+        let view_shape: Vec<usize> = perm.iter().map(|&d| xs[d]).collect();
+        let mut low = Lowerer::new(rank, &[], None);
+        low.body(&[&x]);
+        let wide = x.dtype.wide();
+        let values = self.gpu.alloc(op, wide, &[rows])?;
+        let indices = match monoid {
+            Monoid::Arg(_) => Some(self.gpu.alloc(op, DType::I32, &[rows])?),
+            Monoid::Reduce(_) => None,
+        };
+        self.rec.reduce(self.gpu, op, monoid, low.sig, low.args, &view_shape, rows, &values, indices.as_ref())?;
+        let layout = Layout::contiguous(&out_shape);
+        Ok(match indices {
+            Some(buffer) => leaf(GpuArray { buffer, layout, dtype: DType::I32 }),
+            None => narrowed(GpuArray { buffer: values, layout, dtype: wide }, dtype),
+        })
+    }
+
+    /// A row stage's input: no pending matmul, and every stage it reads
+    /// runs over the same rows (or is materialized first).
+    fn stage_input(&mut self, x: Fused, shape: &[usize]) -> Result<Fused> {
+        let x = self.force_matmuls(&x)?;
+        if rows_aligned(&x, shape) { Ok(x) } else { self.force_rows(&x) }
+    }
+
+    fn concat(&mut self, n: &Node, inputs: &[Node], axis: usize) -> Result<Fused> {
+        let (shape, dtype) = (n.shape().to_vec(), n.dtype());
+        let wide = dtype.wide();
+        let out = self.gpu.alloc("concat", wide, &shape)?;
+        let out_layout = Layout::contiguous(&shape);
+        let mut start = 0;
+        for part in inputs {
+            let v = self.value(part)?;
+            let v = self.force_pending(&v)?;
+            let v = if v.dtype == wide { v } else { node(wide, Kind::Cast(v)) };
+            let region = Layout { offset: start * out_layout.strides[axis] as usize, ..out_layout.clone() };
+            let mut low = Lowerer::new(shape.len(), &[], None);
+            low.body(&[&v]);
+            let outputs = [(wide, out.clone())];
+            self.rec.elementwise(self.gpu, "concat", low.sig, low.args, part.shape(), &outputs, Some(&region))?;
+            start += part.shape()[axis];
+        }
+        Ok(narrowed(GpuArray { buffer: out, layout: out_layout, dtype: wide }, dtype))
+    }
+
+    /// Compute `v` (of `shape`) into a new contiguous buffer.
+    fn materialize(&mut self, v: &Fused, shape: &[usize]) -> Result<GpuArray> {
+        let mms = matmuls(v);
+        if !mms.is_empty() {
+            if let Some(a) = self.matmul_with_epilogue(v, &mms, shape)? {
+                return Ok(a);
+            }
+            let v = self.force_matmuls(v)?;
+            return self.materialize(&v, shape);
+        }
+        if !row_stages(v).is_empty() {
+            return self.row_kernel(v, shape);
+        }
+        let mut out = self.elementwise(&[v.clone()], shape)?;
+        Ok(out.remove(0))
+    }
+
+    /// One elementwise kernel computing every value in `vals` (all of `shape`).
+    fn elementwise(&mut self, vals: &[Fused], shape: &[usize]) -> Result<Vec<GpuArray>> {
+        let mut low = Lowerer::new(shape.len(), &[], None);
+        low.body(&vals.iter().collect::<Vec<_>>());
+        let mut outputs = Vec::new();
+        for v in vals {
+            outputs.push((v.dtype, self.gpu.alloc("elementwise", v.dtype, shape)?));
+        }
+        self.rec.elementwise(self.gpu, "elementwise", low.sig, low.args, shape, &outputs, None)?;
+        let layout = Layout::contiguous(shape);
+        Ok(outputs.into_iter().map(|(dtype, buffer)| GpuArray { buffer, layout: layout.clone(), dtype }).collect())
+    }
+
+    /// `v` as the epilogue of its one pending matmul, when `v` is f32, has
+    /// the matmul's shape and reads the matmul's result element for element.
+    fn matmul_with_epilogue(
+        &mut self,
+        v: &Fused,
+        mms: &[Arc<PendingMatmul>],
+        shape: &[usize],
+    ) -> Result<Option<GpuArray>> {
+        let [mm] = mms else { return Ok(None) };
+        let aligned = postorder(v).iter().all(|n| match &n.kind {
+            Kind::Mm { layout, .. } => same_mapping(layout, &Layout::contiguous(shape)),
+            _ => true,
+        });
+        if v.dtype != DType::F32 || mm.shape != shape || !aligned || !row_stages(v).is_empty() {
+            return Ok(None);
+        }
+        if matches!(v.kind, Kind::Mm { .. }) {
+            return self.matmul_raw(mm).map(Some);
+        }
+        let mut low = Lowerer::new(shape.len(), &[], Some(mm));
+        low.args.buffers = vec![mm.a.buffer.clone(), mm.b.buffer.clone()];
+        low.sig.buffers = vec![mm.a.dtype, mm.b.dtype];
+        low.body(&[v]);
+        let out = self.gpu.alloc("matmul", DType::F32, shape)?;
+        let (a, b) = (&mm.a.layout, &mm.b.layout);
+        self.rec.matmul(self.gpu, "matmul", a, b, mm.a.dtype, shape, &out, Some(low.sig), low.args)?;
+        Ok(Some(GpuArray { buffer: out, layout: Layout::contiguous(shape), dtype: DType::F32 }))
+    }
+
+    /// The matmul's f32 result, computed once.
+    fn matmul_raw(&mut self, mm: &PendingMatmul) -> Result<GpuArray> {
+        if let Some(a) = self.matmuls.get(&mm.id) {
+            return Ok(a.clone());
+        }
+        let out = self.gpu.alloc("matmul", DType::F32, &mm.shape)?;
+        let args = crate::sched::lower::Args {
+            buffers: vec![mm.a.buffer.clone(), mm.b.buffer.clone()],
+            ..Default::default()
+        };
+        let (a, b) = (&mm.a.layout, &mm.b.layout);
+        self.rec.matmul(self.gpu, "matmul", a, b, mm.a.dtype, &mm.shape, &out, None, args)?;
+        let a = GpuArray { buffer: out, layout: Layout::contiguous(&mm.shape), dtype: DType::F32 };
+        self.matmuls.insert(mm.id, a.clone());
+        Ok(a)
+    }
+
+    /// The row kernel for `v`: over `v`'s shape (`[rows.., len]`) or, when
+    /// `v` has one value per row, writing one element per row.
+    fn row_kernel(&mut self, v: &Fused, shape: &[usize]) -> Result<GpuArray> {
+        let stages = row_stages(v);
+        let s = stages[0].shape.clone();
+        let len = *s.last().expect("stages have rank ≥ 1");
+        let per_row = shape != s.as_slice();
+        let body = if !per_row {
+            Some(v.clone())
+        } else if numel(shape) * len == numel(&s) {
+            let mut keep = s[..s.len() - 1].to_vec();
+            keep.push(1);
+            apply_view(v, &View::Reshape(&keep)).and_then(|k| apply_view(&k, &View::Expand(&s)))
+        } else {
+            None
+        };
+        let body = body.filter(|b| stages.iter().all(|st| st.shape == s) && rows_aligned(b, &s));
+        let Some(body) = body else {
+            let v = self.force_rows(v)?;
+            return self.materialize(&v, shape);
+        };
+        let out_dtype = v.dtype.wide();
+        let body = if body.dtype == out_dtype { body } else { node(out_dtype, Kind::Cast(body)) };
+        let mut low = Lowerer::new(s.len(), &stages, None);
+        for st in &stages {
+            low.body(&[&st.input]);
+        }
+        low.body(&[&body]);
+        let out = self.gpu.alloc("row", out_dtype, shape)?;
+        let ops = stages.iter().map(|st| st.op).collect();
+        self.rec.row(self.gpu, "row", low.sig, low.args, ops, &s, &[(out_dtype, out.clone())], per_row)?;
+        let wide = GpuArray { buffer: out, layout: Layout::contiguous(shape), dtype: out_dtype };
+        if v.dtype == out_dtype {
             return Ok(wide);
         }
-        let shape = wide.layout.shape.clone();
-        self.elementwise("cast", Expr::Cast(Box::new(Expr::Input(0)), dtype), &[wide], dtype, &shape, &[])
+        let narrowed = narrowed(wide, v.dtype);
+        self.materialize(&narrowed, shape)
     }
 
-    /// A 1-D grid of workgroups covering `threads`, folded into y past the
-    /// adapter's per-dimension limit. Returns the grid and threads per row.
-    fn grid(&self, op: &'static str, workgroups: usize) -> Result<[u32; 3]> {
-        let max = self.gpu.info.limits.max_compute_workgroups_per_dimension as usize;
-        let x = workgroups.clamp(1, max);
-        let y = workgroups.div_ceil(x);
-        if y > max {
-            return Err(KilnError::Invalid {
-                op,
-                detail: format!("{workgroups} workgroups exceed the adapter's grid"),
-            });
+    /// `v` with its pending matmuls computed.
+    fn force_matmuls(&mut self, v: &Fused) -> Result<Fused> {
+        for mm in matmuls(v) {
+            self.matmul_raw(&mm)?;
         }
-        Ok([x as u32, y as u32, 1])
-    }
-
-    fn elementwise(
-        &mut self,
-        op: &'static str,
-        expr: Expr,
-        inputs: &[GpuArray],
-        out: DType,
-        shape: &[usize],
-        params: &[(DType, f64)],
-    ) -> Result<GpuArray> {
-        let buffer = self.gpu.alloc(op, out, shape)?;
-        let result = GpuArray { buffer: buffer.clone(), layout: Layout::contiguous(shape), dtype: out };
-        let kernel = EwKernel {
-            out,
-            out_strided: false,
-            rank: shape.len(),
-            inputs: inputs.iter().map(|x| (x.dtype, x.layout.is_contiguous())).collect(),
-            expr,
-        };
-        self.launch_elementwise(op, &kernel, shape, inputs, buffer, None, params)?;
-        Ok(result)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn launch_elementwise(
-        &mut self,
-        op: &'static str,
-        kernel: &EwKernel,
-        shape: &[usize],
-        inputs: &[GpuArray],
-        out: Arc<PooledBuffer>,
-        out_layout: Option<&Layout>,
-        params: &[(DType, f64)],
-    ) -> Result<()> {
-        let n = numel(shape);
-        if n == 0 {
-            return Ok(());
-        }
-        let groups = self.grid(op, n.div_ceil(kernel.per_thread()).div_ceil(WG as usize))?;
-        let mut meta = Meta::default();
-        meta.u(n).u(groups[0] as usize * WG as usize);
-        shape.iter().for_each(|&d| {
-            meta.u(d);
-        });
-        for x in inputs {
-            meta.layout(x.layout.offset, &x.layout.strides);
-        }
-        if let Some(l) = out_layout {
-            meta.layout(l.offset, &l.strides);
-        }
-        for &(d, v) in params {
-            meta.scalar(d, v);
-        }
-        let buffers = std::iter::once(out).chain(inputs.iter().map(|x| x.buffer.clone())).collect();
-        self.dispatch(&kernel.wgsl(), meta, buffers, groups)
-    }
-
-    fn dispatch(&mut self, source: &str, meta: Meta, buffers: Vec<Arc<PooledBuffer>>, groups: [u32; 3]) -> Result<()> {
-        if meta.0.len() > META_WORDS {
-            return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({} words)", meta.0.len())));
-        }
-        let pipeline = self.gpu.pipelines.get(&self.gpu.device, source)?;
-        let meta_slot = self.meta.len() / META_WORDS;
-        self.meta.extend(&meta.0);
-        self.meta.resize((meta_slot + 1) * META_WORDS, 0);
-        self.dispatches.push(Dispatch { pipeline, meta_slot, buffers, groups });
-        Ok(())
-    }
-
-    /// Reduce `x` over `axes` into a contiguous buffer of the kept
-    /// elements, in as many tree passes as the reduced length needs.
-    fn reduce(
-        &mut self,
-        op: &'static str,
-        x: &GpuArray,
-        monoid: Monoid,
-        axes: &[usize],
-        identity: Option<f64>,
-    ) -> Result<GpuArray> {
-        let rank = x.layout.shape.len();
-        let perm: Vec<usize> = (0..rank).filter(|d| !axes.contains(d)).chain(axes.iter().copied()).collect();
-        let view = x.layout.permute(&perm);
-        let rows: usize = perm[..rank - axes.len()].iter().map(|&d| x.layout.shape[d]).product();
-        let mut len: usize = axes.iter().map(|&d| x.layout.shape[d]).product();
-        let is_arg = matches!(monoid, Monoid::Arg(_));
-        let value_dtype = x.dtype.wide();
-        let out_dtype = if is_arg { DType::I32 } else { value_dtype };
-        if len == 0 {
-            // Only sum and prod get here (inference rejects the rest).
-            return self.elementwise(op, Expr::Fill, &[], out_dtype, &[rows], &[(out_dtype, identity.unwrap_or(0.0))]);
-        }
-        let result = self.gpu.alloc(op, out_dtype, &[rows])?;
-        if rows == 0 {
-            return Ok(GpuArray { buffer: result, layout: Layout::contiguous(&[0]), dtype: out_dtype });
-        }
-        let contiguous = view.is_contiguous();
-        let mut source = ReduceSource::Tensor { dtype: x.dtype, contiguous, rank };
-        let mut inputs = vec![x.buffer.clone()];
-        loop {
-            let groups = len.div_ceil(REDUCE_CHUNK);
-            let last = groups == 1;
-            let grid = self.grid(op, (rows * groups).div_ceil(WG as usize))?;
-            let mut meta = Meta::default();
-            meta.u(rows).u(len).u(groups).u(grid[0] as usize * WG as usize);
-            if let ReduceSource::Tensor { .. } = source {
-                if contiguous {
-                    meta.u(view.offset);
-                } else {
-                    view.shape.iter().for_each(|&d| {
-                        meta.u(d);
-                    });
-                    meta.layout(view.offset, &view.strides);
-                }
+        let done = &self.matmuls;
+        Ok(map_leaves(v, &mut |n| match &n.kind {
+            Kind::Mm { mm, layout } => {
+                let a = GpuArray { layout: layout.clone(), ..done[&mm.id].clone() };
+                Some(Some(narrowed(a, n.dtype)))
             }
-            let values =
-                if last && !is_arg { result.clone() } else { self.gpu.alloc(op, value_dtype, &[rows * groups])? };
-            let mut outputs = vec![values.clone()];
-            let mut next = vec![values];
-            if is_arg {
-                let indices = if last { result.clone() } else { self.gpu.alloc(op, DType::I32, &[rows * groups])? };
-                outputs.insert(0, indices.clone());
-                next.push(indices);
-            }
-            let source_code = templates::reduce_wgsl(monoid, source);
-            self.dispatch(&source_code, meta, outputs.into_iter().chain(inputs).collect(), grid)?;
-            if last {
-                return Ok(GpuArray { buffer: result, layout: Layout::contiguous(&[rows]), dtype: out_dtype });
-            }
-            inputs = next;
-            len = groups;
-            source = ReduceSource::Partials { dtype: x.dtype };
-        }
+            _ => Some(None),
+        })
+        .expect("leaf replacement cannot fail"))
     }
 
-    fn matmul(&mut self, op: &'static str, a: &GpuArray, b: &GpuArray, shape: &[usize]) -> Result<GpuArray> {
-        let r = shape.len();
-        let (m, k, n) = (a.layout.shape[r - 2], a.layout.shape[r - 1], b.layout.shape[r - 1]);
-        let batch_shape = &shape[..r - 2];
-        let batch: usize = batch_shape.iter().product();
-        if k == 0 {
-            return self.elementwise(op, Expr::Fill, &[], DType::F32, shape, &[(DType::F32, 0.0)]);
-        }
-        let out = self.gpu.alloc(op, DType::F32, shape)?;
-        let result = GpuArray { buffer: out.clone(), layout: Layout::contiguous(shape), dtype: DType::F32 };
-        if numel(shape) == 0 {
-            return Ok(result);
-        }
-        let max = self.gpu.info.limits.max_compute_workgroups_per_dimension as usize;
-        let (gx, gy) = (n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE));
-        if gx > max || gy > max {
-            return Err(KilnError::Invalid { op, detail: format!("an output of {m}×{n} exceeds the adapter's grid") });
-        }
-        let source = templates::matmul_wgsl(a.dtype, batch_shape.len());
-        let (la, lb) = (&a.layout, &b.layout);
-        for b0 in (0..batch).step_by(max) {
-            for k0 in (0..k).step_by(MATMUL_K_CHUNK) {
-                let mut meta = Meta::default();
-                meta.u(m).u(k).u(n).u(k0).u((k0 + MATMUL_K_CHUNK).min(k)).u((k0 > 0) as usize).u(b0);
-                meta.i(la.strides[r - 2]).i(la.strides[r - 1]).i(lb.strides[r - 2]).i(lb.strides[r - 1]);
-                meta.u(la.offset).u(lb.offset);
-                batch_shape.iter().for_each(|&d| {
-                    meta.u(d);
-                });
-                la.strides[..r - 2].iter().chain(&lb.strides[..r - 2]).for_each(|&s| {
-                    meta.i(s);
-                });
-                let groups = [gx as u32, gy as u32, (batch - b0).min(max) as u32];
-                self.dispatch(&source, meta, vec![out.clone(), a.buffer.clone(), b.buffer.clone()], groups)?;
+    /// `v` with its row stages computed (one value per row each).
+    fn force_rows(&mut self, v: &Fused) -> Result<Fused> {
+        for st in row_stages(v) {
+            if self.stages.contains_key(&st.id) {
+                continue;
             }
+            let rows_shape = &st.shape[..st.shape.len() - 1];
+            let d = st.input.dtype.wide();
+            let only = node(d, Kind::Row { stage: st.clone(), layout: Layout::contiguous(rows_shape) });
+            let a = self.row_kernel(&only, rows_shape)?;
+            self.stages.insert(st.id, a);
         }
-        Ok(result)
+        let done = &self.stages;
+        Ok(map_leaves(v, &mut |n| match &n.kind {
+            Kind::Row { stage, layout } => {
+                let a = GpuArray { layout: layout.clone(), ..done[&stage.id].clone() };
+                Some(Some(narrowed(a, n.dtype)))
+            }
+            _ => Some(None),
+        })
+        .expect("leaf replacement cannot fail"))
     }
 
-    /// Copy each part into its region of one buffer (in the wide dtype).
-    fn concat(
-        &mut self,
-        op: &'static str,
-        parts: &[GpuArray],
-        axis: usize,
-        shape: &[usize],
-        dtype: DType,
-    ) -> Result<GpuArray> {
-        let wide = dtype.wide();
-        let out = self.gpu.alloc(op, wide, shape)?;
-        let out_layout = Layout::contiguous(shape);
-        let mut start = 0;
-        for part in parts {
-            let region = Layout { offset: start * out_layout.strides[axis] as usize, ..out_layout.clone() };
-            let kernel = EwKernel {
-                out: wide,
-                out_strided: true,
-                rank: shape.len(),
-                inputs: vec![(part.dtype, part.layout.is_contiguous())],
-                expr: Expr::Cast(Box::new(Expr::Input(0)), wide),
+    fn force_pending(&mut self, v: &Fused) -> Result<Fused> {
+        let v = self.force_matmuls(v)?;
+        self.force_rows(&v)
+    }
+
+    /// Give every root a buffer; roots of one shape that are plain
+    /// elementwise values share one kernel.
+    fn materialize_roots(&mut self, roots: &[Node]) -> Result<()> {
+        let mut groups: Vec<(Vec<usize>, Vec<Node>)> = Vec::new();
+        let mut seen = HashSet::new();
+        for r in roots {
+            if !seen.insert(r.id()) || r.realized_value().is_some() {
+                continue;
+            }
+            let v = self.value(r)?;
+            let plain = row_stages(&v).is_empty() && matmuls(&v).is_empty() && as_buffer(&v).is_none();
+            if !plain {
+                self.array(r)?;
+                continue;
+            }
+            let fits = |g: &[Node], p: &Self| {
+                let vals: Vec<Fused> = g.iter().chain([r]).map(|n| p.vals[&n.id()].clone()).collect();
+                let buffers: HashSet<_> = vals.iter().flat_map(buffers_of).collect();
+                buffers.len() + vals.len() <= p.gpu.max_bindings()
             };
-            self.launch_elementwise(
-                op,
-                &kernel,
-                &part.layout.shape,
-                std::slice::from_ref(part),
-                out.clone(),
-                Some(&region),
-                &[],
-            )?;
-            start += part.layout.shape[axis];
+            match groups.iter_mut().find(|(s, g)| s == r.shape() && fits(g, self)) {
+                Some((_, g)) => g.push(r.clone()),
+                None => groups.push((r.shape().to_vec(), vec![r.clone()])),
+            }
         }
-        Ok(GpuArray { buffer: out, layout: out_layout, dtype: wide })
+        for (shape, group) in groups {
+            let vals: Vec<Fused> = group.iter().map(|n| self.vals[&n.id()].clone()).collect();
+            let arrays = self.elementwise(&vals, &shape)?;
+            for (n, a) in group.iter().zip(arrays) {
+                self.set_array(n, a);
+            }
+        }
+        for r in roots {
+            if r.realized_value().is_none() {
+                self.array(r)?;
+            }
+        }
+        Ok(())
     }
 
     /// Record every dispatch (and the readback copy) in one encoder, submit
     /// once, then store the computed values in their nodes.
     pub fn submit(self, read: Option<ReadRequest>) -> Result<Option<Arc<PooledBuffer>>> {
-        let gpu = self.gpu;
-        gpu.check_errors()?;
-        if self.dispatches.is_empty() && read.is_none() {
-            self.finish();
-            return Ok(None);
-        }
-        let mut encoder =
-            gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln step") });
-        let meta_buffer = (!self.meta.is_empty()).then(|| {
-            let buf =
-                gpu.pool.get((self.meta.len() * 4) as u64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
-            gpu.queue.write_buffer(buf.buffer(), 0, bytemuck::cast_slice(&self.meta));
-            buf
-        });
-        if let Some(meta_buffer) = &meta_buffer {
-            let mut pass = encoder
-                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("kiln"), timestamp_writes: None });
-            for d in &self.dispatches {
-                let meta_binding = wgpu::BufferBinding {
-                    buffer: meta_buffer.buffer(),
-                    offset: (d.meta_slot * META_WORDS * 4) as u64,
-                    size: std::num::NonZeroU64::new((META_WORDS * 4) as u64),
-                };
-                let mut entries =
-                    vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(meta_binding) }];
-                for (i, b) in d.buffers.iter().enumerate() {
-                    entries
-                        .push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.buffer().as_entire_binding() });
-                }
-                let bind_group = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &d.pipeline.get_bind_group_layout(0),
-                    entries: &entries,
-                });
-                pass.set_pipeline(&d.pipeline);
-                pass.set_bind_group(0, &bind_group, &[]);
-                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
-            }
-        }
-        let staging = read.map(|r| {
-            let staging = gpu.pool.get(r.bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
-            encoder.copy_buffer_to_buffer(r.buffer.buffer(), r.offset, staging.buffer(), 0, r.bytes);
-            staging
-        });
-        gpu.queue.submit([encoder.finish()]);
-        gpu.submits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        gpu.kernels_launched.fetch_add(self.dispatches.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        gpu.check_errors()?;
-        self.finish();
-        Ok(staging)
-    }
-
-    fn finish(self) {
+        let staging = self.gpu.submit(&self.rec, read)?;
         for (node, value) in self.computed {
             node.set_realized(Realized::Gpu(value));
         }
+        Ok(staging)
     }
+}
+
+/// Distinct buffers `v` reads.
+fn buffers_of(v: &Fused) -> Vec<*const PooledBuffer> {
+    let mut out = Vec::new();
+    for n in postorder(v) {
+        let b = match &n.kind {
+            Kind::Buf(a) | Kind::Gather { src: a, .. } => Arc::as_ptr(&a.buffer),
+            _ => continue,
+        };
+        if !out.contains(&b) {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// (distinct buffers, meta words) a kernel over `v` would need.
+fn footprint(v: &Fused, rank: usize) -> (usize, usize) {
+    let mut low = Lowerer::new(rank, &[], None);
+    let stages = row_stages(v);
+    let words = if stages.is_empty() && matmuls(v).is_empty() {
+        low.body(&[v]);
+        meta_words(&low.sig)
+    } else {
+        // Pending values lower with their own kernel; count leaves only.
+        postorder(v).iter().filter(|n| matches!(n.kind, Kind::Buf(_) | Kind::Iota { .. })).count() * (rank + 1)
+    };
+    (buffers_of(v).len(), words)
+}
+
+/// Whether every row stage `v` reads (directly) runs over `shape`'s rows
+/// and is read at the kernel's own row.
+fn rows_aligned(v: &Fused, shape: &[usize]) -> bool {
+    postorder(v).iter().all(|n| match &n.kind {
+        Kind::Row { stage, layout } => stage.shape == shape && row_aligned(layout, shape),
+        _ => true,
+    })
 }

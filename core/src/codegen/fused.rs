@@ -1,0 +1,368 @@
+//! WGSL for fused kernels. Every kernel evaluates one or more [`Body`]s of
+//! SSA ops at a flat index `f` of the kernel's shape: contiguous leaves are
+//! read at `offset + f`, strided ones through coordinates unravelled from
+//! `f` (so broadcasts, permutes and slices cost index arithmetic, not
+//! copies). Four kernels use this: elementwise (one or more outputs),
+//! the prologue of a tree reduction, the row kernel (reductions along the
+//! last axis and what consumes them) and the matmul epilogue.
+
+use super::{META_DECL, WG, compute_type, literal, load_expr, storage_type, store_expr, unravel};
+use crate::dtype::DType;
+use crate::ir::{BinaryOp, ReduceOp, UnaryOp};
+use crate::sched::lower::{Body, Op, Sig, meta_bases};
+
+/// Elements one invocation of a vectorized elementwise kernel handles.
+pub const VEC: usize = 4;
+
+/// Writes the statements of one body; knows where meta keeps everything.
+pub struct Emitter<'a> {
+    sig: &'a Sig,
+    shape_base: usize,
+    leaf_base: Vec<usize>,
+    param_base: usize,
+    /// Compute in `vec4`s over four consecutive elements.
+    vec4: bool,
+}
+
+impl<'a> Emitter<'a> {
+    pub fn new(sig: &'a Sig, shape_base: usize, vec4: bool) -> Emitter<'a> {
+        let (leaf_base, param_base) = meta_bases(sig, shape_base);
+        Emitter { sig, shape_base, leaf_base, param_base, vec4 }
+    }
+
+    /// Meta word just past this kernel's params.
+    pub fn meta_end(&self) -> usize {
+        self.param_base + self.sig.params.len()
+    }
+
+    fn ty(&self, d: DType) -> String {
+        if self.vec4 { format!("vec4<{}>", compute_type(d)) } else { compute_type(d).to_string() }
+    }
+
+    fn lit(&self, d: DType, v: f64) -> String {
+        if self.vec4 { format!("vec4<{}>({})", compute_type(d), literal(d, v)) } else { literal(d, v) }
+    }
+
+    fn param(&self, d: DType, p: usize) -> String {
+        let v = scalar_param(d, self.param_base + p);
+        if self.vec4 { format!("vec4<{}>({v})", compute_type(d)) } else { v }
+    }
+
+    /// The element index of leaf `k` at the current position (a u32 expression).
+    fn index(&self, k: usize, f: &str, pfx: &str) -> String {
+        let base = self.leaf_base[k];
+        if self.sig.leaves[k].contiguous {
+            return format!("(m({base}u) + {f})");
+        }
+        let mut at = format!("i32(m({base}u))");
+        for d in 0..self.sig.rank {
+            at += &format!(" + i32({pfx}c{d}) * bitcast<i32>(m({}u))", base + 1 + d);
+        }
+        format!("u32({at})")
+    }
+
+    fn load(&self, k: usize, at: &str) -> String {
+        let leaf = &self.sig.leaves[k];
+        let buf = format!("in{}", leaf.buffer.expect("load of a computed leaf"));
+        match (self.vec4, leaf.dtype) {
+            (true, DType::Bool) => format!("({buf}[{at} >> 2u] != vec4<u32>(0u))"),
+            (true, _) => format!("{buf}[{at} >> 2u]"),
+            (false, d) => load_expr(d, &buf, at),
+        }
+    }
+
+    /// Statements computing body `b` at flat index `f`, variables prefixed
+    /// `pfx`; returns the expressions of the body's roots.
+    pub fn body(&self, b: usize, f: &str, pfx: &str, s: &mut String) -> Vec<String> {
+        let body: &Body = &self.sig.bodies[b];
+        let strided = body.ops.iter().any(|(op, _)| match op {
+            Op::Load(k) | Op::Iota { leaf: k, .. } | Op::Gather { src: k, .. } => !self.sig.leaves[*k].contiguous,
+            _ => false,
+        });
+        if strided {
+            s.push_str(&unravel(self.sig.rank, self.shape_base, f).replace("rem", &format!("{pfx}rem")).replace(
+                "let c",
+                &format!("let {pfx}c"),
+            ));
+        }
+        let v = |i: usize| format!("{pfx}v{i}");
+        for (i, (op, d)) in body.ops.iter().enumerate() {
+            let d = *d;
+            let dt = |j: usize| body.ops[j].1;
+            let value = match op {
+                Op::Load(k) => self.load(*k, &self.index(*k, f, pfx)),
+                Op::Iota { leaf, start, step } => {
+                    let at = self.index(*leaf, f, pfx);
+                    let idx = if self.vec4 {
+                        format!("{}(vec4<u32>({at}) + vec4<u32>(0u, 1u, 2u, 3u))", self.ty(d))
+                    } else {
+                        format!("{}({at})", self.ty(d))
+                    };
+                    format!("{} + {idx} * {}", self.param(d, *start), self.param(d, *step))
+                }
+                Op::Row(k) => format!("s{k}"),
+                Op::Acc => "acc".to_string(),
+                Op::Param(p) => self.param(d, *p),
+                Op::Unary(op, x) => unary(*op, dt(*x), &v(*x), &|d, x| self.lit(d, x)),
+                Op::Binary(op, x, y) => binary(*op, &v(*x), &v(*y)),
+                Op::Where(c, x, y) => format!("select({}, {}, {})", v(*y), v(*x), v(*c)),
+                Op::Cast(x) => cast(dt(*x), d, &v(*x), &self.ty(d), &|d, x| self.lit(d, x)),
+                Op::Gather { src, axis, index, len } => {
+                    self.gather(*src, *axis, &v(*index), dt(*index), *len, &v(i), pfx, s);
+                    continue;
+                }
+            };
+            s.push_str(&format!("    let {}: {} = {value};\n", v(i), self.ty(d)));
+        }
+        body.roots.iter().map(|&r| v(r)).collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gather(&self, src: usize, axis: usize, j: &str, jd: DType, len: usize, name: &str, pfx: &str, s: &mut String) {
+        let ji = if jd == DType::U32 { format!("bitcast<i32>({j})") } else { format!("i32({j})") };
+        let base = self.leaf_base[src];
+        let dtype = self.sig.leaves[src].dtype;
+        let mut at = format!("i32(m({base}u))");
+        for d in 0..self.sig.rank {
+            let c = if d == axis { format!("{name}_j") } else { format!("i32({pfx}c{d})") };
+            at += &format!(" + {c} * bitcast<i32>(m({}u))", base + 1 + d);
+        }
+        let buf = format!("in{}", self.sig.leaves[src].buffer.expect("gather source"));
+        s.push_str(&format!("    let {name}_j = {ji};\n"));
+        s.push_str(&format!("    var {name}: {} = {};\n", compute_type(dtype), literal(dtype, 0.0)));
+        let bound = scalar_param(DType::U32, self.param_base + len);
+        s.push_str(&format!("    if ({name}_j >= 0 && u32({name}_j) < {bound}) {{\n"));
+        s.push_str(&format!("        {name} = {};\n    }}\n", load_expr(dtype, &buf, &format!("u32({at})"))));
+    }
+
+    /// Input buffer declarations, bound after `outputs` output buffers.
+    pub fn input_decls(&self, outputs: usize) -> String {
+        let mut s = String::new();
+        for (b, &d) in self.sig.buffers.iter().enumerate() {
+            let elem = if self.vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
+            s += &format!("@group(0) @binding({}) var<storage, read> in{b}: array<{elem}>;\n", outputs + 1 + b);
+        }
+        if self.sig.bodies.iter().any(|b| b.ops.iter().any(|(op, _)| matches!(op, Op::Binary(BinaryOp::Pow, ..)))) {
+            s += POW_FN;
+        }
+        s
+    }
+}
+
+/// Whether a body can run four elements at a time: only contiguous
+/// 4-byte leaves, no gather, no pow.
+pub fn vectorizable(sig: &Sig) -> bool {
+    sig.leaves.iter().all(|l| l.contiguous && l.dtype != DType::F16)
+        && sig.bodies.iter().all(|b| {
+            b.ops.iter().all(|(op, d)| {
+                *d != DType::F16 && !matches!(op, Op::Gather { .. } | Op::Binary(BinaryOp::Pow, ..) | Op::Row(_) | Op::Acc)
+            })
+        })
+}
+
+/// An elementwise kernel writing the roots of body 0 to `outputs` buffers.
+/// Meta: 0 element count, 1 threads per grid row, shape at 2, then leaves
+/// and params, then (with `out_strided`) the one output's layout.
+pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, vec4: bool) -> String {
+    let e = Emitter::new(sig, 2, vec4);
+    let mut s = String::from(META_DECL);
+    for (k, &d) in outputs.iter().enumerate() {
+        let elem = if vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
+        s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{elem}>;\n", k + 1);
+    }
+    s += &e.input_decls(outputs.len());
+    s += &format!("@compute @workgroup_size({WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n");
+    s += "    let t = gid.y * m(1u) + gid.x;\n    let n = m(0u);\n";
+    let store = |d: DType, v: &str| {
+        if vec4 && d == DType::Bool { format!("select(vec4<u32>(0u), vec4<u32>(1u), {v})") } else { store_expr(d, v) }
+    };
+    if vec4 {
+        s += "    if (t * 4u >= n) { return; }\n    let f = t * 4u;\n";
+        let roots = e.body(0, "f", "", &mut s);
+        for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+            s += &format!("    out{k}[t] = {};\n", store(d, r));
+        }
+    } else if outputs.contains(&DType::F16) {
+        // Two elements per invocation, so f16 outputs write whole words.
+        s += "    let f0 = t * 2u;\n    if (f0 >= n) { return; }\n    let f1 = min(f0 + 1u, n - 1u);\n";
+        let a = e.body(0, "f0", "a_", &mut s);
+        let b = e.body(0, "f1", "b_", &mut s);
+        for (k, &d) in outputs.iter().enumerate() {
+            if d == DType::F16 {
+                s += &format!("    out{k}[t] = pack2x16float(vec2<f32>({}, {}));\n", a[k], b[k]);
+            } else {
+                s += &format!("    out{k}[f0] = {};\n", store(d, &a[k]));
+                s += &format!("    if (f0 + 1u < n) {{ out{k}[f0 + 1u] = {}; }}\n", store(d, &b[k]));
+            }
+        }
+    } else {
+        s += "    if (t >= n) { return; }\n    let f = t;\n";
+        let roots = e.body(0, "f", "", &mut s);
+        let at = if out_strided {
+            s += &unravel(sig.rank, 2, "f").replace("rem", "orem").replace("let c", "let oc");
+            let ob = e.meta_end();
+            let mut at = format!("i32(m({ob}u))");
+            for d in 0..sig.rank {
+                at += &format!(" + i32(oc{d}) * bitcast<i32>(m({}u))", ob + 1 + d);
+            }
+            format!("u32({at})")
+        } else {
+            "f".to_string()
+        };
+        for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+            s += &format!("    out{k}[{at}] = {};\n", store(d, r));
+        }
+    }
+    s + "}\n"
+}
+
+/// (identity, merge(a, b)) of a reduction in compute type `d`.
+pub fn reduce_monoid(op: ReduceOp, d: DType) -> (String, String) {
+    let (lo, hi) = match d {
+        DType::I32 => (format!("i32({})", i32::MIN), format!("i32({})", i32::MAX)),
+        DType::U32 => ("0u".into(), format!("{}u", u32::MAX)),
+        _ => (literal(d, f64::NEG_INFINITY), literal(d, f64::INFINITY)),
+    };
+    match op {
+        ReduceOp::Sum => (literal(d, 0.0), "a + b".into()),
+        ReduceOp::Prod => (literal(d, 1.0), "a * b".into()),
+        ReduceOp::Max => (lo, "max(a, b)".into()),
+        ReduceOp::Min => (hi, "min(a, b)".into()),
+    }
+}
+
+/// Longest row the row kernel loops over (Mesa ends loops after 65,535
+/// iterations; each stage is one loop over the row).
+pub const ROW_MAX_LEN: usize = 16384;
+const ROW_BLOCK: usize = 64;
+
+/// The row kernel: one invocation per row of `[rows.., len]`. Bodies
+/// `0..stages.len()` are the stages' inputs, each folded over the row in
+/// order; the last body computes the outputs, for every element of the row
+/// or (with `per_row`) once per row at `j = 0`.
+/// Meta: 0 rows, 1 len, 2 threads per grid row, shape at 3.
+pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool) -> String {
+    let e = Emitter::new(sig, 3, false);
+    let mut s = String::from(META_DECL);
+    for (k, &d) in outputs.iter().enumerate() {
+        s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{}>;\n", k + 1, storage_type(d));
+    }
+    s += &e.input_decls(outputs.len());
+    for (k, &op) in stages.iter().enumerate() {
+        let d = sig.bodies[k].ops[sig.bodies[k].roots[0]].1;
+        let (id, merge) = reduce_monoid(op, d);
+        let ct = compute_type(d);
+        s += &format!("fn merge{k}(a: {ct}, b: {ct}) -> {ct} {{ return {merge}; }}\n");
+        s += &format!("fn identity{k}() -> {ct} {{ return {id}; }}\n");
+    }
+    s += &format!("@compute @workgroup_size({WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n");
+    s += "    let row = gid.y * m(2u) + gid.x;\n    if (row >= m(0u)) { return; }\n    let len = m(1u);\n";
+    // Each stage folds blocks of ROW_BLOCK elements, then the blocks: a sum's
+    // rounding error grows with len / ROW_BLOCK + ROW_BLOCK, not len.
+    for k in 0..stages.len() {
+        s += &format!("    var s{k} = identity{k}();\n    for (var j0 = 0u; j0 < len; j0 += {ROW_BLOCK}u) {{\n");
+        s += &format!("    var b{k} = identity{k}();\n    let j1 = min(j0 + {ROW_BLOCK}u, len);\n");
+        s += "    for (var j = j0; j < j1; j++) {\n    let f = row * len + j;\n";
+        let r = e.body(k, "f", "", &mut s);
+        s += &format!("    b{k} = merge{k}(b{k}, {});\n    }}\n    s{k} = merge{k}(s{k}, b{k});\n    }}\n", r[0]);
+    }
+    let last = stages.len();
+    if per_row {
+        s += "    let f = row * len;\n";
+        let roots = e.body(last, "f", "", &mut s);
+        for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+            s += &format!("    out{k}[row] = {};\n", store_expr(d, r));
+        }
+    } else {
+        s += "    for (var j = 0u; j < len; j++) {\n    let f = row * len + j;\n";
+        let roots = e.body(last, "f", "", &mut s);
+        for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+            s += &format!("    out{k}[f] = {};\n", store_expr(d, r));
+        }
+        s += "    }\n";
+    }
+    s + "}\n"
+}
+
+pub fn scalar_param(dtype: DType, slot: usize) -> String {
+    match dtype {
+        DType::F32 | DType::F16 => format!("bitcast<f32>(m({slot}u))"),
+        DType::I32 => format!("bitcast<i32>(m({slot}u))"),
+        DType::U32 => format!("m({slot}u)"),
+        DType::Bool => format!("(m({slot}u) != 0u)"),
+    }
+}
+
+/// WGSL's `pow` is undefined for negative bases; NumPy's is defined when
+/// the exponent is an integer.
+const POW_FN: &str = "fn kiln_pow(a: f32, b: f32) -> f32 {
+    if (b == 0.0) { return 1.0; }
+    let p = pow(abs(a), b);
+    if (a >= 0.0) { return p; }
+    if (floor(b) != b) { return bitcast<f32>(0x7fc00000u); }
+    return select(p, -p, floor(b * 0.5) * 2.0 != b);
+}
+";
+
+/// tanh is clamped because some drivers compute it as a ratio of exps that
+/// overflows to NaN for |x| > ~44; tanh(±15) is ±1 in f32 anyway.
+fn unary(op: UnaryOp, d: DType, v: &str, lit: &dyn Fn(DType, f64) -> String) -> String {
+    match op {
+        UnaryOp::Neg => format!("-{v}"),
+        UnaryOp::Abs | UnaryOp::Relu if d == DType::U32 => v.to_string(),
+        UnaryOp::Abs => format!("abs({v})"),
+        UnaryOp::Relu => format!("max({v}, {})", lit(d, 0.0)),
+        UnaryOp::Exp => format!("exp({v})"),
+        UnaryOp::Log => format!("log({v})"),
+        UnaryOp::Sqrt => format!("sqrt({v})"),
+        UnaryOp::Rsqrt => format!("inverseSqrt({v})"),
+        UnaryOp::Sin => format!("sin({v})"),
+        UnaryOp::Cos => format!("cos({v})"),
+        UnaryOp::Tanh => format!("tanh(clamp({v}, {}, {}))", lit(d, -15.0), lit(d, 15.0)),
+        UnaryOp::Sigmoid => format!("1.0 / (1.0 + exp(-{v}))"),
+        UnaryOp::Gelu => format!(
+            "0.5 * {v} * (1.0 + tanh(clamp(0.7978845608028654 * ({v} + 0.044715 * {v} * {v} * {v}), {}, {})))",
+            lit(d, -15.0),
+            lit(d, 15.0)
+        ),
+        UnaryOp::Floor => format!("floor({v})"),
+        UnaryOp::Round => format!("round({v})"),
+        UnaryOp::Not => format!("!{v}"),
+    }
+}
+
+fn binary(op: BinaryOp, a: &str, b: &str) -> String {
+    let infix = |o: &str| format!("{a} {o} {b}");
+    match op {
+        BinaryOp::Add => infix("+"),
+        BinaryOp::Sub => infix("-"),
+        BinaryOp::Mul => infix("*"),
+        BinaryOp::Div => infix("/"),
+        BinaryOp::Pow => format!("kiln_pow({a}, {b})"),
+        BinaryOp::Maximum => format!("max({a}, {b})"),
+        BinaryOp::Minimum => format!("min({a}, {b})"),
+        BinaryOp::Eq => infix("=="),
+        BinaryOp::Ne | BinaryOp::Xor => infix("!="),
+        BinaryOp::Lt => infix("<"),
+        BinaryOp::Le => infix("<="),
+        BinaryOp::Gt => infix(">"),
+        BinaryOp::Ge => infix(">="),
+        // `&` and `|` (not `&&`, `||`) also work on bool vectors.
+        BinaryOp::And => infix("&"),
+        BinaryOp::Or => infix("|"),
+    }
+}
+
+/// WGSL conversions: float → int truncates and saturates, i32 ↔ u32
+/// reinterprets the bits (wraps), bool ↔ number is 0/1.
+fn cast(from: DType, to: DType, v: &str, ty: &str, lit: &dyn Fn(DType, f64) -> String) -> String {
+    if compute_type(from) == compute_type(to) {
+        v.to_string()
+    } else if to == DType::Bool {
+        format!("({v} != {})", lit(from, 0.0))
+    } else if from == DType::Bool {
+        format!("select({}, {}, {v})", lit(to, 0.0), lit(to, 1.0))
+    } else {
+        format!("{ty}({v})")
+    }
+}

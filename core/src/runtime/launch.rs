@@ -1,0 +1,335 @@
+//! Recording kernel launches: each launch is a cached pipeline, a slot of
+//! parameters in the shared uniform buffer, its buffers and a grid. A
+//! [`Recording`] is submitted as one command encoder and one submit, and
+//! the jit replays one with other input buffers.
+
+use super::Gpu;
+use super::pipelines::Kernel;
+use super::realize::ReadRequest;
+use super::pool::PooledBuffer;
+use crate::codegen::fused::{VEC, vectorizable};
+use crate::codegen::templates::{MATMUL_K_CHUNK, MATMUL_TILE, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
+use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
+use crate::dtype::DType;
+use crate::error::{KilnError, Result};
+use crate::ir::ReduceOp;
+use crate::sched::lower::{Args, Sig, meta_words};
+use crate::shape::{Layout, numel};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+pub(super) struct Dispatch {
+    pub kernel: Arc<Kernel>,
+    pub meta_slot: usize,
+    /// Bound at bindings 1, 2, ... (binding 0 is the meta block).
+    pub buffers: Vec<Arc<PooledBuffer>>,
+    pub groups: [u32; 3],
+}
+
+/// Launches recorded for one submit.
+#[derive(Default)]
+pub(super) struct Recording {
+    pub meta: Vec<u32>,
+    pub dispatches: Vec<Dispatch>,
+}
+
+fn log_kernels() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_LOG").is_ok_and(|v| v.split(',').any(|p| p == "kernels")))
+}
+
+impl Gpu {
+    /// A 1-D grid of `workgroups`, folded into y past the adapter's limit.
+    pub(super) fn grid(&self, op: &'static str, workgroups: usize) -> Result<[u32; 3]> {
+        let max = self.info.limits.max_compute_workgroups_per_dimension as usize;
+        let x = workgroups.clamp(1, max);
+        let y = workgroups.div_ceil(x);
+        if y > max {
+            return Err(KilnError::Invalid { op, detail: format!("{workgroups} workgroups exceed the adapter's grid") });
+        }
+        Ok([x as u32, y as u32, 1])
+    }
+
+    /// Storage buffers one kernel may bind (WebGPU guarantees 8).
+    pub(super) fn max_bindings(&self) -> usize {
+        (self.info.limits.max_storage_buffers_per_shader_stage as usize).min(8)
+    }
+
+    /// Meta words left for a fused body's leaves and params past the
+    /// largest header (a batched matmul's) and the shape.
+    pub(super) fn meta_room(rank: usize) -> usize {
+        META_WORDS - matmul_epilogue_base(rank.saturating_sub(2)) - rank
+    }
+}
+
+impl Recording {
+    fn dispatch(
+        &mut self,
+        gpu: &Gpu,
+        key: &KernelKey,
+        meta: Meta,
+        buffers: Vec<Arc<PooledBuffer>>,
+        groups: [u32; 3],
+        size: usize,
+    ) -> Result<()> {
+        if meta.0.len() > META_WORDS {
+            return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({} words)", meta.0.len())));
+        }
+        let kernel = gpu.pipelines.get(&gpu.device, key)?;
+        if log_kernels() {
+            eprintln!("kiln: launch {} ({size} elements, grid {groups:?})", kernel.name);
+        }
+        let meta_slot = self.meta.len() / META_WORDS;
+        self.meta.extend(&meta.0);
+        self.meta.resize((meta_slot + 1) * META_WORDS, 0);
+        self.dispatches.push(Dispatch { kernel, meta_slot, buffers, groups });
+        Ok(())
+    }
+
+    /// The shape, leaf layouts and params of a fused body, in meta order.
+    fn fused_meta(meta: &mut Meta, sig: &Sig, args: &Args, shape: &[usize]) {
+        shape.iter().for_each(|&d| {
+            meta.u(d);
+        });
+        for (leaf, layout) in sig.leaves.iter().zip(&args.layouts) {
+            if leaf.contiguous {
+                meta.u(layout.offset);
+            } else {
+                meta.layout(layout.offset, &layout.strides);
+            }
+        }
+        for (&d, &v) in sig.params.iter().zip(&args.params) {
+            meta.scalar(d, v);
+        }
+        debug_assert_eq!(meta.0.len(), meta.0.len().max(meta_words(sig)));
+    }
+
+    /// An elementwise kernel over `shape` writing body 0's roots to
+    /// `outputs` (contiguous), or its one root into `out_region` of
+    /// `outputs[0]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn elementwise(
+        &mut self,
+        gpu: &Gpu,
+        op: &'static str,
+        sig: Sig,
+        args: Args,
+        shape: &[usize],
+        outputs: &[(DType, Arc<PooledBuffer>)],
+        out_region: Option<&Layout>,
+    ) -> Result<()> {
+        let n = numel(shape);
+        if n == 0 {
+            return Ok(());
+        }
+        let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
+        let vec4 = out_region.is_none()
+            && n % VEC == 0
+            && dtypes.iter().all(|&d| d != DType::F16)
+            && vectorizable(&sig)
+            && args.layouts.iter().all(|l| l.offset % VEC == 0);
+        let per_thread = if vec4 {
+            VEC
+        } else if dtypes.contains(&DType::F16) {
+            2
+        } else {
+            1
+        };
+        let groups = gpu.grid(op, n.div_ceil(per_thread).div_ceil(WG as usize))?;
+        let mut meta = Meta::default();
+        meta.u(n).u(groups[0] as usize * WG as usize);
+        Self::fused_meta(&mut meta, &sig, &args, shape);
+        if let Some(l) = out_region {
+            meta.layout(l.offset, &l.strides);
+        }
+        let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
+        let key = KernelKey::Elementwise { sig, outputs: dtypes, out_strided: out_region.is_some(), vec4 };
+        self.dispatch(gpu, &key, meta, buffers, groups, n)
+    }
+
+    /// A tree reduction of body 0 of `sig` over `[rows, len]` (the input seen
+    /// as kept axes then reduced axes) into `values` (and `indices` for arg
+    /// reductions), in as many passes as `len` needs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reduce(
+        &mut self,
+        gpu: &Gpu,
+        op: &'static str,
+        monoid: Monoid,
+        sig: Sig,
+        args: Args,
+        view_shape: &[usize],
+        rows: usize,
+        values: &Arc<PooledBuffer>,
+        indices: Option<&Arc<PooledBuffer>>,
+    ) -> Result<()> {
+        let mut len = numel(view_shape) / rows.max(1);
+        let value_dtype = sig.bodies[0].ops[sig.bodies[0].roots[0]].1.wide();
+        let mut prologue = Some((sig, args));
+        let mut inputs: Vec<Arc<PooledBuffer>> = Vec::new();
+        loop {
+            let groups = len.div_ceil(REDUCE_CHUNK);
+            let last = groups == 1;
+            let grid = gpu.grid(op, (rows * groups).div_ceil(WG as usize))?;
+            let mut meta = Meta::default();
+            meta.u(rows).u(len).u(groups).u(grid[0] as usize * WG as usize);
+            let (v_out, i_out) = if last {
+                (values.clone(), indices.cloned())
+            } else {
+                let part = |d| gpu.alloc(op, d, &[rows * groups]);
+                (part(value_dtype)?, indices.map(|_| part(DType::I32)).transpose()?)
+            };
+            let outputs: Vec<_> = i_out.iter().cloned().chain([v_out.clone()]).collect();
+            let (key, buffers) = match prologue.take() {
+                Some((sig, args)) => {
+                    Self::fused_meta(&mut meta, &sig, &args, view_shape);
+                    let buffers = outputs.into_iter().chain(args.buffers).collect();
+                    (KernelKey::Reduce { monoid, prologue: Some(sig), partials: value_dtype }, buffers)
+                }
+                None => {
+                    let buffers = outputs.into_iter().chain(inputs.drain(..)).collect();
+                    (KernelKey::Reduce { monoid, prologue: None, partials: value_dtype }, buffers)
+                }
+            };
+            self.dispatch(gpu, &key, meta, buffers, grid, rows * len)?;
+            if last {
+                return Ok(());
+            }
+            inputs = std::iter::once(v_out).chain(i_out).collect();
+            len = groups;
+        }
+    }
+
+    /// The row kernel over `shape = [rows.., len]`: `stages` folded along
+    /// each row, then the last body written to `outputs` (per element, or
+    /// once per row with `per_row`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn row(
+        &mut self,
+        gpu: &Gpu,
+        op: &'static str,
+        sig: Sig,
+        args: Args,
+        stages: Vec<ReduceOp>,
+        shape: &[usize],
+        outputs: &[(DType, Arc<PooledBuffer>)],
+        per_row: bool,
+    ) -> Result<()> {
+        let len = *shape.last().expect("row kernels have rank ≥ 1");
+        let rows = numel(shape) / len.max(1);
+        if rows == 0 || len == 0 {
+            return Ok(());
+        }
+        let groups = gpu.grid(op, rows.div_ceil(WG as usize))?;
+        let mut meta = Meta::default();
+        meta.u(rows).u(len).u(groups[0] as usize * WG as usize);
+        Self::fused_meta(&mut meta, &sig, &args, shape);
+        let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
+        let key = KernelKey::Row { sig, stages, outputs: outputs.iter().map(|o| o.0).collect(), per_row };
+        self.dispatch(gpu, &key, meta, buffers, groups, numel(shape))
+    }
+
+    /// `out = epilogue(a @ b)` (f32). `args` binds `a`'s and `b`'s buffers
+    /// first, then whatever the epilogue (a fused body) reads.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &mut self,
+        gpu: &Gpu,
+        op: &'static str,
+        a: &Layout,
+        b: &Layout,
+        operand_dtype: DType,
+        shape: &[usize],
+        out: &Arc<PooledBuffer>,
+        epilogue: Option<Sig>,
+        args: Args,
+    ) -> Result<()> {
+        let r = shape.len();
+        let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+        let batch_shape = &shape[..r - 2];
+        let batch: usize = batch_shape.iter().product();
+        if numel(shape) == 0 {
+            return Ok(());
+        }
+        let max = gpu.info.limits.max_compute_workgroups_per_dimension as usize;
+        let (gx, gy) = (n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE));
+        if gx > max || gy > max {
+            return Err(KilnError::Invalid { op, detail: format!("an output of {m}×{n} exceeds the adapter's grid") });
+        }
+        let sig = epilogue;
+        let buffers: Vec<Arc<PooledBuffer>> = std::iter::once(out.clone()).chain(args.buffers.iter().cloned()).collect();
+        let key = KernelKey::Matmul { dtype: operand_dtype, batch_rank: batch_shape.len(), epilogue: sig.clone() };
+        for b0 in (0..batch).step_by(max) {
+            for k0 in (0..k.max(1)).step_by(MATMUL_K_CHUNK) {
+                let k1 = (k0 + MATMUL_K_CHUNK).min(k);
+                let mut meta = Meta::default();
+                meta.u(m).u(k).u(n).u(k0).u(k1).u((k0 > 0) as usize).u(b0);
+                meta.i(a.strides[r - 2]).i(a.strides[r - 1]).i(b.strides[r - 2]).i(b.strides[r - 1]);
+                meta.u(a.offset).u(b.offset).u((k1 == k) as usize);
+                batch_shape.iter().for_each(|&d| {
+                    meta.u(d);
+                });
+                a.strides[..r - 2].iter().chain(&b.strides[..r - 2]).for_each(|&s| {
+                    meta.i(s);
+                });
+                if let Some(sig) = &sig {
+                    Self::fused_meta(&mut meta, sig, &args, shape);
+                }
+                let groups = [gx as u32, gy as u32, (batch - b0).min(max) as u32];
+                self.dispatch(gpu, &key, meta, buffers.clone(), groups, m * n)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Gpu {
+    /// Encode `rec` (and a readback copy) in one command encoder and submit
+    /// it once; returns the staging buffer of the copy.
+    pub(super) fn submit(&self, rec: &Recording, read: Option<ReadRequest>) -> Result<Option<Arc<PooledBuffer>>> {
+        self.check_errors()?;
+        if rec.dispatches.is_empty() && read.is_none() {
+            return Ok(None);
+        }
+        let mut encoder =
+            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln step") });
+        if !rec.dispatches.is_empty() {
+            let usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
+            let meta_buffer = self.pool.get((rec.meta.len() * 4) as u64, usage);
+            self.queue.write_buffer(meta_buffer.buffer(), 0, bytemuck::cast_slice(&rec.meta));
+            let mut pass =
+                encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("kiln"), timestamp_writes: None });
+            for d in &rec.dispatches {
+                let meta_binding = wgpu::BufferBinding {
+                    buffer: meta_buffer.buffer(),
+                    offset: (d.meta_slot * META_WORDS * 4) as u64,
+                    size: std::num::NonZeroU64::new((META_WORDS * 4) as u64),
+                };
+                let mut entries =
+                    vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(meta_binding) }];
+                for (i, b) in d.buffers.iter().enumerate() {
+                    entries
+                        .push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.buffer().as_entire_binding() });
+                }
+                let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &d.kernel.pipeline.get_bind_group_layout(0),
+                    entries: &entries,
+                });
+                pass.set_pipeline(&d.kernel.pipeline);
+                pass.set_bind_group(0, &bind_group, &[]);
+                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+            }
+        }
+        let staging = read.map(|r| {
+            let staging = self.pool.get(r.bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            encoder.copy_buffer_to_buffer(r.buffer.buffer(), r.offset, staging.buffer(), 0, r.bytes);
+            staging
+        });
+        self.queue.submit([encoder.finish()]);
+        self.submits.fetch_add(1, Ordering::Relaxed);
+        self.kernels_launched.fetch_add(rec.dispatches.len() as u64, Ordering::Relaxed);
+        self.check_errors()?;
+        Ok(staging)
+    }
+}

@@ -1,0 +1,187 @@
+//! Lowering: fused values → a kernel's structure ([`Sig`], the cache key)
+//! plus what one launch binds (buffers, layouts, scalars). Common
+//! subexpressions are merged here, so each is computed once per element.
+
+use super::expr::{Fused, Kind, PendingMatmul, RowStage, postorder};
+use crate::dtype::DType;
+use crate::ir::{BinaryOp, UnaryOp};
+use crate::runtime::pool::PooledBuffer;
+use crate::shape::Layout;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One SSA operation; operands are earlier indices in the same body.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Op {
+    Load(usize),
+    /// `param(start) + param(step) · index(leaf)`.
+    Iota { leaf: usize, start: usize, step: usize },
+    /// The result of row stage `k` for the current row.
+    Row(usize),
+    /// The matmul accumulator (epilogues only).
+    Acc,
+    Param(usize),
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+    Where(usize, usize, usize),
+    Cast(usize),
+    /// Read leaf `src` at the current coordinates with `axis` replaced by
+    /// the value of op `index`; param `len` is the source's axis length.
+    Gather { src: usize, axis: usize, index: usize, len: usize },
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Body {
+    pub ops: Vec<(Op, DType)>,
+    pub roots: Vec<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeafDesc {
+    pub dtype: DType,
+    /// Input buffer index; `None` for a computed index (iota).
+    pub buffer: Option<usize>,
+    /// Read as `offset + f` (f the kernel's flat index) instead of through strides.
+    pub contiguous: bool,
+}
+
+/// The structure of a fused kernel: everything its WGSL depends on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Sig {
+    pub rank: usize,
+    pub leaves: Vec<LeafDesc>,
+    pub params: Vec<DType>,
+    /// Dtype of each input buffer, bound after the outputs.
+    pub buffers: Vec<DType>,
+    pub bodies: Vec<Body>,
+}
+
+/// What one launch of a fused kernel binds.
+#[derive(Debug, Clone, Default)]
+pub struct Args {
+    pub layouts: Vec<Layout>,
+    pub params: Vec<f64>,
+    pub buffers: Vec<Arc<PooledBuffer>>,
+}
+
+#[derive(Default)]
+pub struct Lowerer {
+    pub sig: Sig,
+    pub args: Args,
+    stages: Vec<u64>,
+    acc: Option<u64>,
+    leaf_ids: HashMap<(usize, Option<*const PooledBuffer>, Layout, DType), usize>,
+}
+
+impl Lowerer {
+    /// A lowerer for a kernel over `rank` dims whose row stages (if any) are
+    /// `stages` and whose matmul accumulator (if any) is `acc`.
+    pub fn new(rank: usize, stages: &[Arc<RowStage>], acc: Option<&PendingMatmul>) -> Lowerer {
+        Lowerer {
+            sig: Sig { rank, ..Sig::default() },
+            stages: stages.iter().map(|s| s.id).collect(),
+            acc: acc.map(|m| m.id),
+            ..Lowerer::default()
+        }
+    }
+
+    /// Bind `buffer` as an input (once per buffer).
+    pub fn buffer(&mut self, buffer: &Arc<PooledBuffer>, dtype: DType) -> usize {
+        if let Some(i) = self.args.buffers.iter().position(|b| Arc::ptr_eq(b, buffer)) {
+            return i;
+        }
+        self.args.buffers.push(buffer.clone());
+        self.sig.buffers.push(dtype);
+        self.args.buffers.len() - 1
+    }
+
+    fn leaf(&mut self, buffer: Option<(&Arc<PooledBuffer>, DType)>, layout: &Layout, dtype: DType, force_strided: bool) -> usize {
+        let contiguous = !force_strided && layout.is_contiguous();
+        let key = (force_strided as usize, buffer.map(|(b, _)| Arc::as_ptr(b)), layout.clone(), dtype);
+        if let Some(&k) = self.leaf_ids.get(&key) {
+            return k;
+        }
+        let buffer = buffer.map(|(b, d)| self.buffer(b, d));
+        self.sig.leaves.push(LeafDesc { dtype, buffer, contiguous });
+        self.args.layouts.push(layout.clone());
+        self.leaf_ids.insert(key, self.sig.leaves.len() - 1);
+        self.sig.leaves.len() - 1
+    }
+
+    fn param(&mut self, dtype: DType, value: f64) -> usize {
+        self.sig.params.push(dtype);
+        self.args.params.push(value);
+        self.sig.params.len() - 1
+    }
+
+    /// Lower `roots` (all over this kernel's shape) into a new body.
+    pub fn body(&mut self, roots: &[&Fused]) -> usize {
+        let mut body = Body::default();
+        let mut memo: HashMap<*const super::expr::FNode, usize> = HashMap::new();
+        let mut cse: HashMap<(Op, DType), usize> = HashMap::new();
+        for root in roots {
+            for n in postorder(root) {
+                if memo.contains_key(&Arc::as_ptr(&n)) {
+                    continue;
+                }
+                let at = |x: &Fused| memo[&Arc::as_ptr(x)];
+                let op = match &n.kind {
+                    Kind::Buf(a) => Op::Load(self.leaf(Some((&a.buffer, a.dtype)), &a.layout, a.dtype, false)),
+                    Kind::Iota { layout, start, step } => {
+                        let leaf = self.leaf(None, layout, n.dtype, false);
+                        Op::Iota { leaf, start: self.param(n.dtype, *start), step: self.param(n.dtype, *step) }
+                    }
+                    Kind::Row { stage, .. } => Op::Row(
+                        self.stages.iter().position(|&s| s == stage.id).expect("row stage of another kernel"),
+                    ),
+                    Kind::Mm { mm, .. } => {
+                        assert_eq!(self.acc, Some(mm.id), "matmul leaf outside its epilogue");
+                        Op::Acc
+                    }
+                    Kind::Fill(v) => Op::Param(self.param(n.dtype, *v)),
+                    Kind::Unary(op, x) => Op::Unary(*op, at(x)),
+                    Kind::Binary(op, x, y) => Op::Binary(*op, at(x), at(y)),
+                    Kind::Where(c, x, y) => Op::Where(at(c), at(x), at(y)),
+                    Kind::Cast(x) => Op::Cast(at(x)),
+                    Kind::Gather { src, axis, index } => {
+                        let len = self.param(DType::U32, src.layout.shape[*axis] as f64);
+                        let src = self.leaf(Some((&src.buffer, src.dtype)), &src.layout, src.dtype, true);
+                        Op::Gather { src, axis: *axis, index: at(index), len }
+                    }
+                };
+                // Params differ per use but share a slot only when equal ops
+                // are merged; fills are cheap, so they are never merged.
+                let key = (op.clone(), n.dtype);
+                let id = match (&op, cse.get(&key)) {
+                    (Op::Param(_) | Op::Iota { .. }, _) | (_, None) => {
+                        body.ops.push((op, n.dtype));
+                        cse.insert(key, body.ops.len() - 1);
+                        body.ops.len() - 1
+                    }
+                    (_, Some(&i)) => i,
+                };
+                memo.insert(Arc::as_ptr(&n), id);
+            }
+            body.roots.push(memo[&Arc::as_ptr(root)]);
+        }
+        self.sig.bodies.push(body);
+        self.sig.bodies.len() - 1
+    }
+}
+
+/// Meta words a kernel over `sig` needs past its header and shape.
+pub fn meta_words(sig: &Sig) -> usize {
+    sig.leaves.iter().map(|l| if l.contiguous { 1 } else { 1 + sig.rank }).sum::<usize>() + sig.params.len()
+}
+
+/// Meta word of each leaf's layout and of the first param, for a kernel
+/// whose shape sits at `shape_base`.
+pub fn meta_bases(sig: &Sig, shape_base: usize) -> (Vec<usize>, usize) {
+    let mut at = shape_base + sig.rank;
+    let mut leaves = Vec::with_capacity(sig.leaves.len());
+    for l in &sig.leaves {
+        leaves.push(at);
+        at += if l.contiguous { 1 } else { 1 + sig.rank };
+    }
+    (leaves, at)
+}
