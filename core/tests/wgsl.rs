@@ -21,7 +21,11 @@ fn sig(rank: usize, leaves: &[(DType, bool)], params: &[DType], ops: Vec<(Op, DT
     body.roots = roots.into_iter().map(|r| r + base).collect();
     Sig {
         rank,
-        leaves: leaves.iter().enumerate().map(|(k, &(dtype, contiguous))| LeafDesc { dtype, buffer: Some(k), contiguous }).collect(),
+        leaves: leaves
+            .iter()
+            .enumerate()
+            .map(|(k, &(dtype, contiguous))| LeafDesc { dtype, buffer: Some(k), contiguous })
+            .collect(),
         params: params.to_vec(),
         buffers: leaves.iter().map(|l| l.0).collect(),
         bodies: vec![body],
@@ -56,7 +60,8 @@ fn catalog() -> Vec<String> {
             for contiguous in [true, false] {
                 let s = sig(3, &[(d, contiguous)], &[], vec![(Op::Unary(op, LOAD), d)], vec![0]);
                 if contiguous && d != DType::F16 {
-                    let key = KernelKey::Elementwise { sig: s.clone(), outputs: vec![d], out_strided: false, vec4: true };
+                    let key =
+                        KernelKey::Elementwise { sig: s.clone(), outputs: vec![d], out_strided: false, vec4: true };
                     out.push(key.wgsl());
                 }
                 out.push(ew(s, vec![d]));
@@ -137,7 +142,8 @@ fn catalog() -> Vec<String> {
                 roots: vec![5],
             },
         ];
-        let key = KernelKey::Row { sig: s, stages: vec![ReduceOp::Max, ReduceOp::Sum], outputs: vec![DType::F32], per_row };
+        let key =
+            KernelKey::Row { sig: s, stages: vec![ReduceOp::Max, ReduceOp::Sum], outputs: vec![DType::F32], per_row };
         out.push(key.wgsl());
     }
     for dtype in [DType::F32, DType::F16] {

@@ -37,12 +37,12 @@ pub fn layer_dir() -> Option<PathBuf> {
 /// SwiftShader's Vulkan driver ships with Debian's chromium package.
 const SWIFTSHADER_ICD: &str = "/usr/lib/chromium/vk_swiftshader_icd.json";
 
-/// Set up the environment for the suite. Must run before any wgpu instance
-/// is created and before other threads start (it sets env variables).
-/// Returns a line describing whether validation is on.
-pub fn setup() -> String {
-    let _ = log::set_logger(&Collector).map(|()| log::set_max_level(log::LevelFilter::Debug));
-    // SAFETY: called first thing in main, before any other thread exists.
+/// Make SwiftShader's Vulkan driver visible beside the system's, and
+/// silence the XDG_RUNTIME_DIR warning. Call before any wgpu instance
+/// exists and while no other thread reads the environment.
+pub fn env_for_adapters() {
+    // SAFETY: callers run this before other threads touch the environment
+    // (first in main, or inside a OnceLock that every test goes through).
     unsafe {
         if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
             std::env::set_var("XDG_RUNTIME_DIR", "/tmp");
@@ -52,6 +52,14 @@ pub fn setup() -> String {
             std::env::set_var("VK_ADD_DRIVER_FILES", SWIFTSHADER_ICD);
         }
     }
+}
+
+/// Set up the environment for the suite. Must run before any wgpu instance
+/// is created and before other threads start (it sets env variables).
+/// Returns a line describing whether validation is on.
+pub fn setup() -> String {
+    let _ = log::set_logger(&Collector).map(|()| log::set_max_level(log::LevelFilter::Debug));
+    env_for_adapters();
     match layer_dir() {
         Some(dir) => {
             // SAFETY: as above.

@@ -80,10 +80,11 @@ impl<'a> Emitter<'a> {
             _ => false,
         });
         if strided {
-            s.push_str(&unravel(self.sig.rank, self.shape_base, f).replace("rem", &format!("{pfx}rem")).replace(
-                "let c",
-                &format!("let {pfx}c"),
-            ));
+            s.push_str(
+                &unravel(self.sig.rank, self.shape_base, f)
+                    .replace("rem", &format!("{pfx}rem"))
+                    .replace("let c", &format!("let {pfx}c")),
+            );
         }
         let v = |i: usize| format!("{pfx}v{i}");
         for (i, (op, d)) in body.ops.iter().enumerate() {
@@ -155,7 +156,8 @@ pub fn vectorizable(sig: &Sig) -> bool {
     sig.leaves.iter().all(|l| l.contiguous && l.dtype != DType::F16)
         && sig.bodies.iter().all(|b| {
             b.ops.iter().all(|(op, d)| {
-                *d != DType::F16 && !matches!(op, Op::Gather { .. } | Op::Binary(BinaryOp::Pow, ..) | Op::Row(_) | Op::Acc)
+                *d != DType::F16
+                    && !matches!(op, Op::Gather { .. } | Op::Binary(BinaryOp::Pow, ..) | Op::Row(_) | Op::Acc)
             })
         })
 }

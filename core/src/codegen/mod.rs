@@ -136,11 +136,29 @@ pub fn unravel(rank: usize, shape_base: usize, i: &str) -> String {
 /// pipeline serves every batch size.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum KernelKey {
-    Elementwise { sig: Sig, outputs: Vec<DType>, out_strided: bool, vec4: bool },
+    Elementwise {
+        sig: Sig,
+        outputs: Vec<DType>,
+        out_strided: bool,
+        vec4: bool,
+    },
     /// First pass (`prologue`) or a later pass over partials of `dtype`.
-    Reduce { monoid: Monoid, prologue: Option<Sig>, partials: DType },
-    Row { sig: Sig, stages: Vec<ReduceOp>, outputs: Vec<DType>, per_row: bool },
-    Matmul { dtype: DType, batch_rank: usize, epilogue: Option<Sig> },
+    Reduce {
+        monoid: Monoid,
+        prologue: Option<Sig>,
+        partials: DType,
+    },
+    Row {
+        sig: Sig,
+        stages: Vec<ReduceOp>,
+        outputs: Vec<DType>,
+        per_row: bool,
+    },
+    Matmul {
+        dtype: DType,
+        batch_rank: usize,
+        epilogue: Option<Sig>,
+    },
 }
 
 impl KernelKey {
@@ -197,4 +215,3 @@ impl KernelKey {
         name + extra
     }
 }
-

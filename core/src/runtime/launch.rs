@@ -5,8 +5,8 @@
 
 use super::Gpu;
 use super::pipelines::Kernel;
-use super::realize::ReadRequest;
 use super::pool::PooledBuffer;
+use super::realize::ReadRequest;
 use crate::codegen::fused::{VEC, vectorizable};
 use crate::codegen::templates::{MATMUL_K_CHUNK, MATMUL_TILE, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
 use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
@@ -45,7 +45,10 @@ impl Gpu {
         let x = workgroups.clamp(1, max);
         let y = workgroups.div_ceil(x);
         if y > max {
-            return Err(KilnError::Invalid { op, detail: format!("{workgroups} workgroups exceed the adapter's grid") });
+            return Err(KilnError::Invalid {
+                op,
+                detail: format!("{workgroups} workgroups exceed the adapter's grid"),
+            });
         }
         Ok([x as u32, y as u32, 1])
     }
@@ -124,10 +127,10 @@ impl Recording {
         }
         let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
         let vec4 = out_region.is_none()
-            && n % VEC == 0
+            && n.is_multiple_of(VEC)
             && dtypes.iter().all(|&d| d != DType::F16)
             && vectorizable(&sig)
-            && args.layouts.iter().all(|l| l.offset % VEC == 0);
+            && args.layouts.iter().all(|l| l.offset.is_multiple_of(VEC));
         let per_thread = if vec4 {
             VEC
         } else if dtypes.contains(&DType::F16) {
@@ -257,7 +260,8 @@ impl Recording {
             return Err(KilnError::Invalid { op, detail: format!("an output of {m}×{n} exceeds the adapter's grid") });
         }
         let sig = epilogue;
-        let buffers: Vec<Arc<PooledBuffer>> = std::iter::once(out.clone()).chain(args.buffers.iter().cloned()).collect();
+        let buffers: Vec<Arc<PooledBuffer>> =
+            std::iter::once(out.clone()).chain(args.buffers.iter().cloned()).collect();
         let key = KernelKey::Matmul { dtype: operand_dtype, batch_rank: batch_shape.len(), epilogue: sig.clone() };
         for b0 in (0..batch).step_by(max) {
             for k0 in (0..k.max(1)).step_by(MATMUL_K_CHUNK) {
@@ -297,8 +301,8 @@ impl Gpu {
             let usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
             let meta_buffer = self.pool.get((rec.meta.len() * 4) as u64, usage);
             self.queue.write_buffer(meta_buffer.buffer(), 0, bytemuck::cast_slice(&rec.meta));
-            let mut pass =
-                encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("kiln"), timestamp_writes: None });
+            let mut pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("kiln"), timestamp_writes: None });
             for d in &rec.dispatches {
                 let meta_binding = wgpu::BufferBinding {
                     buffer: meta_buffer.buffer(),

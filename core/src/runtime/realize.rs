@@ -34,9 +34,11 @@ use std::sync::Arc;
 pub const RECOMPUTE_MAX: usize = 12;
 /// Largest fused expression; past it, operands are materialized.
 const FUSED_OPS_MAX: usize = 256;
-/// A last-axis reduction becomes a row stage when it has at least this
-/// many rows (one invocation per row) and at most `ROW_MAX_LEN` columns.
+/// A last-axis reduction of at most `ROW_MAX_LEN` columns becomes a row
+/// stage (one invocation per row) when it has at least this many rows, or
+/// when it is small enough for one invocation (a loss's mean over a batch).
 const ROW_MIN_ROWS: usize = 32;
+const ROW_SMALL: usize = 4096;
 
 /// A readback request: `bytes` bytes of `buffer` from `offset`.
 pub(super) struct ReadRequest {
@@ -218,7 +220,7 @@ impl<'a> Plan<'a> {
                 // Only sum and prod get here (inference rejects the rest).
                 return Ok(node(dtype, Kind::Fill(r.identity().unwrap_or(0.0))));
             }
-            if axes == [rank - 1] && len <= ROW_MAX_LEN && rows >= ROW_MIN_ROWS {
+            if axes == [rank - 1] && len <= ROW_MAX_LEN && (rows >= ROW_MIN_ROWS || rows * len <= ROW_SMALL) {
                 let input = self.stage_input(x, xs)?;
                 let stage = RowStage { id: fresh_id(), op: r, input, shape: xs.to_vec() };
                 return Ok(node(dtype, Kind::Row { stage: Arc::new(stage), layout: Layout::contiguous(&out_shape) }));
@@ -287,7 +289,7 @@ impl<'a> Plan<'a> {
         if !row_stages(v).is_empty() {
             return self.row_kernel(v, shape);
         }
-        let mut out = self.elementwise(&[v.clone()], shape)?;
+        let mut out = self.elementwise(std::slice::from_ref(v), shape)?;
         Ok(out.remove(0))
     }
 
@@ -339,10 +341,8 @@ impl<'a> Plan<'a> {
             return Ok(a.clone());
         }
         let out = self.gpu.alloc("matmul", DType::F32, &mm.shape)?;
-        let args = crate::sched::lower::Args {
-            buffers: vec![mm.a.buffer.clone(), mm.b.buffer.clone()],
-            ..Default::default()
-        };
+        let args =
+            crate::sched::lower::Args { buffers: vec![mm.a.buffer.clone(), mm.b.buffer.clone()], ..Default::default() };
         let (a, b) = (&mm.a.layout, &mm.b.layout);
         self.rec.matmul(self.gpu, "matmul", a, b, mm.a.dtype, &mm.shape, &out, None, args)?;
         let a = GpuArray { buffer: out, layout: Layout::contiguous(&mm.shape), dtype: DType::F32 };
@@ -405,9 +405,14 @@ impl<'a> Plan<'a> {
         .expect("leaf replacement cannot fail"))
     }
 
-    /// `v` with its row stages computed (one value per row each).
+    /// `v` with the row stages it reads computed (one value per row each;
+    /// stages those read are computed inside their kernels).
     fn force_rows(&mut self, v: &Fused) -> Result<Fused> {
-        for st in row_stages(v) {
+        let direct = postorder(v).into_iter().filter_map(|n| match &n.kind {
+            Kind::Row { stage, .. } => Some(stage.clone()),
+            _ => None,
+        });
+        for st in direct.collect::<Vec<_>>() {
             if self.stages.contains_key(&st.id) {
                 continue;
             }

@@ -24,12 +24,22 @@ pub enum Kind {
     /// A value in a buffer, seen through a layout over the expression's shape.
     Buf(GpuArray),
     /// `start + step · index`, with `index` the layout's element index.
-    Iota { layout: Layout, start: f64, step: f64 },
+    Iota {
+        layout: Layout,
+        start: f64,
+        step: f64,
+    },
     /// A last-axis reduction not yet computed; the layout maps a coordinate
     /// to the flat row index of the reduction's result.
-    Row { stage: Arc<RowStage>, layout: Layout },
+    Row {
+        stage: Arc<RowStage>,
+        layout: Layout,
+    },
     /// A matmul not yet computed (so that a consumer can become its epilogue).
-    Mm { mm: Arc<PendingMatmul>, layout: Layout },
+    Mm {
+        mm: Arc<PendingMatmul>,
+        layout: Layout,
+    },
     Fill(f64),
     Unary(UnaryOp, Fused),
     Binary(BinaryOp, Fused, Fused),
@@ -37,7 +47,11 @@ pub enum Kind {
     Cast(Fused),
     /// `src[coords with coords[axis] = index]`; `src` keeps its own layout,
     /// so a view of a gather materializes it first.
-    Gather { src: GpuArray, axis: usize, index: Fused },
+    Gather {
+        src: GpuArray,
+        axis: usize,
+        index: Fused,
+    },
 }
 
 /// A reduction over the last axis of `input` (shape `[rows.., len]`),

@@ -15,7 +15,11 @@ use std::sync::Arc;
 pub enum Op {
     Load(usize),
     /// `param(start) + param(step) · index(leaf)`.
-    Iota { leaf: usize, start: usize, step: usize },
+    Iota {
+        leaf: usize,
+        start: usize,
+        step: usize,
+    },
     /// The result of row stage `k` for the current row.
     Row(usize),
     /// The matmul accumulator (epilogues only).
@@ -27,7 +31,12 @@ pub enum Op {
     Cast(usize),
     /// Read leaf `src` at the current coordinates with `axis` replaced by
     /// the value of op `index`; param `len` is the source's axis length.
-    Gather { src: usize, axis: usize, index: usize, len: usize },
+    Gather {
+        src: usize,
+        axis: usize,
+        index: usize,
+        len: usize,
+    },
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -95,7 +104,13 @@ impl Lowerer {
         self.args.buffers.len() - 1
     }
 
-    fn leaf(&mut self, buffer: Option<(&Arc<PooledBuffer>, DType)>, layout: &Layout, dtype: DType, force_strided: bool) -> usize {
+    fn leaf(
+        &mut self,
+        buffer: Option<(&Arc<PooledBuffer>, DType)>,
+        layout: &Layout,
+        dtype: DType,
+        force_strided: bool,
+    ) -> usize {
         let contiguous = !force_strided && layout.is_contiguous();
         let key = (force_strided as usize, buffer.map(|(b, _)| Arc::as_ptr(b)), layout.clone(), dtype);
         if let Some(&k) = self.leaf_ids.get(&key) {
@@ -131,9 +146,9 @@ impl Lowerer {
                         let leaf = self.leaf(None, layout, n.dtype, false);
                         Op::Iota { leaf, start: self.param(n.dtype, *start), step: self.param(n.dtype, *step) }
                     }
-                    Kind::Row { stage, .. } => Op::Row(
-                        self.stages.iter().position(|&s| s == stage.id).expect("row stage of another kernel"),
-                    ),
+                    Kind::Row { stage, .. } => {
+                        Op::Row(self.stages.iter().position(|&s| s == stage.id).expect("row stage of another kernel"))
+                    }
                     Kind::Mm { mm, .. } => {
                         assert_eq!(self.acc, Some(mm.id), "matmul leaf outside its epilogue");
                         Op::Acc

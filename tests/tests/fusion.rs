@@ -1,0 +1,166 @@
+//! The scheduler's promises, counted with the runtime's launch counter on
+//! every adapter: how many kernels a computation takes, and that the fused
+//! result equals the CPU reference.
+
+use kiln::prelude::*;
+use kiln_conformance::rng::Rng;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Every adapter found; tests hold the lock so launch counts don't mix.
+fn devices() -> MutexGuard<'static, Vec<(String, Device)>> {
+    static DEVICES: OnceLock<Mutex<Vec<(String, Device)>>> = OnceLock::new();
+    DEVICES
+        .get_or_init(|| {
+            kiln_conformance::validation::env_for_adapters();
+            let (found, skipped) = kiln::block_on(kiln_conformance::adapters::discover());
+            for s in skipped {
+                eprintln!("skipped: {s}");
+            }
+            assert!(!found.is_empty(), "no adapter found");
+            Mutex::new(found.into_iter().map(|f| (f.label, f.device)).collect())
+        })
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+fn random(dev: &Device, shape: &[usize], seed: u64) -> Tensor {
+    let mut rng = Rng::new(seed);
+    let n: usize = shape.iter().product();
+    let data: Vec<f32> = (0..n).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+    Tensor::from_slice(dev, &data, shape).unwrap()
+}
+
+/// Run `f` on every adapter: assert it takes `expect(kernels)` kernels and
+/// one submit, and agrees with the CPU reference within `tol` (relative to
+/// the largest reference magnitude).
+fn check(what: &str, f: impl Fn(&Device) -> Result<Tensor>, expect: impl Fn(u64) -> bool, tol: f64) -> u64 {
+    let want = kiln::block_on(f(&Device::cpu()).unwrap().to_vec::<f32>()).unwrap();
+    let scale = want.iter().fold(1e-30f32, |m, v| m.max(v.abs())) as f64;
+    let mut counts = Vec::new();
+    for (label, dev) in devices().iter() {
+        let out = f(dev).unwrap();
+        let before = dev.stats();
+        kiln::block_on(out.realize()).unwrap();
+        let after = dev.stats();
+        let kernels = after.kernels_launched - before.kernels_launched;
+        assert!(expect(kernels), "{what} on {label}: {kernels} kernels");
+        assert_eq!(after.submits - before.submits, 1, "{what} on {label}: one submit");
+        let got = kiln::block_on(out.to_vec::<f32>()).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let err = (g - w).abs() as f64;
+            assert!(err <= tol * scale, "{what} on {label}: element {i} is {g}, reference {w}");
+        }
+        counts.push(kernels);
+    }
+    counts[0]
+}
+
+#[test]
+fn an_eight_op_elementwise_chain_with_a_broadcast_is_one_kernel() {
+    let n = check(
+        "8-op chain",
+        |d| {
+            let x = random(d, &[64, 300], 1);
+            let b = random(d, &[300], 2);
+            x.add(&b)?.mul_scalar(0.5)?.tanh()?.exp()?.sub_scalar(1.0)?.abs()?.sqrt()?.neg()
+        },
+        |k| k == 1,
+        1e-5,
+    );
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn softmax_over_the_last_axis_is_at_most_two_kernels() {
+    check("softmax", |d| random(d, &[256, 100], 3).softmax(-1), |k| k <= 2, 1e-5);
+    check("log_softmax", |d| random(d, &[64, 1000], 4).log_softmax(-1), |k| k <= 2, 1e-5);
+}
+
+#[test]
+fn relu_of_matmul_plus_bias_is_one_matmul_kernel() {
+    check(
+        "relu(x @ w + b)",
+        |d| random(d, &[64, 96], 5).matmul(&random(d, &[96, 48], 6))?.add(&random(d, &[48], 7))?.relu(),
+        |k| k == 1,
+        1e-5,
+    );
+}
+
+#[test]
+fn layer_norm_is_one_row_kernel() {
+    check(
+        "layer norm",
+        |d| {
+            let x = random(d, &[128, 200], 8);
+            let mu = x.mean(&[-1], true)?;
+            let centered = x.sub(&mu)?;
+            let var = centered.mul(&centered)?.mean(&[-1], true)?;
+            centered.div(&var.add_scalar(1e-5)?.sqrt()?)?.mul(&random(d, &[200], 9))?.add(&random(d, &[200], 10))
+        },
+        |k| k == 1,
+        1e-4,
+    );
+}
+
+#[test]
+fn cross_entropy_is_two_kernels() {
+    check(
+        "cross-entropy",
+        |d| {
+            let logits = random(d, &[128, 10], 11);
+            let labels = Tensor::from_slice(d, &(0..128i32).map(|i| i * 7 % 10).collect::<Vec<_>>(), &[128])?;
+            let picked = logits.log_softmax(-1)?.mul(&labels.one_hot(10, DType::F32)?)?;
+            picked.sum(&[-1], false)?.mean(&[], false)?.neg()
+        },
+        |k| k == 2,
+        1e-5,
+    );
+}
+
+#[test]
+fn views_fuse_into_index_arithmetic() {
+    // A transposed, sliced and broadcast operand, then a reshape that
+    // splits an axis, still make one kernel.
+    check(
+        "views",
+        |d| {
+            let a = random(d, &[40, 30], 12).t()?.narrow(0, 5, 20)?;
+            let b = random(d, &[40], 13).unsqueeze(0)?;
+            a.mul(&b)?.exp()?.reshape(&[20, 4, 10])?.add_scalar(1.0)
+        },
+        |k| k == 1,
+        1e-5,
+    );
+}
+
+#[test]
+fn an_expensive_shared_value_is_computed_once() {
+    // `h` feeds two reductions along different axes: a tree reduction and a
+    // row stage. Inlining h (many transcendental ops) twice would cost more
+    // than one write and read, so it is materialized: 3 kernels.
+    check(
+        "shared",
+        |d| {
+            let x = random(d, &[64, 64], 14);
+            let mut h = x.clone();
+            for _ in 0..7 {
+                h = h.sin()?.mul(&x)?;
+            }
+            h.sum(&[0], true)?.add(&h.sum(&[1], true)?)
+        },
+        |k| k == 3,
+        1e-3,
+    );
+}
+
+#[test]
+fn several_outputs_of_one_shape_share_a_kernel() {
+    for (label, dev) in devices().iter() {
+        let x = random(dev, &[1000], 15);
+        let (a, b, c) = (x.exp().unwrap(), x.mul_scalar(2.0).unwrap(), x.exp().unwrap().neg().unwrap());
+        let before = dev.stats().kernels_launched;
+        kiln::block_on(Tensor::realize_all(&[&a, &b, &c])).unwrap();
+        assert_eq!(dev.stats().kernels_launched - before, 1, "{label}");
+    }
+}
