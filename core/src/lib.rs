@@ -14,6 +14,6 @@ pub mod validate;
 pub use dtype::{DType, Element};
 pub use error::{KilnError, Result};
 pub use interp::HostArray;
-pub use ir::{Node, Prim};
-pub use runtime::{Device, DeviceInfo, DeviceOptions, DeviceStats};
+pub use ir::{Node, Prim, Realized};
+pub use runtime::{Device, DeviceInfo, DeviceOptions, DeviceStats, Program};
 pub use wgpu;

@@ -14,7 +14,7 @@
 //! ```
 
 pub use kiln_core::{self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result};
-pub use kiln_ops::Tensor;
+pub use kiln_ops::{Jit, Tensor, jit};
 
 /// Run a future to completion on native targets (readback is async).
 #[cfg(not(target_arch = "wasm32"))]
@@ -23,5 +23,5 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 }
 
 pub mod prelude {
-    pub use crate::{DType, Device, DeviceOptions, KilnError, Result, Tensor};
+    pub use crate::{DType, Device, DeviceOptions, KilnError, Result, Tensor, jit};
 }

@@ -5,12 +5,14 @@
 mod creation;
 mod elementwise;
 mod indexing;
+mod jit;
 mod linalg;
 mod reduce;
 mod softmax;
 mod tensor;
 mod views;
 
+pub use jit::{Jit, jit};
 pub use kiln_core::shape::SliceSpec;
 pub use kiln_core::{DType, Device, Element, KilnError, Result};
 pub use tensor::Tensor;

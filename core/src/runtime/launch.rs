@@ -288,6 +288,31 @@ impl Recording {
 }
 
 impl Gpu {
+    /// The bindings of one launch: its slot of `meta`, then `buffers`.
+    pub(super) fn bind_group(
+        &self,
+        kernel: &Kernel,
+        meta: &PooledBuffer,
+        meta_slot: usize,
+        buffers: &[Arc<PooledBuffer>],
+    ) -> wgpu::BindGroup {
+        let meta_binding = wgpu::BufferBinding {
+            buffer: meta.buffer(),
+            offset: (meta_slot * META_WORDS * 4) as u64,
+            size: std::num::NonZeroU64::new((META_WORDS * 4) as u64),
+        };
+        let mut entries =
+            vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(meta_binding) }];
+        for (i, b) in buffers.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.buffer().as_entire_binding() });
+        }
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &kernel.pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        })
+    }
+
     /// Encode `rec` (and a readback copy) in one command encoder and submit
     /// it once; returns the staging buffer of the copy.
     pub(super) fn submit(&self, rec: &Recording, read: Option<ReadRequest>) -> Result<Option<Arc<PooledBuffer>>> {
@@ -304,22 +329,7 @@ impl Gpu {
             let mut pass = encoder
                 .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("kiln"), timestamp_writes: None });
             for d in &rec.dispatches {
-                let meta_binding = wgpu::BufferBinding {
-                    buffer: meta_buffer.buffer(),
-                    offset: (d.meta_slot * META_WORDS * 4) as u64,
-                    size: std::num::NonZeroU64::new((META_WORDS * 4) as u64),
-                };
-                let mut entries =
-                    vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(meta_binding) }];
-                for (i, b) in d.buffers.iter().enumerate() {
-                    entries
-                        .push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.buffer().as_entire_binding() });
-                }
-                let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &d.kernel.pipeline.get_bind_group_layout(0),
-                    entries: &entries,
-                });
+                let bind_group = self.bind_group(&d.kernel, &meta_buffer, d.meta_slot, &d.buffers);
                 pass.set_pipeline(&d.kernel.pipeline);
                 pass.set_bind_group(0, &bind_group, &[]);
                 pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);

@@ -2,6 +2,7 @@
 //! pipeline cache. The backend is a runtime value; there is no global device.
 
 mod adapter;
+mod jit;
 mod launch;
 mod pipelines;
 pub mod pool;
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use adapter::describe as describe_adapter;
+pub use jit::Program;
 
 /// A realized GPU value: a pooled buffer seen through a strided layout.
 #[derive(Clone, Debug)]
@@ -180,6 +182,11 @@ impl Device {
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
         })))))
+    }
+
+    /// A number identifying this device while it lives (for caches).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
     }
 
     pub fn is_cpu(&self) -> bool {

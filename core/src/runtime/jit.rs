@@ -1,0 +1,184 @@
+//! Capture and replay: a realization recorded once (its kernels, parameters,
+//! buffer plan and bindings) and replayed with new input buffers: one
+//! submit, no graph building, no scheduling, no code generation.
+//!
+//! Every buffer a captured launch binds is an input (replaced per call), an
+//! output (freshly allocated per call) or fixed (an intermediate the program
+//! keeps, or a tensor the function read from outside its inputs: its value
+//! at capture time is what every replay sees).
+
+use super::launch::Recording;
+use super::pipelines::Kernel;
+use super::pool::PooledBuffer;
+use super::realize::Plan;
+use super::{Backend, Device, Gpu, GpuArray};
+use crate::error::{KilnError, Result};
+use crate::ir::{Node, Prim, Realized};
+use crate::shape::Layout;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+#[derive(Debug, Clone)]
+enum Slot {
+    Input(usize),
+    Output(usize),
+    Fixed(Arc<PooledBuffer>),
+}
+
+struct Launch {
+    kernel: Arc<Kernel>,
+    meta_slot: usize,
+    buffers: Vec<Slot>,
+    groups: [u32; 3],
+}
+
+/// Where an output's value lives on replay.
+struct OutputSpec {
+    slot: Slot,
+    layout: Layout,
+    dtype: crate::DType,
+}
+
+/// A captured realization of `outputs` from `inputs`.
+pub struct Program {
+    device: Device,
+    launches: Vec<Launch>,
+    meta: Option<Arc<PooledBuffer>>,
+    /// Size of each output buffer the launches write.
+    output_sizes: Vec<u64>,
+    outputs: Vec<OutputSpec>,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Program({} launches, {} outputs)", self.launches.len(), self.outputs.len())
+    }
+}
+
+fn gpu_array(n: &Node) -> Option<GpuArray> {
+    match n.realized_value() {
+        Some(Realized::Gpu(a)) => Some(a),
+        _ => None,
+    }
+}
+
+impl Device {
+    /// Realize `outputs`, built from the realized `inputs`, and record how
+    /// as a [`Program`] to replay on other inputs of the same shapes,
+    /// dtypes and layouts. `None` on the CPU reference (nothing to record).
+    pub fn capture(&self, inputs: &[Node], outputs: &[Node]) -> Result<Option<Program>> {
+        let Backend::Gpu(gpu) = &*self.0 else {
+            crate::interp::realize(outputs)?;
+            return Ok(None);
+        };
+        let in_arrays = inputs
+            .iter()
+            .map(|n| {
+                gpu_array(n).ok_or(KilnError::Invalid {
+                    op: "jit",
+                    detail: format!("input of shape {:?} must be realized on this device first", n.shape()),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut plan = Plan::new(gpu);
+        plan.run(outputs)?;
+        let out_arrays = outputs.iter().map(|n| plan.array(n)).collect::<Result<Vec<_>>>()?;
+        let program = Program::record(self, gpu, &plan.rec, &in_arrays, &out_arrays);
+        plan.submit(None)?;
+        Ok(Some(program))
+    }
+}
+
+impl Program {
+    fn record(device: &Device, gpu: &Gpu, rec: &Recording, inputs: &[GpuArray], outputs: &[GpuArray]) -> Program {
+        let mut written: Vec<Arc<PooledBuffer>> = Vec::new();
+        let same = |a: &Arc<PooledBuffer>, b: &Arc<PooledBuffer>| Arc::ptr_eq(a, b);
+        let mut slot_of = |b: &Arc<PooledBuffer>| {
+            if let Some(k) = inputs.iter().position(|x| same(&x.buffer, b)) {
+                return Slot::Input(k);
+            }
+            if outputs.iter().any(|o| same(&o.buffer, b)) {
+                let j = written.iter().position(|w| same(w, b)).unwrap_or_else(|| {
+                    written.push(b.clone());
+                    written.len() - 1
+                });
+                return Slot::Output(j);
+            }
+            Slot::Fixed(b.clone())
+        };
+        let launches = rec
+            .dispatches
+            .iter()
+            .map(|d| Launch {
+                kernel: d.kernel.clone(),
+                meta_slot: d.meta_slot,
+                buffers: d.buffers.iter().map(&mut slot_of).collect(),
+                groups: d.groups,
+            })
+            .collect();
+        let outputs = outputs
+            .iter()
+            .map(|o| OutputSpec { slot: slot_of(&o.buffer), layout: o.layout.clone(), dtype: o.dtype })
+            .collect();
+        let meta = (!rec.meta.is_empty()).then(|| {
+            let buf =
+                gpu.pool.get((rec.meta.len() * 4) as u64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+            gpu.queue.write_buffer(buf.buffer(), 0, bytemuck::cast_slice(&rec.meta));
+            buf
+        });
+        Program {
+            device: device.clone(),
+            launches,
+            meta,
+            output_sizes: written.iter().map(|b| b.size()).collect(),
+            outputs,
+        }
+    }
+
+    /// Kernels one replay launches.
+    pub fn kernels(&self) -> usize {
+        self.launches.len()
+    }
+
+    /// Run the program on `inputs` (realized, shaped and laid out as at
+    /// capture); returns the outputs as realized nodes. One submit.
+    pub fn replay(&self, inputs: &[Node]) -> Result<Vec<Node>> {
+        let Backend::Gpu(gpu) = &*self.device.0 else { unreachable!("programs are captured on GPUs") };
+        let in_arrays = inputs
+            .iter()
+            .map(|n| gpu_array(n).ok_or(KilnError::Invalid { op: "jit", detail: "replay input not realized".into() }))
+            .collect::<Result<Vec<_>>>()?;
+        let fresh: Vec<Arc<PooledBuffer>> =
+            self.output_sizes.iter().map(|&size| gpu.pool.get(size, Gpu::storage_usage())).collect();
+        let buffer = |s: &Slot| match s {
+            Slot::Input(k) => in_arrays[*k].buffer.clone(),
+            Slot::Output(j) => fresh[*j].clone(),
+            Slot::Fixed(b) => b.clone(),
+        };
+        gpu.check_errors()?;
+        let mut encoder =
+            gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln jit") });
+        if let Some(meta) = &self.meta {
+            let mut pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("kiln jit"), timestamp_writes: None });
+            for l in &self.launches {
+                let buffers: Vec<Arc<PooledBuffer>> = l.buffers.iter().map(buffer).collect();
+                let bind_group = gpu.bind_group(&l.kernel, meta, l.meta_slot, &buffers);
+                pass.set_pipeline(&l.kernel.pipeline);
+                pass.set_bind_group(0, &bind_group, &[]);
+                pass.dispatch_workgroups(l.groups[0], l.groups[1], l.groups[2]);
+            }
+        }
+        gpu.queue.submit([encoder.finish()]);
+        gpu.submits.fetch_add(1, Ordering::Relaxed);
+        gpu.kernels_launched.fetch_add(self.launches.len() as u64, Ordering::Relaxed);
+        gpu.check_errors()?;
+        self.outputs
+            .iter()
+            .map(|o| {
+                let value = GpuArray { buffer: buffer(&o.slot), layout: o.layout.clone(), dtype: o.dtype };
+                Node::realized(Prim::Input { shape: o.layout.shape.clone(), dtype: o.dtype }, Realized::Gpu(value))
+            })
+            .collect()
+    }
+}

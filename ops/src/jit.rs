@@ -1,0 +1,104 @@
+//! `jit(f)`: capture what `f` computes on its first call for each input
+//! signature (device, shapes, dtypes, layouts) and replay it afterwards:
+//! one submit, no graph building, scheduling or code generation.
+//!
+//! Sharp edge: `f` runs only at capture. Anything it reads besides its
+//! inputs (a tensor from outside, a Rust number such as a learning rate)
+//! is frozen at its capture-time value.
+
+use crate::Tensor;
+use kiln_core::runtime::GpuArray;
+use kiln_core::{DType, KilnError, Node, Program, Realized, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One input as a capture sees it: shape, dtype, strides, offset, and the
+/// first input sharing its buffer (aliasing changes what a replay binds).
+type InputSig = (Vec<usize>, DType, Vec<isize>, usize, usize);
+
+pub struct Jit<F> {
+    f: F,
+    programs: Mutex<HashMap<(usize, Vec<InputSig>), Arc<Program>>>,
+    captures: AtomicUsize,
+}
+
+/// Wrap `f` (a pure function of its input tensors) for capture and replay.
+pub fn jit<F>(f: F) -> Jit<F>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    Jit { f, programs: Mutex::default(), captures: AtomicUsize::new(0) }
+}
+
+fn gpu_array(t: &Tensor) -> Option<GpuArray> {
+    match t.node().realized_value() {
+        Some(Realized::Gpu(a)) => Some(a),
+        _ => None,
+    }
+}
+
+impl<F> Jit<F>
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    /// `f(inputs)`: captured on the first call with this signature,
+    /// replayed on later ones. Outputs are realized.
+    pub async fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let Some(first) = inputs.first() else { return (self.f)(inputs) };
+        let device = first.device().clone();
+        if let Some(t) = inputs.iter().find(|t| *t.device() != device) {
+            return Err(KilnError::DeviceMismatch {
+                op: "jit",
+                left: device.info().name,
+                right: t.device().info().name,
+            });
+        }
+        Tensor::realize_all(&inputs.iter().collect::<Vec<_>>()).await?;
+        let arrays: Vec<Option<GpuArray>> = inputs.iter().map(gpu_array).collect();
+        if arrays.iter().any(Option::is_none) {
+            // The CPU reference: nothing to capture.
+            let outputs = (self.f)(inputs)?;
+            Tensor::realize_all(&outputs.iter().collect::<Vec<_>>()).await?;
+            return Ok(outputs);
+        }
+        let arrays: Vec<GpuArray> = arrays.into_iter().flatten().collect();
+        let key = (device.id(), signature(&arrays));
+        let nodes: Vec<Node> = inputs.iter().map(|t| t.node().clone()).collect();
+        let cached = self.programs.lock().unwrap().get(&key).cloned();
+        if let Some(program) = cached {
+            let out = program.replay(&nodes)?;
+            return Ok(out.into_iter().map(|n| Tensor::from_node(&device, n)).collect());
+        }
+        let outputs = (self.f)(inputs)?;
+        if let Some(t) = outputs.iter().find(|t| *t.device() != device) {
+            return Err(KilnError::DeviceMismatch {
+                op: "jit output",
+                left: device.info().name,
+                right: t.device().info().name,
+            });
+        }
+        let out_nodes: Vec<Node> = outputs.iter().map(|t| t.node().clone()).collect();
+        if let Some(program) = device.capture(&nodes, &out_nodes)? {
+            self.captures.fetch_add(1, Ordering::Relaxed);
+            self.programs.lock().unwrap().insert(key, Arc::new(program));
+        }
+        Ok(outputs)
+    }
+
+    /// How many times `f` has been captured (once per input signature).
+    pub fn captures(&self) -> usize {
+        self.captures.load(Ordering::Relaxed)
+    }
+}
+
+fn signature(arrays: &[GpuArray]) -> Vec<InputSig> {
+    arrays
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let first = arrays[..i].iter().position(|b| Arc::ptr_eq(&a.buffer, &b.buffer)).unwrap_or(i);
+            (a.layout.shape.clone(), a.dtype, a.layout.strides.clone(), a.layout.offset, first)
+        })
+        .collect()
+}

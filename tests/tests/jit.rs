@@ -1,0 +1,64 @@
+//! jit: a captured function replays with one submit and no graph building,
+//! gives the results of the uncaptured run, and captures anew when an input
+//! shape changes.
+
+use kiln::prelude::*;
+use kiln_conformance::rng::Rng;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn random(dev: &Device, shape: &[usize], seed: u64) -> Tensor {
+    let mut rng = Rng::new(seed);
+    let data: Vec<f32> = (0..shape.iter().product()).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+    Tensor::from_slice(dev, &data, shape).unwrap()
+}
+
+/// A small MLP forward pass and its mean cross-entropy with a softmax.
+fn mlp(inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let [x, w1, b1, w2] = inputs else { panic!("four inputs") };
+    let h = x.matmul(w1)?.add(b1)?.relu()?;
+    let logits = h.matmul(w2)?;
+    let loss = logits.log_softmax(-1)?.mean(&[], false)?.neg()?;
+    Ok(vec![logits.softmax(-1)?, loss])
+}
+
+#[test]
+fn a_captured_function_replays_with_one_submit_and_equal_results() {
+    kiln_conformance::validation::env_for_adapters();
+    let (found, skipped) = kiln::block_on(kiln_conformance::adapters::discover());
+    for s in skipped {
+        eprintln!("skipped: {s}");
+    }
+    for f in found {
+        let dev = &f.device;
+        let calls = AtomicUsize::new(0);
+        let step = kiln::jit(|inputs: &[Tensor]| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            mlp(inputs)
+        });
+        let params = [random(dev, &[16, 32], 2), random(dev, &[32], 3), random(dev, &[32, 10], 4)];
+        for (batch, seed) in [(8, 10), (8, 11), (8, 12), (24, 13), (24, 14)] {
+            let mut inputs = vec![random(dev, &[batch, 16], seed)];
+            inputs.extend(params.iter().cloned());
+            let want: Vec<Vec<f32>> =
+                mlp(&inputs).unwrap().iter().map(|t| kiln::block_on(t.to_vec::<f32>()).unwrap()).collect();
+            let before = dev.stats();
+            let out = kiln::block_on(step.call(&inputs)).unwrap();
+            let after = dev.stats();
+            assert_eq!(after.submits - before.submits, 1, "{}: one submit per call", f.label);
+            for (o, w) in out.iter().zip(&want) {
+                assert_eq!(&kiln::block_on(o.to_vec::<f32>()).unwrap(), w, "{}: batch {batch}", f.label);
+            }
+        }
+        assert_eq!(step.captures(), 2, "{}: one capture per input shape", f.label);
+        assert_eq!(calls.load(Ordering::Relaxed), 2, "{}: f runs only when capturing", f.label);
+    }
+}
+
+#[test]
+fn jit_on_the_cpu_reference_just_runs_the_function() {
+    let dev = Device::cpu();
+    let f = kiln::jit(|x: &[Tensor]| Ok(vec![x[0].exp()?]));
+    let x = Tensor::from_slice(&dev, &[0.0f32, 1.0], &[2]).unwrap();
+    let out = kiln::block_on(f.call(&[x])).unwrap();
+    assert_eq!(kiln::block_on(out[0].to_vec::<f32>()).unwrap(), vec![1.0, std::f32::consts::E]);
+}
