@@ -14,6 +14,9 @@
 //! ```
 
 pub use kiln_core::{self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result};
+pub use kiln_autodiff::{Tree, Vjp, grad, stop_gradient, tree, value_and_grad, vjp};
+/// `#[derive(Tree)]` for parameter structs (see [`Tree`]).
+pub use kiln_derive::Tree;
 pub use kiln_ops::Tensor;
 
 /// Run a future to completion on native targets (readback is async).
@@ -23,5 +26,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 }
 
 pub mod prelude {
-    pub use crate::{DType, Device, DeviceOptions, KilnError, Result, Tensor};
+    pub use crate::{
+        DType, Device, DeviceOptions, KilnError, Result, Tensor, Tree, grad, stop_gradient, value_and_grad, vjp,
+    };
 }
