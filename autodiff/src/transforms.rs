@@ -41,7 +41,7 @@ pub struct Vjp<P, O> {
 /// bool leaves are an error naming their path.
 fn trace_primals<P: Tree>(op: &'static str, primals: &P, trace: &Arc<Trace>) -> Result<(P, Vec<Tensor>)> {
     let mut leaves = Vec::new();
-    for (path, t) in primals.flatten() {
+    for (path, t) in primals.named_leaves() {
         if !t.dtype().is_float() {
             return Err(KilnError::DType {
                 op,

@@ -106,19 +106,19 @@ pub trait Tree: Sized {
     fn rebuild(&self, path: &mut Path, leaves: &mut Leaves) -> Result<Self>;
 
     /// The leaves with their paths.
-    fn flatten(&self) -> Vec<(String, Tensor)> {
+    fn named_leaves(&self) -> Vec<(String, Tensor)> {
         let mut out = Vec::new();
         self.visit(&mut Path::default(), &mut |p, t| out.push((p.to_string(), t.clone())));
         out
     }
 
     fn leaves(&self) -> Vec<Tensor> {
-        self.flatten().into_iter().map(|(_, t)| t).collect()
+        self.named_leaves().into_iter().map(|(_, t)| t).collect()
     }
 
     fn structure(&self) -> Structure {
         let leaf = |(path, t): (String, Tensor)| LeafDef { path, shape: t.shape().to_vec(), dtype: t.dtype() };
-        Structure(self.flatten().into_iter().map(leaf).collect())
+        Structure(self.named_leaves().into_iter().map(leaf).collect())
     }
 
     /// This tree's structure with `leaves` in place of its own.
@@ -131,7 +131,7 @@ pub trait Tree: Sized {
 
     /// Apply `f(path, leaf)` to every leaf.
     fn map_leaves(&self, mut f: impl FnMut(&str, &Tensor) -> Result<Tensor>) -> Result<Self> {
-        let mapped = self.flatten().iter().map(|(p, t)| f(p, t)).collect::<Result<Vec<_>>>()?;
+        let mapped = self.named_leaves().iter().map(|(p, t)| f(p, t)).collect::<Result<Vec<_>>>()?;
         self.unflatten(mapped)
     }
 }
