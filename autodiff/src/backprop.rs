@@ -40,7 +40,11 @@ fn accumulate(cts: &mut HashMap<u64, Tensor>, id: u64, g: Tensor) -> Result<()> 
 /// The cotangents of `leaves` (`None`: `f` did not depend on that leaf),
 /// given `(output, cotangent)` pairs. Only nodes traced by `trace` are
 /// visited; everything else is a constant.
-pub(crate) fn backprop(trace: &Arc<Trace>, seeds: &[(Tensor, Tensor)], leaves: &[Tensor]) -> Result<Vec<Option<Tensor>>> {
+pub(crate) fn backprop(
+    trace: &Arc<Trace>,
+    seeds: &[(Tensor, Tensor)],
+    leaves: &[Tensor],
+) -> Result<Vec<Option<Tensor>>> {
     let mut cts: HashMap<u64, Tensor> = HashMap::new();
     for (out, ct) in seeds {
         if out.node().is_traced_by(trace) {

@@ -186,7 +186,8 @@ impl<T: Tree, const N: usize> Tree for [T; N] {
         visit_children(self.iter().enumerate(), path, f)
     }
     fn rebuild(&self, path: &mut Path, leaves: &mut Leaves) -> Result<Self> {
-        let items = self.iter().enumerate().map(|(i, c)| rebuild_child(c, i, path, leaves)).collect::<Result<Vec<T>>>()?;
+        let items =
+            self.iter().enumerate().map(|(i, c)| rebuild_child(c, i, path, leaves)).collect::<Result<Vec<T>>>()?;
         match items.try_into() {
             Ok(array) => Ok(array),
             Err(_) => unreachable!("one item per element of the array"),

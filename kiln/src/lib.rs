@@ -13,8 +13,8 @@
 //! # Ok(()) }
 //! ```
 
-pub use kiln_core::{self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result};
 pub use kiln_autodiff::{Tree, Vjp, grad, stop_gradient, tree, value_and_grad, vjp};
+pub use kiln_core::{self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result};
 /// `#[derive(Tree)]` for parameter structs (see [`Tree`]).
 pub use kiln_derive::Tree;
 pub use kiln_ops::Tensor;

@@ -68,7 +68,8 @@ fn hessian_vector_product_matches_finite_differences() {
     let p = mlp_params(0.0);
     let v = mlp_params(0.3);
     let dot = |a: &(Tensor, Tensor, Tensor), b: &(Tensor, Tensor, Tensor)| -> Result<Tensor> {
-        let terms = a.leaves().iter().zip(b.leaves()).map(|(x, y)| x.mul(&y)?.sum(&[], false)).collect::<Result<Vec<_>>>()?;
+        let terms =
+            a.leaves().iter().zip(b.leaves()).map(|(x, y)| x.mul(&y)?.sum(&[], false)).collect::<Result<Vec<_>>>()?;
         terms[1..].iter().try_fold(terms[0].clone(), |acc, t| acc.add(t))
     };
     let hvp = grad(|p: &(Tensor, Tensor, Tensor)| dot(&grad(mlp_loss)(p)?, &v))(&p).unwrap();

@@ -33,7 +33,9 @@ fn integer_and_bool_leaves() {
 #[test]
 fn a_tree_whose_structure_changed_between_calls() {
     let dev = Device::cpu();
-    let df = grad(|p: &Vec<Tensor>| p.iter().try_fold(Tensor::scalar(&dev, 0.0, DType::F32)?, |a, x| a.add(&x.sum(&[], false)?)));
+    let df = grad(|p: &Vec<Tensor>| {
+        p.iter().try_fold(Tensor::scalar(&dev, 0.0, DType::F32)?, |a, x| a.add(&x.sum(&[], false)?))
+    });
     let two = vec![Tensor::ones(&dev, &[2], DType::F32).unwrap(), Tensor::ones(&dev, &[3], DType::F32).unwrap()];
     df(&two).unwrap();
     let three = vec![two[0].clone(), two[1].clone(), two[1].clone()];

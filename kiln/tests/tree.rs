@@ -78,7 +78,10 @@ fn gradients_come_back_in_the_parameters_structure() {
         y.sum(&[], false)?.add(&m.pair.0)
     };
     let g = grad(loss)(&m).unwrap();
-    assert_eq!(g.structure().0.iter().map(|l| &l.path).collect::<Vec<_>>(), m.structure().0.iter().map(|l| &l.path).collect::<Vec<_>>());
+    assert_eq!(
+        g.structure().0.iter().map(|l| &l.path).collect::<Vec<_>>(),
+        m.structure().0.iter().map(|l| &l.path).collect::<Vec<_>>()
+    );
     let gw: Vec<f32> = kiln::block_on(g.layers[1].weight.to_vec()).unwrap();
     // d/dW2 of sum(h @ W2 · 4) = 4 · column sums of h = 4 · 4 · (2·1 + 2).
     assert_eq!(gw, [64.0, 64.0, 64.0]);

@@ -19,7 +19,9 @@ impl Tensor {
             detail: format!("cannot sum {:?} to the larger rank of {shape:?}", self.shape()),
         })?;
         let mut axes: Vec<isize> = (0..lead as isize).collect();
-        axes.extend((0..shape.len()).filter(|&d| shape[d] == 1 && self.shape()[d + lead] != 1).map(|d| (d + lead) as isize));
+        axes.extend(
+            (0..shape.len()).filter(|&d| shape[d] == 1 && self.shape()[d + lead] != 1).map(|d| (d + lead) as isize),
+        );
         let summed = if axes.is_empty() { self.clone() } else { self.sum(&axes, true)? };
         let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
         summed.reshape(&dims)

@@ -41,6 +41,33 @@ const OTHER_OPS: [&str; 31] = [
     "gather",
 ];
 const INDEXING_OPS: [&str; 2] = ["index_select", "one_hot"];
+/// Differentiable ops outside the unary and binary tables that must each
+/// have a gradient case.
+const GRAD_OPS: [&str; 23] = [
+    "where",
+    "cast",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "prod",
+    "matmul",
+    "reshape",
+    "permute",
+    "transpose",
+    "slice",
+    "narrow",
+    "expand",
+    "unsqueeze",
+    "squeeze",
+    "flatten",
+    "concat",
+    "stack",
+    "gather",
+    "index_select",
+    "softmax",
+    "log_softmax",
+];
 
 fn spirv_val(words: &[u32]) -> Option<Result<(), String>> {
     let path = std::env::temp_dir().join(format!("kiln-{}.spv", std::process::id()));
@@ -62,6 +89,13 @@ fn main() {
     for op in required.chain(OTHER_OPS).chain(INDEXING_OPS) {
         if !run.rows.iter().any(|r| r.0 == op) {
             failures.push(format!("op {op} has no conformance case"));
+        }
+    }
+    let float_unary = UnaryOp::ALL.iter().filter(|o| **o != UnaryOp::Not).map(|o| o.name());
+    let arithmetic = BinaryOp::ALL.iter().filter(|o| !o.is_comparison() && !o.is_logical()).map(|o| o.name());
+    for op in float_unary.chain(arithmetic).chain(GRAD_OPS) {
+        if !run.grads.iter().any(|r| r.op == op) {
+            failures.push(format!("differentiable op {op} has no gradient case"));
         }
     }
     for (_, msgs) in &run.messages {
@@ -91,9 +125,11 @@ fn main() {
     for f in &failures {
         println!("FAIL {f}");
     }
+    let (grad_passed, grad_failed) = run.grad_counts();
+    println!("gradient checks (finite differences and adapters): {grad_passed} passed, {grad_failed} failed");
     let (passed, failed) = run.counts();
     let extra = failures.len() - run.failures().len();
-    println!("{passed} passed, {} failed", failed + extra);
+    println!("{} passed, {} failed", passed + grad_passed, failed + grad_failed + extra);
     if !failures.is_empty() {
         std::process::exit(1);
     }
