@@ -253,6 +253,13 @@ fn composites(s: &mut Cases) {
         let flat: Vec<Tensor> = g.iter().map(|t| t.reshape(&[-1])).collect::<Result<_>>()?;
         Tensor::concat(&flat.iter().collect::<Vec<_>>(), 0)
     });
+    // Realizing inside f must not cut the graph (nodes keep their inputs
+    // while a grad traces them).
+    s.add("realized intermediate", "exp(x) realized inside f, then · x", &[(&[3, 4], -2.0, 2.0)], |x| {
+        let y = x[0].exp()?;
+        kiln::block_on(y.realize())?;
+        y.mul(&x[0])
+    });
     s.add("mlp", "6-5-3 mean cross-entropy", small, |p| cross_entropy(&mlp_logits(p, 4, 11)?, 12));
     let big: &[(&[usize], f64, f64)] =
         &[(&[784, 256], -0.05, 0.05), (&[256], -0.1, 0.1), (&[256, 10], -0.1, 0.1), (&[10], -0.1, 0.1)];

@@ -58,15 +58,21 @@ pub const MAX_RANK: usize = 8;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
+/// The live traces any of `inputs` depends on, each once.
+fn live_traces(inputs: &[Node]) -> Vec<Arc<Trace>> {
+    let mut traces: Vec<Arc<Trace>> = Vec::new();
+    for t in inputs.iter().flat_map(|n| &n.0.traces) {
+        if t.is_live() && !traces.iter().any(|u| Arc::ptr_eq(t, u)) {
+            traces.push(t.clone());
+        }
+    }
+    traces
+}
+
 impl Node {
     /// Build a node; shape and dtype are inferred and checked here.
     pub fn new(prim: Prim, inputs: Vec<Node>) -> Result<Node> {
-        let mut traces: Vec<Arc<Trace>> = Vec::new();
-        for t in inputs.iter().flat_map(|n| &n.0.traces) {
-            if t.is_live() && !traces.iter().any(|u| Arc::ptr_eq(t, u)) {
-                traces.push(t.clone());
-            }
-        }
+        let traces = live_traces(&inputs);
         Node::with_traces(prim, inputs, traces)
     }
 
@@ -136,9 +142,9 @@ impl Node {
     /// every device) that is a leaf of `trace` as well as a function of this
     /// node for the traces it already depends on.
     pub fn trace_leaf(&self, trace: &Arc<Trace>) -> Result<Node> {
-        let mut leaf = Node::new(self.identity(), vec![self.clone()])?;
-        Arc::get_mut(&mut leaf.0).expect("a new node is not shared").traces.push(trace.clone());
-        Ok(leaf)
+        let mut traces = live_traces(std::slice::from_ref(self));
+        traces.push(trace.clone());
+        Node::with_traces(self.identity(), vec![self.clone()], traces)
     }
 
     /// An identity view of this node that depends on no trace: the
