@@ -1,1 +1,20 @@
-//! Reverse-mode autodiff for kiln: vjp rules, `grad`, `value_and_grad`. Not built yet (autodiff issue).
+//! Reverse-mode autodiff for kiln as a graph transform.
+//!
+//! - [`tree`]: parameter trees (flatten to named leaves, rebuild).
+//! - [`transforms`]: `grad`, `value_and_grad`, `vjp`, `stop_gradient`.
+//! - `vjp_rules`: one exhaustive `match` over the primitives.
+//! - `backprop`: reverse accumulation over a traced graph.
+//!
+//! Closures are traced afresh on every call; the backward pass is an
+//! ordinary lazy graph, so it realizes (and fuses) like any other, and can
+//! be differentiated again (grad of grad).
+
+mod backprop;
+pub mod transforms;
+pub mod tree;
+mod vjp_rules;
+
+pub use kiln_core::Result;
+pub use kiln_ops::Tensor;
+pub use transforms::{Vjp, grad, stop_gradient, value_and_grad, vjp};
+pub use tree::{Leaves, Path, Structure, Tree};

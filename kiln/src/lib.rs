@@ -12,8 +12,31 @@
 //! assert_eq!(kiln::block_on(y.item::<f32>())?, 14.0);
 //! # Ok(()) }
 //! ```
+//!
+//! Gradients over parameter trees (here on the f64 CPU reference):
+//!
+//! ```
+//! use kiln::prelude::*;
+//! # fn main() -> kiln::Result<()> {
+//! #[derive(Tree)]
+//! struct Linear {
+//!     weight: Tensor,
+//!     bias: Tensor,
+//! }
+//! let dev = Device::cpu();
+//! let p = Linear { weight: Tensor::ones(&dev, &[3, 2], DType::F32)?, bias: Tensor::zeros(&dev, &[2], DType::F32)? };
+//! let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0], &[1, 3])?;
+//! let (loss, g) = value_and_grad(|p: &Linear| x.matmul(&p.weight)?.add(&p.bias)?.sum(&[], false))(&p)?;
+//! assert_eq!(kiln::block_on(loss.item::<f32>())?, 12.0);
+//! assert_eq!(kiln::block_on(g.weight.to_vec::<f32>())?, [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]);
+//! assert_eq!(g.named_leaves()[1].0, "bias");
+//! # Ok(()) }
+//! ```
 
+pub use kiln_autodiff::{Tree, Vjp, grad, stop_gradient, tree, value_and_grad, vjp};
 pub use kiln_core::{self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result};
+/// `#[derive(Tree)]` for parameter structs (see [`Tree`]).
+pub use kiln_derive::Tree;
 pub use kiln_ops::{Jit, Tensor, jit};
 
 /// Run a future to completion on native targets (readback is async).
@@ -23,5 +46,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 }
 
 pub mod prelude {
-    pub use crate::{DType, Device, DeviceOptions, KilnError, Result, Tensor, jit};
+    pub use crate::{
+        DType, Device, DeviceOptions, KilnError, Result, Tensor, Tree, grad, jit, stop_gradient, value_and_grad, vjp,
+    };
 }

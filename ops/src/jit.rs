@@ -68,7 +68,7 @@ where
         let cached = self.programs.lock().unwrap().get(&key).cloned();
         if let Some(program) = cached {
             let out = program.replay(&nodes)?;
-            return Ok(out.into_iter().map(|n| Tensor::from_node(&device, n)).collect());
+            return Ok(out.into_iter().map(|n| Tensor::from_node(n, device.clone())).collect());
         }
         let outputs = (self.f)(inputs)?;
         if let Some(t) = outputs.iter().find(|t| *t.device() != device) {

@@ -4,6 +4,7 @@
 
 mod creation;
 mod elementwise;
+mod grad_helpers;
 mod indexing;
 mod jit;
 mod linalg;

@@ -37,11 +37,6 @@ impl Tensor {
         Ok(t)
     }
 
-    /// Wrap an existing node (e.g. a jit replay's output) living on `device`.
-    pub fn from_node(device: &Device, node: Node) -> Tensor {
-        Tensor { node, device: device.clone() }
-    }
-
     /// Build a node over `self` and `others`, on `self`'s device.
     pub(crate) fn op(&self, prim: Prim, others: &[&Tensor]) -> Result<Tensor> {
         let inputs: Vec<&Tensor> = std::iter::once(self).chain(others.iter().copied()).collect();

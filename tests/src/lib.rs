@@ -6,6 +6,8 @@
 
 pub mod adapters;
 pub mod cases;
+pub mod grad_cases;
+pub mod grad_check;
 pub mod report;
 pub mod rng;
 pub mod validation;

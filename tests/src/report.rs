@@ -1,5 +1,6 @@
 //! Running the whole suite and writing docs/CONFORMANCE.md.
 
+use crate::grad_check::{self, GradRow};
 use crate::{Case, Outcome, adapters, cases, compare, validation};
 use kiln::core::interp::HostArray;
 use kiln::prelude::*;
@@ -10,6 +11,8 @@ pub struct Run {
     pub skipped: Vec<String>,
     /// (op, case detail, one outcome per adapter)
     pub rows: Vec<(&'static str, String, Vec<Outcome>)>,
+    /// Gradient checks: finite differences on the reference, then each adapter.
+    pub grads: Vec<GradRow>,
     /// Validation-layer messages, by adapter.
     pub messages: Vec<(String, Vec<String>)>,
     /// Every WGSL source compiled on any adapter.
@@ -26,7 +29,19 @@ impl Run {
                 }
             }
         }
+        out.extend(grad_check::failures(&self.grads, &self.adapter_labels()));
         out
+    }
+
+    pub fn adapter_labels(&self) -> Vec<String> {
+        self.adapters.iter().map(|(l, _)| l.clone()).collect()
+    }
+
+    /// (passed, failed) over the gradient checks.
+    pub fn grad_counts(&self) -> (usize, usize) {
+        let all: Vec<&Outcome> = self.grads.iter().flat_map(|r| r.fd.iter().chain(&r.outcomes)).collect();
+        let passed = all.iter().filter(|o| o.passed).count();
+        (passed, all.len() - passed)
     }
 
     pub fn counts(&self) -> (usize, usize) {
@@ -74,6 +89,7 @@ pub async fn run(filter: Option<&str>) -> Run {
         }
         rows.push((case.op, case.detail.clone(), outcomes));
     }
+    let grads = grad_check::run(&found, filter).await;
     let messages = validation::take_messages();
     let mut sources: Vec<String> = found.iter().flat_map(|f| f.device.compiled_sources()).collect();
     sources.sort();
@@ -83,12 +99,13 @@ pub async fn run(filter: Option<&str>) -> Run {
         adapters: found.iter().map(|f| (f.label.clone(), f.device.info())).collect(),
         skipped,
         rows,
+        grads,
         messages: if messages.is_empty() { vec![] } else { vec![("any adapter".into(), messages)] },
         sources,
     }
 }
 
-fn cell(o: &Outcome) -> String {
+pub(crate) fn cell(o: &Outcome) -> String {
     match (o.passed, o.max_abs_err.is_nan()) {
         (true, _) => format!("✓ {:.1e}", o.max_abs_err),
         (false, true) => "✗ error".into(),
@@ -150,6 +167,7 @@ pub fn markdown(run: &Run, command: &str) -> String {
         }
         s += "\n";
     }
+    s += &grad_check::markdown(&run.grads, &run.adapter_labels());
     let failures = run.failures();
     if !failures.is_empty() {
         s += "\n## Failures\n\n";

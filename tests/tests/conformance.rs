@@ -41,6 +41,10 @@ const OTHER_OPS: [&str; 31] = [
     "gather",
 ];
 const INDEXING_OPS: [&str; 2] = ["index_select", "one_hot"];
+/// Ops of the lists above that have no gradient (constants, integer
+/// results); every other op must have a gradient case.
+const NOT_DIFFERENTIABLE: [&str; 10] =
+    ["full", "zeros", "ones", "arange", "eye", "from_slice", "empty", "argmax", "argmin", "one_hot"];
 
 fn spirv_val(words: &[u32]) -> Option<Result<(), String>> {
     let path = std::env::temp_dir().join(format!("kiln-{}.spv", std::process::id()));
@@ -62,6 +66,14 @@ fn main() {
     for op in required.chain(OTHER_OPS).chain(INDEXING_OPS) {
         if !run.rows.iter().any(|r| r.0 == op) {
             failures.push(format!("op {op} has no conformance case"));
+        }
+    }
+    let float_unary = UnaryOp::ALL.iter().filter(|o| **o != UnaryOp::Not).map(|o| o.name());
+    let arithmetic = BinaryOp::ALL.iter().filter(|o| !o.is_comparison() && !o.is_logical()).map(|o| o.name());
+    let others = OTHER_OPS.into_iter().chain(INDEXING_OPS).filter(|op| !NOT_DIFFERENTIABLE.contains(op));
+    for op in float_unary.chain(arithmetic).chain(others) {
+        if !run.grads.iter().any(|r| r.op == op) {
+            failures.push(format!("differentiable op {op} has no gradient case"));
         }
     }
     for (_, msgs) in &run.messages {
@@ -91,9 +103,11 @@ fn main() {
     for f in &failures {
         println!("FAIL {f}");
     }
+    let (grad_passed, grad_failed) = run.grad_counts();
+    println!("gradient checks (finite differences and adapters): {grad_passed} passed, {grad_failed} failed");
     let (passed, failed) = run.counts();
     let extra = failures.len() - run.failures().len();
-    println!("{passed} passed, {} failed", failed + extra);
+    println!("{} passed, {} failed", passed + grad_passed, failed + grad_failed + extra);
     if !failures.is_empty() {
         std::process::exit(1);
     }

@@ -4,7 +4,7 @@ use super::{Prim, TypeInfo, infer::infer};
 use crate::error::Result;
 use crate::interp::HostArray;
 use crate::runtime::GpuArray;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A value a node has been computed to, on the device that computed it.
@@ -20,9 +20,34 @@ struct NodeInner {
     prim: Prim,
     info: TypeInfo,
     /// Emptied once the node is realized, so that a long chain of updates
-    /// (a training loop) does not keep every past value alive.
+    /// (a training loop) does not keep every past value alive; kept while
+    /// a live trace depends on the node (see [`Trace`]).
     inputs: Mutex<Vec<Node>>,
     realized: Mutex<Option<Realized>>,
+    /// The live traces (grad, vjp) whose leaves this node depends on.
+    traces: Vec<Arc<Trace>>,
+}
+
+/// One run of a transform (grad, vjp) over a closure. While it is live,
+/// nodes that depend on its leaves keep their inputs when realized, so the
+/// transform can walk back through values the closure read (`item()`).
+/// There is no global tape: a node knows its traces, a trace knows nothing.
+#[derive(Debug)]
+pub struct Trace {
+    live: AtomicBool,
+}
+
+impl Trace {
+    pub fn start() -> Arc<Trace> {
+        Arc::new(Trace { live: AtomicBool::new(true) })
+    }
+    /// After this, realizing the trace's nodes frees their inputs again.
+    pub fn end(&self) {
+        self.live.store(false, Ordering::Relaxed);
+    }
+    pub fn is_live(&self) -> bool {
+        self.live.load(Ordering::Relaxed)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -33,9 +58,25 @@ pub const MAX_RANK: usize = 8;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
+/// The live traces any of `inputs` depends on, each once.
+fn live_traces(inputs: &[Node]) -> Vec<Arc<Trace>> {
+    let mut traces: Vec<Arc<Trace>> = Vec::new();
+    for t in inputs.iter().flat_map(|n| &n.0.traces) {
+        if t.is_live() && !traces.iter().any(|u| Arc::ptr_eq(t, u)) {
+            traces.push(t.clone());
+        }
+    }
+    traces
+}
+
 impl Node {
     /// Build a node; shape and dtype are inferred and checked here.
     pub fn new(prim: Prim, inputs: Vec<Node>) -> Result<Node> {
+        let traces = live_traces(&inputs);
+        Node::with_traces(prim, inputs, traces)
+    }
+
+    fn with_traces(prim: Prim, inputs: Vec<Node>, traces: Vec<Arc<Trace>>) -> Result<Node> {
         let infos: Vec<&TypeInfo> = inputs.iter().map(|n| &n.0.info).collect();
         let info = infer(&prim, &infos)?;
         if info.shape.len() > MAX_RANK {
@@ -50,6 +91,7 @@ impl Node {
             info,
             inputs: Mutex::new(inputs),
             realized: Mutex::new(None),
+            traces,
         })))
     }
 
@@ -82,10 +124,37 @@ impl Node {
         self.0.realized.lock().unwrap().clone()
     }
 
-    /// Store the node's value and drop its inputs.
+    /// Store the node's value and drop its inputs, unless a live trace
+    /// still needs them to differentiate through this node.
     pub fn set_realized(&self, value: Realized) {
         *self.0.realized.lock().unwrap() = Some(value);
-        self.0.inputs.lock().unwrap().clear();
+        if !self.0.traces.iter().any(|t| t.is_live()) {
+            self.0.inputs.lock().unwrap().clear();
+        }
+    }
+
+    /// Whether this node depends on a leaf of `trace`.
+    pub fn is_traced_by(&self, trace: &Arc<Trace>) -> bool {
+        self.0.traces.iter().any(|t| Arc::ptr_eq(t, trace))
+    }
+
+    /// An identity view of this node (a permute by the identity, free on
+    /// every device) that is a leaf of `trace` as well as a function of this
+    /// node for the traces it already depends on.
+    pub fn trace_leaf(&self, trace: &Arc<Trace>) -> Result<Node> {
+        let mut traces = live_traces(std::slice::from_ref(self));
+        traces.push(trace.clone());
+        Node::with_traces(self.identity(), vec![self.clone()], traces)
+    }
+
+    /// An identity view of this node that depends on no trace: the
+    /// transforms see a constant (`stop_gradient`).
+    pub fn detached(&self) -> Result<Node> {
+        Node::with_traces(self.identity(), vec![self.clone()], Vec::new())
+    }
+
+    fn identity(&self) -> Prim {
+        Prim::Permute { perm: (0..self.shape().len()).collect() }
     }
 
     /// Nodes reachable from `roots` that still need computing, inputs first.

@@ -24,8 +24,10 @@ fn main() {
     for skip in &run.skipped {
         println!("skipped adapter: {skip}");
     }
+    let (grad_passed, grad_failed) = run.grad_counts();
+    println!("gradients: {grad_passed} passed, {grad_failed} failed");
     println!("{passed} passed, {failed} failed");
-    if failed > 0 || !run.messages.is_empty() {
+    if failed > 0 || grad_failed > 0 || !run.messages.is_empty() {
         std::process::exit(1);
     }
 }

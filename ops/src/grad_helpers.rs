@@ -1,0 +1,98 @@
+//! Composite ops the backward rules need (autodiff): undoing a broadcast, a
+//! slice or a gather. Each is built from differentiable primitives, so a
+//! backward graph can itself be differentiated (grad of grad).
+
+use crate::Tensor;
+use kiln_core::shape::SliceSpec;
+use kiln_core::{DType, Device, KilnError, Node, Result};
+
+impl Tensor {
+    /// Wrap a graph node (for transforms that rewrite graphs, like grad).
+    pub fn from_node(node: Node, device: Device) -> Tensor {
+        Tensor { node, device }
+    }
+
+    /// Sum a broadcast result back to `shape`: the reverse of `broadcast_to`.
+    pub fn sum_to_shape(&self, shape: &[usize]) -> Result<Tensor> {
+        let lead = self.rank().checked_sub(shape.len()).ok_or_else(|| KilnError::Shape {
+            op: "sum_to_shape",
+            detail: format!("cannot sum {:?} to the larger rank of {shape:?}", self.shape()),
+        })?;
+        let mut axes: Vec<isize> = (0..lead as isize).collect();
+        axes.extend(
+            (0..shape.len()).filter(|&d| shape[d] == 1 && self.shape()[d + lead] != 1).map(|d| (d + lead) as isize),
+        );
+        let summed = if axes.is_empty() { self.clone() } else { self.sum(&axes, true)? };
+        let dims: Vec<isize> = shape.iter().map(|&d| d as isize).collect();
+        summed.reshape(&dims)
+    }
+
+    /// Broadcast the result of a reduction over `axes` back to `shape`.
+    pub fn unreduce(&self, axes: &[usize], keepdim: bool, shape: &[usize]) -> Result<Tensor> {
+        let kept: Vec<isize> =
+            shape.iter().enumerate().map(|(d, &s)| if axes.contains(&d) { 1 } else { s as isize }).collect();
+        let x = if keepdim { self.clone() } else { self.reshape(&kept)? };
+        x.broadcast_to(shape)
+    }
+
+    /// Place this tensor (a slice's cotangent) into zeros of `shape` where
+    /// `specs` took it from: one gather per sliced axis, whose out-of-range
+    /// index (`len`) reads 0 off the slice.
+    pub fn unslice(&self, specs: &[SliceSpec], shape: &[usize]) -> Result<Tensor> {
+        let mut out = self.clone();
+        for (d, (spec, &n)) in specs.iter().zip(shape).enumerate() {
+            if spec.start == 0 && spec.len == n && spec.step == 1 {
+                continue;
+            }
+            let index: Vec<f64> = (0..n as isize)
+                .map(|i| {
+                    let rel = i - spec.start as isize;
+                    let j = rel / spec.step;
+                    let hit = rel % spec.step == 0 && j >= 0 && (j as usize) < spec.len;
+                    if hit { j as f64 } else { spec.len as f64 }
+                })
+                .collect();
+            out = out.gather(d as isize, &self.axis_index(&index, d, n, &out)?)?;
+        }
+        Ok(out)
+    }
+
+    /// An i32 index along axis `d` (length `n`), broadcast over `like`'s other axes.
+    fn axis_index(&self, index: &[f64], d: usize, n: usize, like: &Tensor) -> Result<Tensor> {
+        let mut view = vec![1isize; like.rank()];
+        view[d] = n as isize;
+        let mut shape = like.shape().to_vec();
+        shape[d] = n;
+        Tensor::from_f64(&self.device, index, &[n], DType::I32)?.reshape(&view)?.broadcast_to(&shape)
+    }
+
+    /// The reverse of `src.gather(axis, index)` for a `src` of `shape`: each
+    /// value of this tensor is added to the entry of `shape` it was read
+    /// from. Deterministic (a compare and a fixed-order sum, no atomics);
+    /// it costs `index.numel() · shape[axis]` elements of work.
+    pub fn scatter_add(&self, axis: usize, index: &Tensor, shape: &[usize]) -> Result<Tensor> {
+        let n = shape[axis];
+        let mut view = vec![1isize; self.rank() + 1];
+        view[axis + 1] = n as isize;
+        let classes = Tensor::arange(&self.device, 0.0, n as f64, 1.0, index.dtype())?.reshape(&view)?;
+        let hit = index.unsqueeze(axis as isize + 1)?.eq(&classes)?;
+        let zero = self.scalar_like(0.0)?;
+        let spread = Tensor::where_cond(&hit, &self.unsqueeze(axis as isize + 1)?, &zero)?;
+        spread.sum(&[axis as isize], false)?.pad_to(shape)
+    }
+
+    /// Pad with zeros at the end of each axis up to `shape`.
+    pub fn pad_to(&self, shape: &[usize]) -> Result<Tensor> {
+        let mut out = self.clone();
+        for (d, &n) in shape.iter().enumerate() {
+            let have = out.shape()[d];
+            if have < n {
+                let mut zshape = out.shape().to_vec();
+                zshape[d] = n - have;
+                let zeros = Tensor::zeros(&self.device, &zshape, self.dtype())?;
+                out = Tensor::concat(&[&out, &zeros], d as isize)?;
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,178 @@
+//! Running the gradient cases: the CPU reference's gradients against
+//! central finite differences (f64), and every adapter's gradients against
+//! the reference's. Gradients are vjps with a fixed random cotangent, so
+//! every output element counts.
+
+use crate::adapters::Found;
+use crate::grad_cases::{self, Check, GradCase, cotangent};
+use crate::report::cell;
+use crate::{Outcome, Tol, compare};
+use kiln::core::interp::HostArray;
+use kiln::prelude::*;
+
+/// Central differences with step `H` in f64: truncation ~H², rounding ~ε/H.
+const H: f64 = 1e-6;
+/// How close the reference's gradients must be to finite differences.
+pub const FD_TOL: Tol = Tol { abs: 1e-6, rel: 1e-5 };
+
+pub struct GradRow {
+    pub op: &'static str,
+    pub detail: String,
+    /// Reference vs finite differences (`None`: not applicable).
+    pub fd: Option<Outcome>,
+    /// Each adapter vs the reference.
+    pub outcomes: Vec<Outcome>,
+}
+
+/// The gradients of `Σ w · f(x)` with respect to each input, on `dev`.
+pub async fn gradients(case: &GradCase, dev: &Device) -> Result<Vec<HostArray>> {
+    let primals = case.primals(dev)?;
+    let (out, pullback) = vjp(|x: &Vec<Tensor>| (case.f)(x), &primals)?;
+    let grads = pullback.pullback(&cotangent(dev, out.shape(), out.dtype())?)?;
+    Tensor::realize_all(&grads.iter().collect::<Vec<_>>()).await?;
+    let mut out = Vec::new();
+    for g in &grads {
+        out.push(g.to_host().await?);
+    }
+    Ok(out)
+}
+
+/// `Σ w · f(x)` on the reference for host values of the inputs.
+async fn objective(case: &GradCase, cpu: &Device, values: &[HostArray]) -> Result<f64> {
+    let x = values.iter().map(|v| Tensor::from_f64(cpu, &v.data, &v.shape, v.dtype)).collect::<Result<Vec<_>>>()?;
+    let out = (case.f)(&x)?;
+    let w = cotangent(cpu, out.shape(), out.dtype())?.to_host().await?;
+    Ok(out.to_host().await?.data.iter().zip(&w.data).map(|(a, b)| a * b).sum())
+}
+
+pub async fn finite_differences(case: &GradCase, cpu: &Device) -> Result<Vec<Vec<f64>>> {
+    let mut values = Vec::new();
+    for p in case.primals(cpu)? {
+        values.push(p.to_host().await?);
+    }
+    let mut out = Vec::new();
+    for i in 0..values.len() {
+        let mut g = Vec::new();
+        for j in 0..values[i].data.len() {
+            let x = values[i].data[j];
+            values[i].data[j] = x + H;
+            let up = objective(case, cpu, &values).await?;
+            values[i].data[j] = x - H;
+            let down = objective(case, cpu, &values).await?;
+            values[i].data[j] = x;
+            g.push((up - down) / (2.0 * H));
+        }
+        out.push(g);
+    }
+    Ok(out)
+}
+
+fn failed(msg: String) -> Outcome {
+    Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) }
+}
+
+/// Compare per leaf; the outcome is the worst leaf's.
+fn check(got: &[HostArray], want: &[Vec<f64>], how: Check) -> Outcome {
+    let mut worst = Outcome { max_abs_err: 0.0, passed: true, failure: None };
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let o = match how {
+            Check::Elementwise(tol) => compare(&g.data, w, tol),
+            Check::MaxRelative(limit) => {
+                let diff = g.data.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                let scale = w.iter().map(|v| v.abs()).fold(0.0, f64::max);
+                let rel = if scale > 0.0 { diff / scale } else { diff };
+                let ok = rel <= limit;
+                let failure = (!ok).then(|| format!("max |g − r| / max |r| = {rel:.2e} over {limit:.0e}"));
+                Outcome { max_abs_err: rel, passed: ok, failure }
+            }
+        };
+        if let Some(f) = &o.failure {
+            worst.failure.get_or_insert(format!("input {i}: {f}"));
+            worst.passed = false;
+        }
+        worst.max_abs_err = worst.max_abs_err.max(o.max_abs_err);
+    }
+    worst
+}
+
+/// Run every gradient case whose op contains `filter`.
+pub async fn run(found: &[Found], filter: Option<&str>) -> Vec<GradRow> {
+    let cpu = Device::cpu();
+    let mut rows = Vec::new();
+    for case in grad_cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))) {
+        let reference = gradients(&case, &cpu).await;
+        let want: Result<Vec<Vec<f64>>> = reference.map(|r| r.into_iter().map(|h| h.data).collect());
+        let fd = match (&want, case.fd) {
+            (_, false) => None,
+            (Err(e), true) => Some(failed(format!("reference failed: {e}"))),
+            (Ok(w), true) => Some(match finite_differences(&case, &cpu).await {
+                Ok(fd) => {
+                    let as_host: Vec<HostArray> = w
+                        .iter()
+                        .map(|g| HostArray { dtype: DType::F32, shape: vec![g.len()], data: g.clone() })
+                        .collect();
+                    check(&as_host, &fd, Check::Elementwise(FD_TOL))
+                }
+                Err(e) => failed(format!("finite differences failed: {e}")),
+            }),
+        };
+        let mut outcomes = Vec::new();
+        for f in found {
+            outcomes.push(match (&want, gradients(&case, &f.device).await) {
+                (Err(e), _) => failed(format!("reference failed: {e}")),
+                (_, Err(e)) => failed(e.to_string()),
+                (Ok(w), Ok(g)) => check(&g, w, case.check),
+            });
+        }
+        rows.push(GradRow { op: case.op, detail: case.detail, fd, outcomes });
+    }
+    rows
+}
+
+pub fn failures(rows: &[GradRow], adapters: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in rows {
+        if let Some(f) = r.fd.as_ref().and_then(|o| o.failure.as_ref()) {
+            out.push(format!("grad {} [{}] finite differences: {f}", r.op, r.detail));
+        }
+        for (name, o) in adapters.iter().zip(&r.outcomes) {
+            if let Some(f) = &o.failure {
+                out.push(format!("grad {} [{}] on {name}: {f}", r.op, r.detail));
+            }
+        }
+    }
+    out
+}
+
+/// The "Gradients" section of docs/CONFORMANCE.md.
+pub fn markdown(rows: &[GradRow], adapters: &[String]) -> String {
+    let checks = rows.iter().map(|r| r.fd.is_some() as usize + r.outcomes.len()).sum::<usize>();
+    let passed = rows.iter().flat_map(|r| r.fd.iter().chain(&r.outcomes)).filter(|o| o.passed).count();
+    let mut s = String::from("\n## Gradients\n\n");
+    s += &format!(
+        "Reverse-mode gradients (`vjp` with a fixed random cotangent `w`, i.e. the gradient of `Σ w · f(x)`). \
+         Column *finite differences*: the CPU reference's gradients against central differences in f64 (step \
+         {H:e}), each element within {:e} + {:e} · |fd|. Adapter columns: each adapter's gradients against the \
+         reference's, elementwise within 1e-5 + 1e-4 · |ref| unless the case says otherwise; the MLP 784-256-10 \
+         row shows, per parameter, max |g − r| / max |r| (limit 1e-4). Each cell shows the largest error over the \
+         case's inputs; — means not applicable.\n\n{passed} of {checks} gradient checks passed ({} cases).\n\n",
+        FD_TOL.abs,
+        FD_TOL.rel,
+        rows.len()
+    );
+    s += "| op | case | finite differences |";
+    let mut line = String::from("|---|---|---|");
+    for a in adapters {
+        s += &format!(" {a} |");
+        line += "---|";
+    }
+    s += &format!("\n{line}\n");
+    for r in rows {
+        s += &format!("| {} | {} | {} |", r.op, r.detail, r.fd.as_ref().map_or("—".into(), cell));
+        for o in &r.outcomes {
+            s += &format!(" {} |", cell(o));
+        }
+        s += "\n";
+    }
+    s
+}
