@@ -2,6 +2,7 @@
 //! every adapter: how many kernels a computation takes, and that the fused
 //! result equals the CPU reference.
 
+use kiln::core::{Node, Prim};
 use kiln::prelude::*;
 use kiln_conformance::rng::Rng;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -162,5 +163,29 @@ fn several_outputs_of_one_shape_share_a_kernel() {
         let before = dev.stats().kernels_launched;
         kiln::block_on(Tensor::realize_all(&[&a, &b, &c])).unwrap();
         assert_eq!(dev.stats().kernels_launched - before, 1, "{label}");
+    }
+}
+
+#[test]
+fn the_backward_pass_of_an_elementwise_chain_fuses() {
+    for (label, dev) in devices().iter() {
+        let x = random(dev, &[4096], 16);
+        let loss = |x: &Tensor| x.tanh()?.mul_scalar(3.0)?.exp()?.add(x)?.sin()?.mul(x)?.sum(&[], false);
+        let g = kiln::grad(loss)(&x).unwrap();
+        // One kernel per non-view primitive is what op-by-op execution launches.
+        let unfused = Node::topo_unrealized(&[g.node().clone()])
+            .iter()
+            .filter(|n| {
+                !matches!(
+                    n.prim(),
+                    Prim::Reshape { .. } | Prim::Permute { .. } | Prim::Slice { .. } | Prim::Expand { .. }
+                )
+            })
+            .count() as u64;
+        let before = dev.stats().kernels_launched;
+        kiln::block_on(g.realize()).unwrap();
+        let fused = dev.stats().kernels_launched - before;
+        eprintln!("{label}: backward of a 7-op chain: {fused} kernels fused, {unfused} op by op");
+        assert!(fused < unfused && fused <= 2, "{label}: {fused} kernels, {unfused} unfused");
     }
 }

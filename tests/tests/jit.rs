@@ -62,3 +62,62 @@ fn jit_on_the_cpu_reference_just_runs_the_function() {
     let out = kiln::block_on(f.call(&[x])).unwrap();
     assert_eq!(kiln::block_on(out[0].to_vec::<f32>()).unwrap(), vec![1.0, std::f32::consts::E]);
 }
+
+/// One SGD step of a 784-256-10 MLP on a batch: (x, one-hot labels, params..)
+/// → (loss, new params..).
+fn sgd_step(inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let (x, y) = (&inputs[0], &inputs[1]);
+    let params: Vec<Tensor> = inputs[2..].to_vec();
+    let loss = |p: &Vec<Tensor>| {
+        let h = x.matmul(&p[0])?.add(&p[1])?.relu()?;
+        let logits = h.matmul(&p[2])?.add(&p[3])?;
+        logits.log_softmax(-1)?.mul(y)?.sum(&[-1], false)?.mean(&[], false)?.neg()
+    };
+    let (value, grads) = kiln::value_and_grad(loss)(&params)?;
+    let mut out = vec![value];
+    for (p, g) in params.iter().zip(&grads) {
+        out.push(p.sub(&g.mul_scalar(0.1)?)?);
+    }
+    Ok(out)
+}
+
+#[test]
+fn a_captured_training_step_is_one_submit_and_learns() {
+    kiln_conformance::validation::env_for_adapters();
+    let (found, _) = kiln::block_on(kiln_conformance::adapters::discover());
+    for f in found {
+        let dev = &f.device;
+        let step = kiln::jit(sgd_step);
+        let x = random(dev, &[32, 784], 20);
+        let labels: Vec<i32> = (0..32).map(|i| i % 10).collect();
+        let y = Tensor::from_slice(dev, &labels, &[32]).unwrap().one_hot(10, DType::F32).unwrap();
+        let mut params = vec![
+            random(dev, &[784, 256], 21).mul_scalar(0.05).unwrap(),
+            Tensor::zeros(dev, &[256], DType::F32).unwrap(),
+            random(dev, &[256, 10], 22).mul_scalar(0.1).unwrap(),
+            Tensor::zeros(dev, &[10], DType::F32).unwrap(),
+        ];
+        let all: Vec<&Tensor> = params.iter().chain([&x, &y]).collect();
+        kiln::block_on(Tensor::realize_all(&all)).unwrap();
+        let mut losses = Vec::new();
+        for i in 0..8 {
+            let mut inputs = vec![x.clone(), y.clone()];
+            inputs.extend(params.iter().cloned());
+            let before = dev.stats();
+            let out = kiln::block_on(step.call(&inputs)).unwrap();
+            let after = dev.stats();
+            assert_eq!(after.submits - before.submits, 1, "{}: step {i} is one submit", f.label);
+            if i == 1 {
+                eprintln!(
+                    "{}: a replayed step launches {} kernels",
+                    f.label,
+                    after.kernels_launched - before.kernels_launched
+                );
+            }
+            losses.push(kiln::block_on(out[0].item::<f32>()).unwrap());
+            params = out[1..].to_vec();
+        }
+        assert_eq!(step.captures(), 1);
+        assert!(losses[7] < losses[0] * 0.8, "{}: loss {losses:?}", f.label);
+    }
+}
