@@ -6,7 +6,7 @@ use kiln_core::DType;
 use kiln_core::codegen::KernelKey;
 use kiln_core::codegen::templates::Monoid;
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
-use kiln_core::sched::lower::{Body, LeafDesc, Op, Sig};
+use kiln_core::sched::lower::{Access, Body, LeafDesc, Op, Sig};
 use kiln_core::validate::translate_all;
 
 /// A signature over `rank` dims whose leaves each read their own buffer,
@@ -24,7 +24,7 @@ fn sig(rank: usize, leaves: &[(DType, bool)], params: &[DType], ops: Vec<(Op, DT
         leaves: leaves
             .iter()
             .enumerate()
-            .map(|(k, &(dtype, contiguous))| LeafDesc { dtype, buffer: Some(k), contiguous })
+            .map(|(k, &(dtype, contiguous))| LeafDesc { dtype, buffer: Some(k), access: access(contiguous) })
             .collect(),
         params: params.to_vec(),
         buffers: leaves.iter().map(|l| l.0).collect(),
@@ -44,6 +44,10 @@ fn shift(op: Op, base: usize) -> Op {
         Op::Gather { src, axis, index, len } => Op::Gather { src, axis, index: r(index), len },
         other => other,
     }
+}
+
+fn access(contiguous: bool) -> Access {
+    if contiguous { Access::Contiguous } else { Access::Strided }
 }
 
 /// Operand index of leaf `k`'s load.
@@ -87,7 +91,7 @@ fn catalog() -> Vec<String> {
         out.push(ew(sig(3, &leaves, &[], vec![(Op::Where(LOAD, LOAD + 1, LOAD + 2), from)], vec![0]), vec![from]));
         if from != DType::Bool {
             let mut s = sig(3, &[], &[from, from], vec![(Op::Iota { leaf: 0, start: 0, step: 1 }, from)], vec![0]);
-            s.leaves.push(LeafDesc { dtype: from, buffer: None, contiguous: false });
+            s.leaves.push(LeafDesc { dtype: from, buffer: None, access: Access::Strided });
             out.push(ew(s, vec![from]));
             for (index, axis) in [(DType::I32, 1), (DType::U32, 0)] {
                 let gather = Op::Gather { src: 0, axis, index: LOAD + 1, len: 0 };
@@ -99,6 +103,17 @@ fn catalog() -> Vec<String> {
         let wide = from.wide();
         let s = sig(2, &[(from, false)], &[], vec![(Op::Cast(LOAD), wide)], vec![0]);
         out.push(KernelKey::Elementwise { sig: s, outputs: vec![wide], out_strided: true, vec4: false }.wgsl());
+    }
+    // Broadcast leaves read without coordinates: a bias (period) and a row
+    // statistic (repeat), scalar and four at a time.
+    for vec4 in [false, true] {
+        let mut s = sig(2, &[(DType::F32, true), (DType::F32, true), (DType::Bool, true)], &[], vec![], vec![]);
+        s.leaves[1].access = Access::Mod;
+        s.leaves[2].access = Access::Div;
+        s.bodies[0].ops.push((Op::Binary(BinaryOp::Add, 0, 1), DType::F32));
+        s.bodies[0].ops.push((Op::Where(2, 3, 0), DType::F32));
+        s.bodies[0].roots = vec![4];
+        out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, vec4 }.wgsl());
     }
     // A multi-output kernel with f16 and f32 outputs sharing a subexpression.
     let ops = vec![(Op::Unary(UnaryOp::Exp, LOAD), DType::F32), (Op::Cast(0), DType::F16)];

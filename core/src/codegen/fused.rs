@@ -9,7 +9,7 @@
 use super::{META_DECL, WG, compute_type, literal, load_expr, storage_type, store_expr, unravel};
 use crate::dtype::DType;
 use crate::ir::{BinaryOp, ReduceOp, UnaryOp};
-use crate::sched::lower::{Body, Op, Sig, meta_bases};
+use crate::sched::lower::{Access, Body, Op, Sig, meta_bases};
 
 /// Elements one invocation of a vectorized elementwise kernel handles.
 pub const VEC: usize = 4;
@@ -51,8 +51,11 @@ impl<'a> Emitter<'a> {
     /// The element index of leaf `k` at the current position (a u32 expression).
     fn index(&self, k: usize, f: &str, pfx: &str) -> String {
         let base = self.leaf_base[k];
-        if self.sig.leaves[k].contiguous {
-            return format!("(m({base}u) + {f})");
+        match self.sig.leaves[k].access {
+            Access::Contiguous => return format!("(m({base}u) + {f})"),
+            Access::Mod => return format!("(m({base}u) + {f} % m({}u))", base + 1),
+            Access::Div => return format!("(m({base}u) + {f} / m({}u))", base + 1),
+            Access::Strided => {}
         }
         let mut at = format!("i32(m({base}u))");
         for d in 0..self.sig.rank {
@@ -64,7 +67,12 @@ impl<'a> Emitter<'a> {
     fn load(&self, k: usize, at: &str) -> String {
         let leaf = &self.sig.leaves[k];
         let buf = format!("in{}", leaf.buffer.expect("load of a computed leaf"));
+        let splat = leaf.access == Access::Div;
         match (self.vec4, leaf.dtype) {
+            // All four lanes read one element when the leaf repeats by 4s.
+            (true, d) if splat => {
+                format!("vec4<{}>({})", compute_type(d), load_expr(d, &buf, &format!("{at} >> 2u][{at} & 3u")))
+            }
             (true, DType::Bool) => format!("({buf}[{at} >> 2u] != vec4<u32>(0u))"),
             (true, _) => format!("{buf}[{at} >> 2u]"),
             (false, d) => load_expr(d, &buf, at),
@@ -76,7 +84,9 @@ impl<'a> Emitter<'a> {
     pub fn body(&self, b: usize, f: &str, pfx: &str, s: &mut String) -> Vec<String> {
         let body: &Body = &self.sig.bodies[b];
         let strided = body.ops.iter().any(|(op, _)| match op {
-            Op::Load(k) | Op::Iota { leaf: k, .. } | Op::Gather { src: k, .. } => !self.sig.leaves[*k].contiguous,
+            Op::Load(k) | Op::Iota { leaf: k, .. } | Op::Gather { src: k, .. } => {
+                self.sig.leaves[*k].access == Access::Strided
+            }
             _ => false,
         });
         if strided {
@@ -94,7 +104,9 @@ impl<'a> Emitter<'a> {
                 Op::Load(k) => self.load(*k, &self.index(*k, f, pfx)),
                 Op::Iota { leaf, start, step } => {
                     let at = self.index(*leaf, f, pfx);
-                    let idx = if self.vec4 {
+                    let idx = if self.vec4 && self.sig.leaves[*leaf].access == Access::Div {
+                        format!("{}(vec4<u32>({at}))", self.ty(d))
+                    } else if self.vec4 {
                         format!("{}(vec4<u32>({at}) + vec4<u32>(0u, 1u, 2u, 3u))", self.ty(d))
                     } else {
                         format!("{}({at})", self.ty(d))
@@ -153,7 +165,7 @@ impl<'a> Emitter<'a> {
 /// Whether a body can run four elements at a time: only contiguous
 /// 4-byte leaves, no gather, no pow.
 pub fn vectorizable(sig: &Sig) -> bool {
-    sig.leaves.iter().all(|l| l.contiguous && l.dtype != DType::F16)
+    sig.leaves.iter().all(|l| l.access != Access::Strided && l.dtype != DType::F16)
         && sig.bodies.iter().all(|b| {
             b.ops.iter().all(|(op, d)| {
                 *d != DType::F16

@@ -13,7 +13,7 @@ use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::ReduceOp;
-use crate::sched::lower::{Args, Sig, meta_words};
+use crate::sched::lower::{Access, Args, Sig, meta_words};
 use crate::shape::{Layout, numel};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -95,11 +95,11 @@ impl Recording {
             meta.u(d);
         });
         for (leaf, layout) in sig.leaves.iter().zip(&args.layouts) {
-            if leaf.contiguous {
-                meta.u(layout.offset);
-            } else {
-                meta.layout(layout.offset, &layout.strides);
-            }
+            match leaf.access {
+                Access::Contiguous => meta.u(layout.offset),
+                Access::Mod | Access::Div => meta.u(layout.offset).u(Access::of(layout).1),
+                Access::Strided => meta.layout(layout.offset, &layout.strides),
+            };
         }
         for (&d, &v) in sig.params.iter().zip(&args.params) {
             meta.scalar(d, v);
@@ -130,7 +130,15 @@ impl Recording {
             && n.is_multiple_of(VEC)
             && dtypes.iter().all(|&d| d != DType::F16)
             && vectorizable(&sig)
-            && args.layouts.iter().all(|l| l.offset.is_multiple_of(VEC));
+            && sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| {
+                let (_, period) = Access::of(l);
+                match leaf.access {
+                    Access::Contiguous => l.offset.is_multiple_of(VEC),
+                    Access::Mod => l.offset.is_multiple_of(VEC) && period.is_multiple_of(VEC),
+                    Access::Div => period.is_multiple_of(VEC),
+                    Access::Strided => false,
+                }
+            });
         let per_thread = if vec4 {
             VEC
         } else if dtypes.contains(&DType::F16) {

@@ -50,8 +50,54 @@ pub struct LeafDesc {
     pub dtype: DType,
     /// Input buffer index; `None` for a computed index (iota).
     pub buffer: Option<usize>,
-    /// Read as `offset + f` (f the kernel's flat index) instead of through strides.
-    pub contiguous: bool,
+    pub access: Access,
+}
+
+/// How a leaf's element index follows from the kernel's flat index `f`.
+/// The first three avoid unravelling `f` into coordinates, which costs a
+/// division per dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// `offset + f`.
+    Contiguous,
+    /// `offset + f % period`: broadcast over leading dims (a bias).
+    Mod,
+    /// `offset + f / repeat`: broadcast over trailing dims (a row statistic).
+    Div,
+    /// `offset + Σ coord[d] · stride[d]`.
+    Strided,
+}
+
+impl Access {
+    /// The access a layout over the kernel's shape allows, with its
+    /// parameter (period or repeat).
+    pub fn of(layout: &Layout) -> (Access, usize) {
+        if layout.is_contiguous() {
+            return (Access::Contiguous, 0);
+        }
+        let (shape, strides) = (&layout.shape, &layout.strides);
+        let broadcast = |d: usize| shape[d] == 1 || strides[d] == 0;
+        for k in 1..shape.len() {
+            let inner = Layout { shape: shape[k..].to_vec(), strides: strides[k..].to_vec(), offset: 0 };
+            if (0..k).all(broadcast) && inner.is_contiguous() {
+                return (Access::Mod, shape[k..].iter().product());
+            }
+            let outer = Layout { shape: shape[..k].to_vec(), strides: strides[..k].to_vec(), offset: 0 };
+            if (k..shape.len()).all(broadcast) && outer.is_contiguous() {
+                return (Access::Div, shape[k..].iter().product());
+            }
+        }
+        (Access::Strided, 0)
+    }
+
+    /// Meta words the access needs for a kernel of `rank`.
+    pub fn words(self, rank: usize) -> usize {
+        match self {
+            Access::Contiguous => 1,
+            Access::Mod | Access::Div => 2,
+            Access::Strided => 1 + rank,
+        }
+    }
 }
 
 /// The structure of a fused kernel: everything its WGSL depends on.
@@ -111,13 +157,13 @@ impl Lowerer {
         dtype: DType,
         force_strided: bool,
     ) -> usize {
-        let contiguous = !force_strided && layout.is_contiguous();
+        let access = if force_strided { Access::Strided } else { Access::of(layout).0 };
         let key = (force_strided as usize, buffer.map(|(b, _)| Arc::as_ptr(b)), layout.clone(), dtype);
         if let Some(&k) = self.leaf_ids.get(&key) {
             return k;
         }
         let buffer = buffer.map(|(b, d)| self.buffer(b, d));
-        self.sig.leaves.push(LeafDesc { dtype, buffer, contiguous });
+        self.sig.leaves.push(LeafDesc { dtype, buffer, access });
         self.args.layouts.push(layout.clone());
         self.leaf_ids.insert(key, self.sig.leaves.len() - 1);
         self.sig.leaves.len() - 1
@@ -186,7 +232,7 @@ impl Lowerer {
 
 /// Meta words a kernel over `sig` needs past its header and shape.
 pub fn meta_words(sig: &Sig) -> usize {
-    sig.leaves.iter().map(|l| if l.contiguous { 1 } else { 1 + sig.rank }).sum::<usize>() + sig.params.len()
+    sig.leaves.iter().map(|l| l.access.words(sig.rank)).sum::<usize>() + sig.params.len()
 }
 
 /// Meta word of each leaf's layout and of the first param, for a kernel
@@ -196,7 +242,7 @@ pub fn meta_bases(sig: &Sig, shape_base: usize) -> (Vec<usize>, usize) {
     let mut leaves = Vec::with_capacity(sig.leaves.len());
     for l in &sig.leaves {
         leaves.push(at);
-        at += if l.contiguous { 1 } else { 1 + sig.rank };
+        at += l.access.words(sig.rank);
     }
     (leaves, at)
 }
