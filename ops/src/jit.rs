@@ -16,10 +16,12 @@ use std::sync::{Arc, Mutex};
 /// One input as a capture sees it: shape, dtype, strides, offset, and the
 /// first input sharing its buffer (aliasing changes what a replay binds).
 type InputSig = (Vec<usize>, DType, Vec<isize>, usize, usize);
+/// A device (by id) and the signature of every input.
+type Key = (usize, Vec<InputSig>);
 
 pub struct Jit<F> {
     f: F,
-    programs: Mutex<HashMap<(usize, Vec<InputSig>), Arc<Program>>>,
+    programs: Mutex<HashMap<Key, Arc<Program>>>,
     captures: AtomicUsize,
 }
 
