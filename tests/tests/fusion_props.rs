@@ -122,17 +122,26 @@ fn devices() -> &'static Mutex<Vec<(String, Device)>> {
     })
 }
 
+/// Within 2e-3 of the largest reference magnitude: SwiftShader's sin and
+/// tanh are accurate to about 2^-10, and a wrong index is off by O(1).
 fn close(got: &[f32], want: &[f32], what: &str) -> std::result::Result<(), TestCaseError> {
     prop_assert_eq!(got.len(), want.len(), "{}: length", what);
     let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        prop_assert!((g - w).abs() <= 1e-4 * scale, "{}: element {} is {}, want {}", what, i, g, w);
+        prop_assert!((g - w).abs() <= 2e-3 * scale, "{}: element {} is {}, want {}", what, i, g, w);
     }
     Ok(())
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    // A fixed seed: CI runs the same 96 programs every time (a failure found
+    // while developing is rerun by its printed minimal input).
+    #![proptest_config(ProptestConfig {
+        cases: 96,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x6b696c6e),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn fused_unfused_and_reference_agree(
