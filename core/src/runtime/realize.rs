@@ -395,14 +395,10 @@ impl<'a> Plan<'a> {
             self.matmul_raw(&mm)?;
         }
         let done = &self.matmuls;
-        Ok(map_leaves(v, &mut |n| match &n.kind {
-            Kind::Mm { mm, layout } => {
-                let a = GpuArray { layout: layout.clone(), ..done[&mm.id].clone() };
-                Some(Some(narrowed(a, n.dtype)))
-            }
-            _ => Some(None),
-        })
-        .expect("leaf replacement cannot fail"))
+        Ok(with_computed(v, |k| match k {
+            Kind::Mm { mm, layout } => Some((done[&mm.id].clone(), layout.clone())),
+            _ => None,
+        }))
     }
 
     /// `v` with the row stages it reads computed (one value per row each;
@@ -423,14 +419,10 @@ impl<'a> Plan<'a> {
             self.stages.insert(st.id, a);
         }
         let done = &self.stages;
-        Ok(map_leaves(v, &mut |n| match &n.kind {
-            Kind::Row { stage, layout } => {
-                let a = GpuArray { layout: layout.clone(), ..done[&stage.id].clone() };
-                Some(Some(narrowed(a, n.dtype)))
-            }
-            _ => Some(None),
-        })
-        .expect("leaf replacement cannot fail"))
+        Ok(with_computed(v, |k| match k {
+            Kind::Row { stage, layout } => Some((done[&stage.id].clone(), layout.clone())),
+            _ => None,
+        }))
     }
 
     fn force_pending(&mut self, v: &Fused) -> Result<Fused> {
@@ -487,6 +479,13 @@ impl<'a> Plan<'a> {
         }
         Ok(staging)
     }
+}
+
+/// `v` with each pending leaf that `computed` maps to its result replaced
+/// by a read of that buffer through the leaf's layout.
+fn with_computed(v: &Fused, computed: impl Fn(&Kind) -> Option<(GpuArray, Layout)>) -> Fused {
+    map_leaves(v, &mut |n| Some(computed(&n.kind).map(|(a, layout)| narrowed(GpuArray { layout, ..a }, n.dtype))))
+        .expect("leaf replacement cannot fail")
 }
 
 /// Distinct buffers `v` reads.

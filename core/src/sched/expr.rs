@@ -115,7 +115,6 @@ pub fn apply_view(e: &Fused, view: &View) -> Option<Fused> {
             }
             Kind::Row { stage, layout } => with(Kind::Row { stage: stage.clone(), layout: view.apply(layout)? }),
             Kind::Mm { mm, layout } => with(Kind::Mm { mm: mm.clone(), layout: view.apply(layout)? }),
-            Kind::Fill(_) => Some(None),
             Kind::Gather { .. } => None,
             _ => Some(None),
         }
@@ -210,9 +209,7 @@ pub fn row_stages(e: &Fused) -> Vec<Arc<RowStage>> {
                 && !out.iter().any(|s| s.id == stage.id)
             {
                 visit(&stage.input, out);
-                if !out.iter().any(|s| s.id == stage.id) {
-                    out.push(stage.clone());
-                }
+                out.push(stage.clone());
             }
         }
     }
