@@ -4,6 +4,7 @@
 
 use kiln_core::DType;
 use kiln_core::codegen::KernelKey;
+use kiln_core::codegen::fused::Walk;
 use kiln_core::codegen::templates::Monoid;
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
 use kiln_core::sched::lower::{Access, Body, LeafDesc, Op, Sig};
@@ -54,7 +55,7 @@ fn access(contiguous: bool) -> Access {
 const LOAD: usize = 1 << 20;
 
 fn ew(sig: Sig, outputs: Vec<DType>) -> String {
-    KernelKey::Elementwise { sig, outputs, out_strided: false, vec4: false }.wgsl()
+    KernelKey::Elementwise { sig, outputs, out_strided: false, walk: Walk::Flat }.wgsl()
 }
 
 fn catalog() -> Vec<String> {
@@ -64,8 +65,12 @@ fn catalog() -> Vec<String> {
             for contiguous in [true, false] {
                 let s = sig(3, &[(d, contiguous)], &[], vec![(Op::Unary(op, LOAD), d)], vec![0]);
                 if contiguous && d != DType::F16 {
-                    let key =
-                        KernelKey::Elementwise { sig: s.clone(), outputs: vec![d], out_strided: false, vec4: true };
+                    let key = KernelKey::Elementwise {
+                        sig: s.clone(),
+                        outputs: vec![d],
+                        out_strided: false,
+                        walk: Walk::Vec4,
+                    };
                     out.push(key.wgsl());
                 }
                 out.push(ew(s, vec![d]));
@@ -79,7 +84,9 @@ fn catalog() -> Vec<String> {
             out.push(ew(s, vec![o]));
             if op != BinaryOp::Pow && d != DType::F16 {
                 let s = sig(2, &[(d, true), (d, true)], &[], vec![(Op::Binary(op, LOAD, LOAD + 1), o)], vec![0]);
-                out.push(KernelKey::Elementwise { sig: s, outputs: vec![o], out_strided: false, vec4: true }.wgsl());
+                out.push(
+                    KernelKey::Elementwise { sig: s, outputs: vec![o], out_strided: false, walk: Walk::Vec4 }.wgsl(),
+                );
             }
         }
     }
@@ -102,18 +109,18 @@ fn catalog() -> Vec<String> {
         out.push(ew(sig(3, &[], &[from], vec![(Op::Param(0), from)], vec![0]), vec![from]));
         let wide = from.wide();
         let s = sig(2, &[(from, false)], &[], vec![(Op::Cast(LOAD), wide)], vec![0]);
-        out.push(KernelKey::Elementwise { sig: s, outputs: vec![wide], out_strided: true, vec4: false }.wgsl());
+        out.push(KernelKey::Elementwise { sig: s, outputs: vec![wide], out_strided: true, walk: Walk::Flat }.wgsl());
     }
     // Broadcast leaves read without coordinates: a bias (period) and a row
     // statistic (repeat), scalar and four at a time.
-    for vec4 in [false, true] {
+    for walk in [Walk::Flat, Walk::Vec4, Walk::Vec4Rows] {
         let mut s = sig(2, &[(DType::F32, true), (DType::F32, true), (DType::Bool, true)], &[], vec![], vec![]);
         s.leaves[1].access = Access::Mod;
         s.leaves[2].access = Access::Div;
         s.bodies[0].ops.push((Op::Binary(BinaryOp::Add, 0, 1), DType::F32));
         s.bodies[0].ops.push((Op::Where(2, 3, 0), DType::F32));
         s.bodies[0].roots = vec![4];
-        out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, vec4 }.wgsl());
+        out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
     }
     // A multi-output kernel with f16 and f32 outputs sharing a subexpression.
     let ops = vec![(Op::Unary(UnaryOp::Exp, LOAD), DType::F32), (Op::Cast(0), DType::F16)];

@@ -37,7 +37,7 @@ pub use kiln_autodiff::{Tree, Vjp, grad, stop_gradient, tree, value_and_grad, vj
 pub use kiln_core::{self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result};
 /// `#[derive(Tree)]` for parameter structs (see [`Tree`]).
 pub use kiln_derive::Tree;
-pub use kiln_ops::{Jit, Tensor, jit};
+pub use kiln_ops::{DotView, Graph, Jit, Tensor, jit};
 
 /// Run a future to completion on native targets (readback is async).
 #[cfg(not(target_arch = "wasm32"))]

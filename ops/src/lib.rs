@@ -5,6 +5,7 @@
 mod creation;
 mod elementwise;
 mod grad_helpers;
+mod graph;
 mod indexing;
 mod jit;
 mod linalg;
@@ -13,6 +14,7 @@ mod softmax;
 mod tensor;
 mod views;
 
+pub use graph::{DotView, Graph};
 pub use jit::{Jit, jit};
 pub use kiln_core::shape::SliceSpec;
 pub use kiln_core::{DType, Device, Element, KilnError, Result};

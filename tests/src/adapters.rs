@@ -47,3 +47,21 @@ pub async fn discover() -> (Vec<Found>, Vec<String>) {
     }
     (found, skipped)
 }
+
+/// Every adapter found, opened once per test process (skipped ones are
+/// printed by name). Tests hold the lock so launch counts don't mix.
+pub fn shared() -> std::sync::MutexGuard<'static, Vec<(String, Device)>> {
+    use std::sync::{Mutex, OnceLock};
+    static DEVICES: OnceLock<Mutex<Vec<(String, Device)>>> = OnceLock::new();
+    DEVICES
+        .get_or_init(|| {
+            crate::validation::env_for_adapters();
+            let (found, skipped) = pollster::block_on(discover());
+            for s in skipped {
+                eprintln!("skipped: {s}");
+            }
+            Mutex::new(found.into_iter().map(|f| (f.label, f.device)).collect())
+        })
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}

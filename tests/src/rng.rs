@@ -28,3 +28,10 @@ impl Rng {
         (lo + (self.next_u64() % (hi - lo + 1) as u64) as i64) as f64
     }
 }
+
+/// An f32 tensor of `shape` with values uniform in [lo, hi) from `seed`.
+pub fn tensor(dev: &kiln::Device, shape: &[usize], seed: u64, lo: f64, hi: f64) -> kiln::Tensor {
+    let mut rng = Rng::new(seed);
+    let data: Vec<f32> = (0..shape.iter().product()).map(|_| rng.uniform(lo, hi) as f32).collect();
+    kiln::Tensor::from_slice(dev, &data, shape).expect("a valid test tensor")
+}

@@ -4,31 +4,11 @@
 
 use kiln::core::{Node, Prim};
 use kiln::prelude::*;
-use kiln_conformance::rng::Rng;
-use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// Every adapter found; tests hold the lock so launch counts don't mix.
-fn devices() -> MutexGuard<'static, Vec<(String, Device)>> {
-    static DEVICES: OnceLock<Mutex<Vec<(String, Device)>>> = OnceLock::new();
-    DEVICES
-        .get_or_init(|| {
-            kiln_conformance::validation::env_for_adapters();
-            let (found, skipped) = kiln::block_on(kiln_conformance::adapters::discover());
-            for s in skipped {
-                eprintln!("skipped: {s}");
-            }
-            assert!(!found.is_empty(), "no adapter found");
-            Mutex::new(found.into_iter().map(|f| (f.label, f.device)).collect())
-        })
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-}
+use kiln_conformance::adapters::shared as devices;
 
 fn random(dev: &Device, shape: &[usize], seed: u64) -> Tensor {
-    let mut rng = Rng::new(seed);
-    let n: usize = shape.iter().product();
-    let data: Vec<f32> = (0..n).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
-    Tensor::from_slice(dev, &data, shape).unwrap()
+    kiln_conformance::rng::tensor(dev, shape, seed, -2.0, 2.0)
 }
 
 /// Run `f` on every adapter: assert it takes `expect(kernels)` kernels and
@@ -187,5 +167,21 @@ fn the_backward_pass_of_an_elementwise_chain_fuses() {
         let fused = dev.stats().kernels_launched - before;
         eprintln!("{label}: backward of a 7-op chain: {fused} kernels fused, {unfused} op by op");
         assert!(fused < unfused && fused <= 2, "{label}: {fused} kernels, {unfused} unfused");
+    }
+}
+
+#[test]
+fn vectorized_walks_cover_ragged_sizes() {
+    // Rows of a bias's period: a row count that is not a multiple of the
+    // rows per invocation, and two biases of different periods (flat walk).
+    check("bias rows", |d| random(d, &[37, 128], 20).add(&random(d, &[128], 21))?.relu(), |k| k == 1, 1e-6);
+    let two = |d: &Device| {
+        let x = random(d, &[6, 8, 64], 22);
+        x.add(&random(d, &[64], 23))?.mul(&random(d, &[8, 64], 24))
+    };
+    check("two periods", two, |k| k == 1, 1e-6);
+    // Grid-strided vec4s: lengths that leave the last invocations short.
+    for n in [4, 1000, 4 * 257 * 9] {
+        check("vec4 stride", move |d| random(d, &[n], 25).exp(), |k| k == 1, 1e-6);
     }
 }

@@ -7,7 +7,6 @@
 use kiln::prelude::*;
 use kiln_conformance::rng::Rng;
 use proptest::prelude::*;
-use std::sync::{Mutex, OnceLock};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -110,18 +109,6 @@ fn run(dev: &Device, inputs: &[(Vec<usize>, Vec<f32>)], steps: &[Step], eager: b
     kiln::block_on(vals.last().unwrap().to_vec::<f32>()).unwrap()
 }
 
-fn devices() -> &'static Mutex<Vec<(String, Device)>> {
-    static DEVICES: OnceLock<Mutex<Vec<(String, Device)>>> = OnceLock::new();
-    DEVICES.get_or_init(|| {
-        kiln_conformance::validation::env_for_adapters();
-        let (found, skipped) = kiln::block_on(kiln_conformance::adapters::discover());
-        for s in skipped {
-            eprintln!("skipped: {s}");
-        }
-        Mutex::new(found.into_iter().map(|f| (f.label, f.device)).collect())
-    })
-}
-
 /// Within 2e-3 of the largest reference magnitude: SwiftShader's sin and
 /// tanh are accurate to about 2^-10, and a wrong index is off by O(1).
 fn close(got: &[f32], want: &[f32], what: &str) -> std::result::Result<(), TestCaseError> {
@@ -157,7 +144,7 @@ proptest! {
             .map(|s| (s.clone(), (0..s.iter().product()).map(|_| rng.uniform(-2.0, 2.0) as f32).collect()))
             .collect();
         let want = run(&Device::cpu(), &inputs, &steps, false);
-        for (label, dev) in devices().lock().unwrap().iter() {
+        for (label, dev) in kiln_conformance::adapters::shared().iter() {
             close(&run(dev, &inputs, &steps, false), &want, &format!("fused on {label}"))?;
             close(&run(dev, &inputs, &steps, true), &want, &format!("unfused on {label}"))?;
         }

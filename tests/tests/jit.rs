@@ -3,13 +3,10 @@
 //! shape changes.
 
 use kiln::prelude::*;
-use kiln_conformance::rng::Rng;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn random(dev: &Device, shape: &[usize], seed: u64) -> Tensor {
-    let mut rng = Rng::new(seed);
-    let data: Vec<f32> = (0..shape.iter().product()).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
-    Tensor::from_slice(dev, &data, shape).unwrap()
+    kiln_conformance::rng::tensor(dev, shape, seed, -1.0, 1.0)
 }
 
 /// A small MLP forward pass and its mean cross-entropy with a softmax.

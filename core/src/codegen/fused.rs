@@ -13,6 +13,25 @@ use crate::sched::lower::{Access, Body, Op, Sig, meta_bases};
 
 /// Elements one invocation of a vectorized elementwise kernel handles.
 pub const VEC: usize = 4;
+/// Vec4s (or rows of them) one invocation of a vectorized elementwise
+/// kernel handles.
+pub const ROWS_PER_INVOCATION: usize = 8;
+
+/// How an elementwise kernel's invocations walk the elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Walk {
+    /// One element per invocation (two when an output is f16).
+    Flat,
+    /// Four consecutive elements at a time, [`ROWS_PER_INVOCATION`] times
+    /// per invocation, a grid apart.
+    Vec4,
+    /// The elements seen as rows of the broadcast leaves' period (the
+    /// first `Mod` leaf's): four consecutive columns of
+    /// [`ROWS_PER_INVOCATION`] rows per invocation, so a bias is loaded
+    /// once per invocation, not once per row (on CPU adapters a load costs
+    /// as much as a whole row of arithmetic).
+    Vec4Rows,
+}
 
 /// Writes the statements of one body; knows where meta keeps everything.
 pub struct Emitter<'a> {
@@ -28,6 +47,12 @@ impl<'a> Emitter<'a> {
     pub fn new(sig: &'a Sig, shape_base: usize, vec4: bool) -> Emitter<'a> {
         let (leaf_base, param_base) = meta_bases(sig, shape_base);
         Emitter { sig, shape_base, leaf_base, param_base, vec4 }
+    }
+
+    /// The meta word holding the first `Mod` leaf's period.
+    fn mod_period_word(&self) -> Option<usize> {
+        let k = self.sig.leaves.iter().position(|l| l.access == Access::Mod)?;
+        Some(self.leaf_base[k] + 1)
     }
 
     /// Meta word just past this kernel's params.
@@ -82,7 +107,21 @@ impl<'a> Emitter<'a> {
     /// Statements computing body `b` at flat index `f`, variables prefixed
     /// `pfx`; returns the expressions of the body's roots.
     pub fn body(&self, b: usize, f: &str, pfx: &str, s: &mut String) -> Vec<String> {
+        self.body_hoisting(b, f, pfx, None, s)
+    }
+
+    /// [`Emitter::body`], with the ops that depend only on `Mod` leaves and
+    /// params written to `hoisted` (outside the caller's row loop) when given.
+    fn body_hoisting(
+        &self,
+        b: usize,
+        f: &str,
+        pfx: &str,
+        mut hoisted: Option<&mut String>,
+        s: &mut String,
+    ) -> Vec<String> {
         let body: &Body = &self.sig.bodies[b];
+        let mut invariant = vec![false; body.ops.len()];
         let strided = body.ops.iter().any(|(op, _)| match op {
             Op::Load(k) | Op::Iota { leaf: k, .. } | Op::Gather { src: k, .. } => {
                 self.sig.leaves[*k].access == Access::Strided
@@ -125,7 +164,20 @@ impl<'a> Emitter<'a> {
                     continue;
                 }
             };
-            s.push_str(&format!("    let {}: {} = {value};\n", v(i), self.ty(d)));
+            invariant[i] = hoisted.is_some()
+                && match op {
+                    Op::Load(k) => self.sig.leaves[*k].access == Access::Mod,
+                    Op::Param(_) => true,
+                    Op::Unary(_, x) | Op::Cast(x) => invariant[*x],
+                    Op::Binary(_, x, y) => invariant[*x] && invariant[*y],
+                    Op::Where(c, x, y) => invariant[*c] && invariant[*x] && invariant[*y],
+                    _ => false,
+                };
+            let line = format!("    let {}: {} = {value};\n", v(i), self.ty(d));
+            match hoisted.as_deref_mut() {
+                Some(pre) if invariant[i] => pre.push_str(&line),
+                _ => s.push_str(&line),
+            }
         }
         body.roots.iter().map(|&r| v(r)).collect()
     }
@@ -177,7 +229,8 @@ pub fn vectorizable(sig: &Sig) -> bool {
 /// An elementwise kernel writing the roots of body 0 to `outputs` buffers.
 /// Meta: 0 element count, 1 threads per grid row, shape at 2, then leaves
 /// and params, then (with `out_strided`) the one output's layout.
-pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, vec4: bool) -> String {
+pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: Walk) -> String {
+    let vec4 = walk != Walk::Flat;
     let e = Emitter::new(sig, 2, vec4);
     let mut s = String::from(META_DECL);
     for (k, &d) in outputs.iter().enumerate() {
@@ -185,17 +238,42 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, vec4: b
         s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{elem}>;\n", k + 1);
     }
     s += &e.input_decls(outputs.len());
-    s += &format!("@compute @workgroup_size({WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n");
+    s += &format!("@compute @workgroup_size({WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, ");
+    s += "@builtin(num_workgroups) nwg: vec3<u32>) {\n";
     s += "    let t = gid.y * m(1u) + gid.x;\n    let n = m(0u);\n";
     let store = |d: DType, v: &str| {
         if vec4 && d == DType::Bool { format!("select(vec4<u32>(0u), vec4<u32>(1u), {v})") } else { store_expr(d, v) }
     };
-    if vec4 {
-        s += "    if (t * 4u >= n) { return; }\n    let f = t * 4u;\n";
+    if walk == Walk::Vec4Rows {
+        let period = e.mod_period_word().expect("a Vec4Rows kernel has a broadcast leaf");
+        s += &format!("    let period = m({period}u);\n    let cols = period / 4u;\n");
+        s += &format!("    let r0 = (t / cols) * {ROWS_PER_INVOCATION}u;\n    let rows = n / period;\n");
+        s += "    if (r0 >= rows) { return; }\n    let col = (t % cols) * 4u;\n";
+        let mut pre = String::new();
+        let mut inner = String::new();
+        let roots = e.body_hoisting(0, "f", "", Some(&mut pre), &mut inner);
+        // Mod leaves read at `col` (= f % period), so hoisted loads see `f = col`.
+        s += "    let f = col;\n";
+        s += &pre;
+        s += &format!("    for (var i = 0u; i < {ROWS_PER_INVOCATION}u; i++) {{\n");
+        s += "    let r = r0 + i;\n    if (r >= rows) { break; }\n    let f = r * period + col;\n";
+        s += &inner;
+        for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+            s += &format!("    out{k}[f >> 2u] = {};\n", store(d, r));
+        }
+        s += "    }\n";
+    } else if vec4 {
+        // Invocation t takes vec4s t, t + T, t + 2T, ... (T invocations in
+        // all): neighbours read neighbouring memory, and the per-invocation
+        // cost of CPU adapters is shared by several vec4s.
+        s += "    let stride = m(1u) * nwg.y;\n";
+        s += &format!("    for (var i = 0u; i < {ROWS_PER_INVOCATION}u; i++) {{\n");
+        s += "    let q = t + i * stride;\n    if (q * 4u >= n) { break; }\n    let f = q * 4u;\n";
         let roots = e.body(0, "f", "", &mut s);
         for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
-            s += &format!("    out{k}[t] = {};\n", store(d, r));
+            s += &format!("    out{k}[q] = {};\n", store(d, r));
         }
+        s += "    }\n";
     } else if outputs.contains(&DType::F16) {
         // Two elements per invocation, so f16 outputs write whole words.
         s += "    let f0 = t * 2u;\n    if (f0 >= n) { return; }\n    let f1 = min(f0 + 1u, n - 1u);\n";

@@ -9,6 +9,7 @@ pub mod templates;
 use crate::dtype::DType;
 use crate::ir::ReduceOp;
 use crate::sched::lower::{Op, Sig};
+use fused::Walk;
 use templates::{Monoid, ReduceSource};
 
 /// Words in one kernel's uniform block (512 bytes, a multiple of the
@@ -140,7 +141,7 @@ pub enum KernelKey {
         sig: Sig,
         outputs: Vec<DType>,
         out_strided: bool,
-        vec4: bool,
+        walk: Walk,
     },
     /// First pass (`prologue`) or a later pass over partials of `dtype`.
     Reduce {
@@ -164,8 +165,8 @@ pub enum KernelKey {
 impl KernelKey {
     pub fn wgsl(&self) -> String {
         match self {
-            KernelKey::Elementwise { sig, outputs, out_strided, vec4 } => {
-                fused::elementwise_wgsl(sig, outputs, *out_strided, *vec4)
+            KernelKey::Elementwise { sig, outputs, out_strided, walk } => {
+                fused::elementwise_wgsl(sig, outputs, *out_strided, *walk)
             }
             KernelKey::Reduce { monoid, prologue: Some(sig), .. } => {
                 templates::reduce_wgsl(*monoid, ReduceSource::Prologue(sig))
@@ -183,7 +184,14 @@ impl KernelKey {
     /// A short readable name for logs and dumps, e.g. `ew_sub_exp_div`.
     pub fn name(&self) -> String {
         let (kind, sig, extra) = match self {
-            KernelKey::Elementwise { sig, vec4, .. } => ("ew", Some(sig), if *vec4 { "_vec4" } else { "" }),
+            KernelKey::Elementwise { sig, walk, .. } => {
+                let suffix = match walk {
+                    Walk::Flat => "",
+                    Walk::Vec4 => "_vec4",
+                    Walk::Vec4Rows => "_rows",
+                };
+                ("ew", Some(sig), suffix)
+            }
             KernelKey::Reduce { monoid, prologue, .. } => {
                 let kind = match monoid {
                     Monoid::Reduce(op) => op.name(),

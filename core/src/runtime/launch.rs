@@ -7,7 +7,7 @@ use super::Gpu;
 use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
 use super::realize::ReadRequest;
-use crate::codegen::fused::{VEC, vectorizable};
+use crate::codegen::fused::{ROWS_PER_INVOCATION, VEC, Walk, vectorizable};
 use crate::codegen::templates::{MATMUL_K_CHUNK, MATMUL_TILE, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
 use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
 use crate::dtype::DType;
@@ -138,14 +138,25 @@ impl Recording {
                     Access::Strided => false,
                 }
             });
-        let per_thread = if vec4 {
-            VEC
-        } else if dtypes.contains(&DType::F16) {
-            2
+        let walk = if !vec4 {
+            Walk::Flat
+        } else if rows_walk(&sig, &args, n) {
+            Walk::Vec4Rows
         } else {
-            1
+            Walk::Vec4
         };
-        let groups = gpu.grid(op, n.div_ceil(per_thread).div_ceil(WG as usize))?;
+        let threads = match walk {
+            Walk::Vec4Rows => {
+                let period =
+                    Access::of(&args.layouts[sig.leaves.iter().position(|l| l.access == Access::Mod).expect("a bias")])
+                        .1;
+                (period / VEC) * (n / period).div_ceil(ROWS_PER_INVOCATION)
+            }
+            Walk::Vec4 => n.div_ceil(VEC).div_ceil(ROWS_PER_INVOCATION),
+            Walk::Flat if dtypes.contains(&DType::F16) => n.div_ceil(2),
+            Walk::Flat => n,
+        };
+        let groups = gpu.grid(op, threads.div_ceil(WG as usize))?;
         let mut meta = Meta::default();
         meta.u(n).u(groups[0] as usize * WG as usize);
         Self::fused_meta(&mut meta, &sig, &args, shape);
@@ -153,7 +164,7 @@ impl Recording {
             meta.layout(l.offset, &l.strides);
         }
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        let key = KernelKey::Elementwise { sig, outputs: dtypes, out_strided: out_region.is_some(), vec4 };
+        let key = KernelKey::Elementwise { sig, outputs: dtypes, out_strided: out_region.is_some(), walk };
         self.dispatch(gpu, &key, meta, buffers, groups, n)
     }
 
@@ -292,6 +303,17 @@ impl Recording {
         }
         Ok(())
     }
+}
+
+/// Whether a vectorized elementwise launch walks rows of its broadcast
+/// period: every `Mod` leaf shares one period of at least 64 elements (so
+/// neighbouring invocations still read neighbouring memory) and there are
+/// rows to share the loads over.
+fn rows_walk(sig: &Sig, args: &Args, n: usize) -> bool {
+    let mut periods =
+        sig.leaves.iter().zip(&args.layouts).filter(|(l, _)| l.access == Access::Mod).map(|(_, l)| Access::of(l).1);
+    let Some(period) = periods.next() else { return false };
+    periods.all(|p| p == period) && period >= 64 && period.is_multiple_of(VEC) && n / period >= 2
 }
 
 impl Gpu {

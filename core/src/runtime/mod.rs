@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 
 pub use adapter::describe as describe_adapter;
 pub use jit::Program;
+pub use realize::PlannedKernel;
 
 /// A realized GPU value: a pooled buffer seen through a strided layout.
 #[derive(Clone, Debug)]
@@ -245,6 +246,18 @@ impl Device {
         match &*self.0 {
             Backend::Cpu => interp::realize(roots),
             Backend::Gpu(g) => g.realize(roots).await,
+        }
+    }
+
+    /// The kernels that realizing `roots` would launch, each with the IR
+    /// nodes it computes; nothing is launched or stored.
+    pub fn plan_kernels(&self, roots: &[Node]) -> Result<Vec<PlannedKernel>> {
+        match &*self.0 {
+            Backend::Cpu => Err(KilnError::Invalid {
+                op: "plan_kernels",
+                detail: "the CPU reference runs node by node; kernel plans need a GPU device".into(),
+            }),
+            Backend::Gpu(g) => g.plan_kernels(roots),
         }
     }
 

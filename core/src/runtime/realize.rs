@@ -22,7 +22,7 @@ use crate::error::{KilnError, Result};
 use crate::ir::{Node, Prim, Realized};
 use crate::sched::expr::{
     Fused, Kind, PendingMatmul, RowStage, View, apply_view, as_buffer, cost, fresh_id, map_leaves, matmuls, node,
-    postorder, row_aligned, row_stages, same_mapping,
+    postorder, row_aligned, row_stages, same_mapping, tagged,
 };
 use crate::sched::lower::{Lowerer, meta_words};
 use crate::shape::{Layout, numel};
@@ -57,6 +57,15 @@ pub(super) struct Plan<'a> {
     computed_ids: HashSet<u64>,
     matmuls: HashMap<u64, GpuArray>,
     stages: HashMap<u64, GpuArray>,
+    /// The IR nodes each recorded launch computes (parallel to `rec.dispatches`).
+    covers: Vec<Vec<u64>>,
+}
+
+/// One kernel of a plan: its name and the IR nodes it computes.
+#[derive(Debug, Clone)]
+pub struct PlannedKernel {
+    pub name: String,
+    pub nodes: Vec<u64>,
 }
 
 fn leaf(a: GpuArray) -> Fused {
@@ -81,7 +90,24 @@ impl<'a> Plan<'a> {
             computed_ids: HashSet::new(),
             matmuls: HashMap::new(),
             stages: HashMap::new(),
+            covers: Vec::new(),
         }
+    }
+
+    /// Note that the launches recorded since the last note compute `nodes`.
+    fn covered(&mut self, nodes: &[u64]) {
+        self.covers.resize(self.rec.dispatches.len(), nodes.to_vec());
+    }
+
+    /// The kernels recorded so far.
+    pub fn kernels(&self) -> Vec<PlannedKernel> {
+        let nodes = self.covers.iter().cloned().chain(std::iter::repeat(Vec::new()));
+        self.rec
+            .dispatches
+            .iter()
+            .zip(nodes)
+            .map(|(d, nodes)| PlannedKernel { name: d.kernel.name.clone(), nodes })
+            .collect()
     }
 
     /// Plan every unrealized node that `roots` need; roots end in buffers.
@@ -148,9 +174,9 @@ impl<'a> Plan<'a> {
             Prim::Input { .. } => {
                 return Err(KilnError::Invalid { op: "input", detail: "input node without data".into() });
             }
-            Prim::Fill { value, .. } => node(dtype, Kind::Fill(*value)),
+            Prim::Fill { value, .. } => tagged(n.id(), dtype, Kind::Fill(*value)),
             Prim::Iota { start, step, len, .. } => {
-                node(dtype, Kind::Iota { layout: Layout::contiguous(&[*len]), start: *start, step: *step })
+                tagged(n.id(), dtype, Kind::Iota { layout: Layout::contiguous(&[*len]), start: *start, step: *step })
             }
             Prim::Unary(op) => self.combine(n, &inputs, |v| Kind::Unary(*op, v[0].clone()))?,
             Prim::Binary(op) => self.combine(n, &inputs, |v| Kind::Binary(*op, v[0].clone(), v[1].clone()))?,
@@ -170,13 +196,13 @@ impl<'a> Plan<'a> {
             Prim::Expand { shape } => self.view(&inputs[0], View::Expand(shape))?,
             Prim::Matmul => {
                 let (a, b) = (self.array(&inputs[0])?, self.array(&inputs[1])?);
-                let mm = PendingMatmul { id: fresh_id(), a, b, shape: n.shape().to_vec() };
-                node(dtype, Kind::Mm { mm: Arc::new(mm), layout: Layout::contiguous(n.shape()) })
+                let mm = PendingMatmul { id: fresh_id(), origin: n.id(), a, b, shape: n.shape().to_vec() };
+                tagged(n.id(), dtype, Kind::Mm { mm: Arc::new(mm), layout: Layout::contiguous(n.shape()) })
             }
             Prim::Concat { axis } => self.concat(n, &inputs, *axis)?,
             Prim::Gather { axis } => {
                 let src = self.array(&inputs[0])?;
-                node(dtype, Kind::Gather { src, axis: *axis, index: x(self, 1)? })
+                tagged(n.id(), dtype, Kind::Gather { src, axis: *axis, index: x(self, 1)? })
             }
         })
     }
@@ -186,7 +212,7 @@ impl<'a> Plan<'a> {
     /// the inputs are materialized first.
     fn combine(&mut self, n: &Node, inputs: &[Node], f: impl Fn(&[Fused]) -> Kind) -> Result<Fused> {
         let vals = inputs.iter().map(|i| self.value(i)).collect::<Result<Vec<_>>>()?;
-        let fused = node(n.dtype(), f(&vals));
+        let fused = tagged(n.id(), n.dtype(), f(&vals));
         let (buffers, words) = footprint(&fused, n.shape().len());
         let fits = buffers < self.gpu.max_bindings()
             && words <= Gpu::meta_room(n.shape().len())
@@ -195,7 +221,7 @@ impl<'a> Plan<'a> {
             return Ok(fused);
         }
         let arrays = inputs.iter().map(|i| self.array(i).map(leaf)).collect::<Result<Vec<_>>>()?;
-        Ok(node(n.dtype(), f(&arrays)))
+        Ok(tagged(n.id(), n.dtype(), f(&arrays)))
     }
 
     fn view(&mut self, input: &Node, view: View) -> Result<Fused> {
@@ -218,12 +244,16 @@ impl<'a> Plan<'a> {
         if let Monoid::Reduce(r) = monoid {
             if len == 0 {
                 // Only sum and prod get here (inference rejects the rest).
-                return Ok(node(dtype, Kind::Fill(r.identity().unwrap_or(0.0))));
+                return Ok(tagged(n.id(), dtype, Kind::Fill(r.identity().unwrap_or(0.0))));
             }
             if axes == [rank - 1] && len <= ROW_MAX_LEN && (rows >= ROW_MIN_ROWS || rows * len <= ROW_SMALL) {
                 let input = self.stage_input(x, xs)?;
-                let stage = RowStage { id: fresh_id(), op: r, input, shape: xs.to_vec() };
-                return Ok(node(dtype, Kind::Row { stage: Arc::new(stage), layout: Layout::contiguous(&out_shape) }));
+                let stage = RowStage { id: fresh_id(), origin: n.id(), op: r, input, shape: xs.to_vec() };
+                return Ok(tagged(
+                    n.id(),
+                    dtype,
+                    Kind::Row { stage: Arc::new(stage), layout: Layout::contiguous(&out_shape) },
+                ));
             }
         }
         let perm: Vec<usize> = (0..rank).filter(|d| !axes.contains(d)).chain(axes.iter().copied()).collect();
@@ -241,7 +271,10 @@ impl<'a> Plan<'a> {
             Monoid::Arg(_) => Some(self.gpu.alloc(op, DType::I32, &[rows])?),
             Monoid::Reduce(_) => None,
         };
+        let mut covers = std::mem::take(&mut low.covers);
+        covers.push(n.id());
         self.rec.reduce(self.gpu, op, monoid, low.sig, low.args, &view_shape, rows, &values, indices.as_ref())?;
+        self.covered(&covers);
         let layout = Layout::contiguous(&out_shape);
         Ok(match indices {
             Some(buffer) => leaf(GpuArray { buffer, layout, dtype: DType::I32 }),
@@ -270,7 +303,10 @@ impl<'a> Plan<'a> {
             let mut low = Lowerer::new(shape.len(), &[], None);
             low.body(&[&v]);
             let outputs = [(wide, out.clone())];
+            let mut covers = std::mem::take(&mut low.covers);
+            covers.push(n.id());
             self.rec.elementwise(self.gpu, "concat", low.sig, low.args, part.shape(), &outputs, Some(&region))?;
+            self.covered(&covers);
             start += part.shape()[axis];
         }
         Ok(narrowed(GpuArray { buffer: out, layout: out_layout, dtype: wide }, dtype))
@@ -302,6 +338,7 @@ impl<'a> Plan<'a> {
             outputs.push((v.dtype, self.gpu.alloc("elementwise", v.dtype, shape)?));
         }
         self.rec.elementwise(self.gpu, "elementwise", low.sig, low.args, shape, &outputs, None)?;
+        self.covered(&low.covers);
         let layout = Layout::contiguous(shape);
         Ok(outputs.into_iter().map(|(dtype, buffer)| GpuArray { buffer, layout: layout.clone(), dtype }).collect())
     }
@@ -332,6 +369,7 @@ impl<'a> Plan<'a> {
         let out = self.gpu.alloc("matmul", DType::F32, shape)?;
         let (a, b) = (&mm.a.layout, &mm.b.layout);
         self.rec.matmul(self.gpu, "matmul", a, b, mm.a.dtype, shape, &out, Some(low.sig), low.args)?;
+        self.covered(&low.covers);
         Ok(Some(GpuArray { buffer: out, layout: Layout::contiguous(shape), dtype: DType::F32 }))
     }
 
@@ -345,6 +383,7 @@ impl<'a> Plan<'a> {
             crate::sched::lower::Args { buffers: vec![mm.a.buffer.clone(), mm.b.buffer.clone()], ..Default::default() };
         let (a, b) = (&mm.a.layout, &mm.b.layout);
         self.rec.matmul(self.gpu, "matmul", a, b, mm.a.dtype, &mm.shape, &out, None, args)?;
+        self.covered(&[mm.origin]);
         let a = GpuArray { buffer: out, layout: Layout::contiguous(&mm.shape), dtype: DType::F32 };
         self.matmuls.insert(mm.id, a.clone());
         Ok(a)
@@ -381,6 +420,7 @@ impl<'a> Plan<'a> {
         let out = self.gpu.alloc("row", out_dtype, shape)?;
         let ops = stages.iter().map(|st| st.op).collect();
         self.rec.row(self.gpu, "row", low.sig, low.args, ops, &s, &[(out_dtype, out.clone())], per_row)?;
+        self.covered(&low.covers);
         let wide = GpuArray { buffer: out, layout: Layout::contiguous(shape), dtype: out_dtype };
         if v.dtype == out_dtype {
             return Ok(wide);
@@ -524,4 +564,13 @@ fn rows_aligned(v: &Fused, shape: &[usize]) -> bool {
         Kind::Row { stage, layout } => stage.shape == shape && row_aligned(layout, shape),
         _ => true,
     })
+}
+
+impl Gpu {
+    /// The kernels realizing `roots` would launch, without launching them.
+    pub(super) fn plan_kernels(&self, roots: &[Node]) -> Result<Vec<PlannedKernel>> {
+        let mut plan = Plan::new(self);
+        plan.run(roots)?;
+        Ok(plan.kernels())
+    }
 }

@@ -17,7 +17,13 @@ pub type Fused = Arc<FNode>;
 pub struct FNode {
     pub dtype: DType,
     pub kind: Kind,
+    /// The id of the IR node this op computes ([`NO_ORIGIN`] for ops the
+    /// scheduler adds), so a launch can name the nodes it covers.
+    pub origin: u64,
 }
+
+/// The origin of an op that no IR node asked for (a cast to a stored dtype).
+pub const NO_ORIGIN: u64 = u64::MAX;
 
 #[derive(Debug)]
 pub enum Kind {
@@ -59,6 +65,8 @@ pub enum Kind {
 #[derive(Debug)]
 pub struct RowStage {
     pub id: u64,
+    /// The reduction's IR node.
+    pub origin: u64,
     pub op: ReduceOp,
     pub input: Fused,
     /// The shape `input` is seen through: `[rows.., len]`.
@@ -68,6 +76,8 @@ pub struct RowStage {
 #[derive(Debug)]
 pub struct PendingMatmul {
     pub id: u64,
+    /// The matmul's IR node.
+    pub origin: u64,
     pub a: GpuArray,
     pub b: GpuArray,
     pub shape: Vec<usize>,
@@ -80,7 +90,24 @@ pub fn fresh_id() -> u64 {
 }
 
 pub fn node(dtype: DType, kind: Kind) -> Fused {
-    Arc::new(FNode { dtype, kind })
+    tagged(NO_ORIGIN, dtype, kind)
+}
+
+/// An op computing IR node `origin`.
+pub fn tagged(origin: u64, dtype: DType, kind: Kind) -> Fused {
+    Arc::new(FNode { dtype, kind, origin })
+}
+
+/// The IR node an op computes, if any (a row or matmul leaf computes its
+/// reduction or matmul).
+pub fn origin_of(e: &FNode) -> Option<u64> {
+    let id = match &e.kind {
+        Kind::Buf(_) => return None,
+        Kind::Row { stage, .. } => stage.origin,
+        Kind::Mm { mm, .. } => mm.origin,
+        _ => e.origin,
+    };
+    (id != NO_ORIGIN).then_some(id)
 }
 
 /// A view of a fused value, applied to each leaf's layout.
@@ -107,7 +134,7 @@ impl View<'_> {
 /// copy (the caller then materializes `e` first).
 pub fn apply_view(e: &Fused, view: &View) -> Option<Fused> {
     map_leaves(e, &mut |leaf| {
-        let with = |kind: Kind| Some(Some(node(leaf.dtype, kind)));
+        let with = |kind: Kind| Some(Some(tagged(leaf.origin, leaf.dtype, kind)));
         match &leaf.kind {
             Kind::Buf(a) => with(Kind::Buf(GpuArray { layout: view.apply(&a.layout)?, ..a.clone() })),
             Kind::Iota { layout, start, step } => {
@@ -149,7 +176,7 @@ fn map_rec(
                 Kind::Gather { src, axis, index } => Kind::Gather { src: src.clone(), axis: *axis, index: m(index)? },
                 _ => return Some(e.clone()),
             };
-            node(e.dtype, kind)
+            tagged(e.origin, e.dtype, kind)
         }
     };
     memo.insert(Arc::as_ptr(e), out.clone());

@@ -2,7 +2,7 @@
 //! plus what one launch binds (buffers, layouts, scalars). Common
 //! subexpressions are merged here, so each is computed once per element.
 
-use super::expr::{Fused, Kind, PendingMatmul, RowStage, postorder};
+use super::expr::{Fused, Kind, PendingMatmul, RowStage, origin_of, postorder};
 use crate::dtype::DType;
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::runtime::pool::PooledBuffer;
@@ -123,6 +123,8 @@ pub struct Args {
 pub struct Lowerer {
     pub sig: Sig,
     pub args: Args,
+    /// IR nodes the lowered bodies compute, for graph pictures.
+    pub covers: Vec<u64>,
     stages: Vec<u64>,
     acc: Option<u64>,
     leaf_ids: HashMap<(usize, Option<*const PooledBuffer>, Layout, DType), usize>,
@@ -222,6 +224,11 @@ impl Lowerer {
                     (_, Some(&i)) => i,
                 };
                 memo.insert(Arc::as_ptr(&n), id);
+                if let Some(o) = origin_of(&n)
+                    && !self.covers.contains(&o)
+                {
+                    self.covers.push(o);
+                }
             }
             body.roots.push(memo[&Arc::as_ptr(root)]);
         }
