@@ -1,1 +1,3 @@
-//! Layers, losses and optax-style optimizers for kiln. Not built yet (nn issue).
+//! Layers, losses, optax-style optimizers, checkpoints and datasets for kiln.
+
+pub mod optim;
