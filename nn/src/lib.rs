@@ -1,3 +1,4 @@
 //! Layers, losses, optax-style optimizers, checkpoints and datasets for kiln.
 
 pub mod optim;
+pub mod checkpoint;
