@@ -2,3 +2,4 @@
 
 pub mod optim;
 pub mod checkpoint;
+pub mod data;
