@@ -86,7 +86,7 @@ fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
 /// file holds. Build one with [`Checkpoint::add`], write it with
 /// [`Checkpoint::save`]; read one with [`Checkpoint::load`] and take trees
 /// out of it with [`Checkpoint::tree`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Checkpoint {
     tensors: BTreeMap<String, Stored>,
     metadata: BTreeMap<String, String>,
@@ -107,9 +107,15 @@ fn under(prefix: &str, name: &str) -> bool {
     prefix.is_empty() || name == prefix || name.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('.'))
 }
 
+impl Default for Checkpoint {
+    fn default() -> Checkpoint {
+        Checkpoint { tensors: BTreeMap::new(), metadata: BTreeMap::new(), source: "<memory>".into() }
+    }
+}
+
 impl Checkpoint {
     pub fn new() -> Checkpoint {
-        Checkpoint { source: "<memory>".into(), ..Checkpoint::default() }
+        Checkpoint::default()
     }
 
     fn err(&self, detail: String) -> KilnError {
@@ -194,14 +200,15 @@ impl Checkpoint {
 
     /// Parse a checkpoint from bytes; `source` names it in errors.
     pub fn from_bytes(bytes: &[u8], source: &str) -> Result<Checkpoint> {
-        let mut ck = Checkpoint { source: source.to_string(), ..Checkpoint::default() };
+        let mut ck = Checkpoint { source: source.to_string(), ..Checkpoint::new() };
         let (n, header) = SafeTensors::read_metadata(bytes)
             .map_err(|e| ck.err(format!("not a valid safetensors file, truncated or corrupted ({e})")))?;
         // read_metadata checked that the offsets tile the rest of the file.
         let data = &bytes[8 + n..];
         for (name, info) in header.tensors() {
-            let dtype = kiln_dtype(info.dtype)
-                .ok_or_else(|| ck.err(format!("tensor `{name}` has dtype {:?}, which kiln has no use for", info.dtype)))?;
+            let dtype = kiln_dtype(info.dtype).ok_or_else(|| {
+                ck.err(format!("tensor `{name}` has dtype {:?}, which kiln has no use for", info.dtype))
+            })?;
             let (start, end) = info.data_offsets;
             let stored = Stored { dtype, shape: info.shape.clone(), bytes: data[start..end].to_vec() };
             ck.tensors.insert(name, stored);

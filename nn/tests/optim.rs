@@ -85,7 +85,7 @@ fn adam_and_adamw_after_three_steps_match_f64() {
 
 fn momentum_ref(lr: f64, mu: f64, nesterov: bool, steps: usize) -> Vec<f64> {
     let mut p = initial();
-    let mut buf = vec![0.0; 8];
+    let mut buf = [0.0; 8];
     for k in 0..steps {
         let g = grads_ref(k);
         for i in 0..8 {
@@ -108,7 +108,7 @@ fn sgd_momentum_and_nesterov_match_f64() {
 fn rmsprop_matches_f64() {
     let (lr, decay, eps) = (0.01, 0.9, 1e-7);
     let mut p = initial();
-    let mut v = vec![0.0; 8];
+    let mut v = [0.0; 8];
     for k in 0..3 {
         let g = grads_ref(k);
         for i in 0..8 {
@@ -231,7 +231,8 @@ fn one_adam_update_of_one_tensor_is_one_kernel() {
 fn adam_step(inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     let [p, g, count, mu, nu, lr_count] = inputs else { panic!("six inputs") };
     let opt = adam(0.1, 0.9, 0.999, 1e-8);
-    let state = (AdamState { count: count.clone(), mu: mu.clone(), nu: nu.clone() }, CountState { count: lr_count.clone() });
+    let state =
+        (AdamState { count: count.clone(), mu: mu.clone(), nu: nu.clone() }, CountState { count: lr_count.clone() });
     let (u, (a, l)) = opt.update(g, &state, None)?;
     Ok(vec![apply_updates(p, &u)?, g.clone(), a.count, a.mu, a.nu, l.count])
 }
@@ -257,6 +258,22 @@ fn a_jit_captured_adam_step_keeps_counting_on_replay() {
         // The same gradient every step: the reference with step 0's gradients.
         let want = adamw_ref(0.1, 0.9, 0.999, 1e-8, 0.0, 3, |_| grads_ref(0));
         assert_close(&format!("jit adam on {label}"), &read(&jitted[0]), &want[..6], 5e-5);
+    }
+}
+
+#[test]
+fn f16_parameters_get_f16_updates_and_f32_moments() {
+    for (label, dev, _) in devices() {
+        let p = Tensor::from_f64(&dev, &[1.0, -2.0], &[2], DType::F16).unwrap();
+        let g = Tensor::from_f64(&dev, &[0.5, -3.0], &[2], DType::F16).unwrap();
+        let opt = adam(0.125, 0.9, 0.999, 1e-8);
+        let state = opt.init(&p).unwrap();
+        let (u, state) = opt.update(&g, &state, None).unwrap();
+        assert_eq!((u.dtype(), state.0.mu.dtype(), state.0.nu.dtype()), (DType::F16, DType::F32, DType::F32));
+        // Adam's first step is lr · sign(g), up to eps and f16 rounding.
+        let p = apply_updates(&p, &u).unwrap();
+        assert_eq!(p.dtype(), DType::F16);
+        assert_close(&format!("f16 adam on {label}"), &read(&p), &[0.875, -1.875], 1e-3);
     }
 }
 

@@ -98,7 +98,10 @@ pub fn parse_idx(bytes: &[u8], source: &str) -> Result<IdxArray> {
     })?;
     let header = 4 + 4 * rank;
     if bytes.len() < header {
-        return Err(err(format!("truncated: the header of rank {rank} needs {header} bytes, the file has {}", bytes.len())));
+        return Err(err(format!(
+            "truncated: the header of rank {rank} needs {header} bytes, the file has {}",
+            bytes.len()
+        )));
     }
     let dims: Vec<usize> =
         bytes[4..header].chunks_exact(4).map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")) as usize).collect();
@@ -109,7 +112,9 @@ pub fn parse_idx(bytes: &[u8], source: &str) -> Result<IdxArray> {
         Some(n) if n > body.len() => {
             Err(err(format!("truncated: dimensions {dims:?} need {n} bytes of data, the file has {}", body.len())))
         }
-        Some(n) => Err(err(format!("{} bytes of data, dimensions {dims:?} need {n}: extra bytes at the end", body.len()))),
+        Some(n) => {
+            Err(err(format!("{} bytes of data, dimensions {dims:?} need {n}: extra bytes at the end", body.len())))
+        }
         None => Err(err(format!("dimensions {dims:?} overflow"))),
     }
 }

@@ -20,7 +20,9 @@ fn bytes_of_rank(a: IdxArray, rank: usize, what: &str, source: &str) -> Result<(
     let IdxArray { dims, data } = a;
     match data {
         IdxData::U8(v) if dims.len() == rank => Ok((dims, v)),
-        IdxData::U8(_) => Err(file_err("dataset", source, format!("{what} need rank {rank}, the file has dimensions {dims:?}"))),
+        IdxData::U8(_) => {
+            Err(file_err("dataset", source, format!("{what} need rank {rank}, the file has dimensions {dims:?}")))
+        }
         other => Err(file_err(
             "dataset",
             source,
@@ -55,7 +57,9 @@ impl Dataset {
     pub fn load(images: impl AsRef<Path>, labels: impl AsRef<Path>) -> Result<Dataset> {
         let read = |p: &Path| {
             let name = p.display().to_string();
-            std::fs::read(p).map(|b| (b, name.clone())).map_err(|e| file_err("dataset", &name, format!("cannot read: {e}")))
+            std::fs::read(p)
+                .map(|b| (b, name.clone()))
+                .map_err(|e| file_err("dataset", &name, format!("cannot read: {e}")))
         };
         let ((ib, iname), (lb, lname)) = (read(images.as_ref())?, read(labels.as_ref())?);
         Dataset::from_idx(&ib, &iname, &lb, &lname)

@@ -118,7 +118,8 @@ impl<P: Tree> Transform<P> for ClipByGlobalNorm {
         let norm = global_norm(updates)?;
         let max = Tensor::scalar(norm.device(), self.0, DType::F32)?;
         let factor = max.div(&norm.maximum(&max)?)?;
-        let out = updates.map_leaves(|path, u| as_f32("clip_by_global_norm", path, u)?.mul(&factor)?.cast(u.dtype()))?;
+        let out =
+            updates.map_leaves(|path, u| as_f32("clip_by_global_norm", path, u)?.mul(&factor)?.cast(u.dtype()))?;
         Ok((out, ()))
     }
 }

@@ -96,7 +96,7 @@ pub(crate) fn leaves_like<P: Tree>(
                 return Err(KilnError::Shape {
                     op,
                     detail: format!(
-                        "{what} leaf `{path}` {:?} does not match the updates' `{want_path}` {:?}",
+                        "{what} leaf `{path}` {:?} does not match `{want_path}` {:?}",
                         t.shape(),
                         want.shape()
                     ),
@@ -130,10 +130,11 @@ pub(crate) fn zeros_f32<P: Tree>(op: &'static str, params: &P) -> Result<P> {
 
 /// The first leaf's device: where a count lives. An empty tree has none.
 pub(crate) fn device_of<P: Tree>(op: &'static str, params: &P) -> Result<kiln_core::Device> {
-    params.leaves().first().map(|t| t.device().clone()).ok_or_else(|| KilnError::Invalid {
-        op,
-        detail: "the parameter tree has no leaves".into(),
-    })
+    params
+        .leaves()
+        .first()
+        .map(|t| t.device().clone())
+        .ok_or_else(|| KilnError::Invalid { op, detail: "the parameter tree has no leaves".into() })
 }
 
 /// A fresh step count: i32 zero on the parameters' device.
