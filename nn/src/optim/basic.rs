@@ -7,6 +7,11 @@ use kiln_core::{DType, KilnError, Result};
 use kiln_ops::Tensor;
 use std::sync::Arc;
 
+/// Every update times the f32 rank-0 `factor`, in its own dtype.
+fn scale_leaves<P: Tree>(op: &'static str, updates: &P, factor: &Tensor) -> Result<P> {
+    updates.map_leaves(|path, u| as_f32(op, path, u)?.mul(factor)?.cast(u.dtype()))
+}
+
 /// Multiply every update by a constant.
 #[derive(Debug, Clone, Copy)]
 pub struct Scale(pub f64);
@@ -52,7 +57,7 @@ impl<P: Tree> Transform<P> for ScaleByLearningRate {
     }
     fn update(&self, updates: &P, state: &CountState, _: Option<&P>) -> Result<(P, CountState)> {
         let lr = self.schedule.at(&state.count)?.neg()?;
-        let out = updates.map_leaves(|path, u| as_f32("scale_by_learning_rate", path, u)?.mul(&lr)?.cast(u.dtype()))?;
+        let out = scale_leaves("scale_by_learning_rate", updates, &lr)?;
         Ok((out, CountState { count: next_count(&state.count)? }))
     }
 }
