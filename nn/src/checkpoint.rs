@@ -131,11 +131,13 @@ impl Checkpoint {
             return Err(self.err(format!("tensor `{dup}` is already in the checkpoint")));
         }
         Tensor::realize_all(&leaves.iter().map(|(_, t)| t).collect::<Vec<_>>()).await?;
-        for (name, (_, t)) in names.into_iter().zip(&leaves) {
+        // Read everything first, so a failed readback adds nothing.
+        let mut stored = Vec::with_capacity(leaves.len());
+        for (_, t) in &leaves {
             let host = t.to_host().await?;
-            let stored = Stored { dtype: host.dtype, shape: host.shape, bytes: encode(host.dtype, &host.data) };
-            self.tensors.insert(name, stored);
+            stored.push(Stored { dtype: host.dtype, shape: host.shape, bytes: encode(host.dtype, &host.data) });
         }
+        self.tensors.extend(names.into_iter().zip(stored));
         Ok(())
     }
 
