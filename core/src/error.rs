@@ -54,6 +54,10 @@ pub enum KilnError {
 
     #[error("readback failed: {0}")]
     Readback(String),
+
+    /// A file (checkpoint, data set) that cannot be read, written or parsed.
+    #[error("{op}: {path}: {detail}")]
+    File { op: &'static str, path: String, detail: String },
 }
 
 /// Shorthand used by the shape checks: `shape_err("add", format!(...))`.

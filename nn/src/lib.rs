@@ -1,1 +1,5 @@
-//! Layers, losses and optax-style optimizers for kiln. Not built yet (nn issue).
+//! Layers, losses, optax-style optimizers, checkpoints and datasets for kiln.
+
+pub mod checkpoint;
+pub mod data;
+pub mod optim;

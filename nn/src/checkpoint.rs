@@ -1,0 +1,274 @@
+//! Checkpoints as safetensors files: parameter trees and optimizer state,
+//! each leaf named by its path under a prefix (`params.layers.0.weight`,
+//! `opt.0.mu.layers.0.weight`), with string metadata in the header.
+//!
+//! A CRC-32 of every tensor's name, dtype, shape and bytes is kept in the
+//! metadata (`kiln.crc32`), so a corrupted file is an error rather than
+//! wrong weights. Files are written to a temporary file in the same
+//! directory and renamed over the target, so a failed or interrupted save
+//! never leaves a half-written checkpoint or touches the existing one.
+
+use kiln_autodiff::Tree;
+use kiln_core::{DType, Device, KilnError, Result};
+use kiln_ops::Tensor;
+use safetensors::tensor::{Dtype, SafeTensors, View};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::Path;
+
+/// The metadata key of the checksum (reserved).
+pub const CHECKSUM_KEY: &str = "kiln.crc32";
+
+/// One tensor on the host, as stored in the file.
+#[derive(Debug, Clone, PartialEq)]
+struct Stored {
+    dtype: DType,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl View for &Stored {
+    fn dtype(&self) -> Dtype {
+        match self.dtype {
+            DType::F32 => Dtype::F32,
+            DType::F16 => Dtype::F16,
+            DType::I32 => Dtype::I32,
+            DType::U32 => Dtype::U32,
+            DType::Bool => Dtype::BOOL,
+        }
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+fn kiln_dtype(d: Dtype) -> Option<DType> {
+    Some(match d {
+        Dtype::F32 => DType::F32,
+        Dtype::F16 => DType::F16,
+        Dtype::I32 => DType::I32,
+        Dtype::U32 => DType::U32,
+        Dtype::BOOL => DType::Bool,
+        _ => return None,
+    })
+}
+
+/// Little-endian bytes of host values of `dtype`.
+fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
+    match dtype {
+        DType::F32 => values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
+        DType::F16 => values.iter().flat_map(|&v| half::f16::from_f64(v).to_le_bytes()).collect(),
+        DType::I32 => values.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
+        DType::U32 => values.iter().flat_map(|&v| (v as u32).to_le_bytes()).collect(),
+        DType::Bool => values.iter().map(|&v| (v != 0.0) as u8).collect(),
+    }
+}
+
+fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    let words = |n: usize| bytes.chunks_exact(n);
+    match dtype {
+        DType::F32 => words(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64).collect(),
+        DType::F16 => words(2).map(|b| half::f16::from_le_bytes(b.try_into().unwrap()).to_f64()).collect(),
+        DType::I32 => words(4).map(|b| i32::from_le_bytes(b.try_into().unwrap()) as f64).collect(),
+        DType::U32 => words(4).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as f64).collect(),
+        DType::Bool => bytes.iter().map(|&b| (b != 0) as u8 as f64).collect(),
+    }
+}
+
+/// Named tensors on the host plus string metadata: what a safetensors
+/// file holds. Build one with [`Checkpoint::add`], write it with
+/// [`Checkpoint::save`]; read one with [`Checkpoint::load`] and take trees
+/// out of it with [`Checkpoint::tree`].
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    tensors: BTreeMap<String, Stored>,
+    metadata: BTreeMap<String, String>,
+    /// Where it came from, for errors (a path, or `<memory>`).
+    source: String,
+}
+
+/// `prefix.path`; a lone tensor (path `<root>`) is named by the prefix.
+fn tensor_name(prefix: &str, path: &str) -> String {
+    match (prefix.is_empty(), path == "<root>") {
+        (true, _) => path.to_string(),
+        (false, true) => prefix.to_string(),
+        (false, false) => format!("{prefix}.{path}"),
+    }
+}
+
+fn under(prefix: &str, name: &str) -> bool {
+    prefix.is_empty() || name == prefix || name.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('.'))
+}
+
+impl Default for Checkpoint {
+    fn default() -> Checkpoint {
+        Checkpoint { tensors: BTreeMap::new(), metadata: BTreeMap::new(), source: "<memory>".into() }
+    }
+}
+
+impl Checkpoint {
+    pub fn new() -> Checkpoint {
+        Checkpoint::default()
+    }
+
+    fn err(&self, detail: String) -> KilnError {
+        KilnError::File { op: "checkpoint", path: self.source.clone(), detail }
+    }
+
+    /// Read `tree`'s leaves back from their device (one realization, then
+    /// one readback per leaf) and store them as `prefix.<leaf path>`.
+    pub async fn add<T: Tree>(&mut self, prefix: &str, tree: &T) -> Result<()> {
+        let leaves = tree.named_leaves();
+        let names: Vec<String> = leaves.iter().map(|(p, _)| tensor_name(prefix, p)).collect();
+        if let Some(dup) = names.iter().find(|n| self.tensors.contains_key(*n)) {
+            return Err(self.err(format!("tensor `{dup}` is already in the checkpoint")));
+        }
+        Tensor::realize_all(&leaves.iter().map(|(_, t)| t).collect::<Vec<_>>()).await?;
+        // Read everything first, so a failed readback adds nothing.
+        let mut stored = Vec::with_capacity(leaves.len());
+        for (_, t) in &leaves {
+            let host = t.to_host().await?;
+            stored.push(Stored { dtype: host.dtype, shape: host.shape, bytes: encode(host.dtype, &host.data) });
+        }
+        self.tensors.extend(names.into_iter().zip(stored));
+        Ok(())
+    }
+
+    /// Set a metadata entry (e.g. `step`, `model`). `kiln.crc32` is reserved.
+    pub fn set_metadata(&mut self, key: &str, value: &str) -> Result<()> {
+        if key == CHECKSUM_KEY {
+            return Err(self.err(format!("metadata key `{key}` is reserved for the checksum")));
+        }
+        self.metadata.insert(key.to_string(), value.to_string());
+        Ok(())
+    }
+
+    /// The metadata (without the checksum).
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.metadata
+    }
+
+    /// The tensor names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    fn checksum(&self) -> String {
+        let mut h = crc32fast::Hasher::new();
+        for (name, t) in &self.tensors {
+            h.update(name.as_bytes());
+            h.update(t.dtype.name().as_bytes());
+            for d in &t.shape {
+                h.update(&(*d as u64).to_le_bytes());
+            }
+            h.update(&t.bytes);
+        }
+        format!("{:08x}", h.finalize())
+    }
+
+    /// The file's bytes (for a download in the browser, or [`Checkpoint::save`]).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut meta: HashMap<String, String> = self.metadata.clone().into_iter().collect();
+        meta.insert(CHECKSUM_KEY.into(), self.checksum());
+        safetensors::serialize(self.tensors.iter().map(|(n, t)| (n.as_str(), t)), Some(meta))
+            .map_err(|e| self.err(format!("cannot serialize: {e}")))
+    }
+
+    /// Write to `path` atomically: a temporary file in the same directory
+    /// (`.<name>.tmp-<pid>`), flushed to disk, then renamed over `path`.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let fail = |detail: String| KilnError::File { op: "checkpoint", path: path.display().to_string(), detail };
+        let bytes = self.to_bytes()?;
+        let name = path.file_name().ok_or_else(|| fail("not a file path".into()))?;
+        let tmp = path.with_file_name(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+        let written = std::fs::File::create(&tmp).and_then(|mut f| {
+            f.write_all(&bytes)?;
+            f.sync_all()
+        });
+        let done = written.and_then(|()| std::fs::rename(&tmp, path));
+        done.map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            fail(format!("cannot write (via {}): {e}", tmp.display()))
+        })
+    }
+
+    /// Parse a checkpoint from bytes; `source` names it in errors.
+    pub fn from_bytes(bytes: &[u8], source: &str) -> Result<Checkpoint> {
+        let mut ck = Checkpoint { source: source.to_string(), ..Checkpoint::new() };
+        let (n, header) = SafeTensors::read_metadata(bytes)
+            .map_err(|e| ck.err(format!("not a valid safetensors file, truncated or corrupted ({e})")))?;
+        // read_metadata checked that the offsets tile the rest of the file.
+        let data = &bytes[8 + n..];
+        for (name, info) in header.tensors() {
+            let dtype = kiln_dtype(info.dtype).ok_or_else(|| {
+                ck.err(format!("tensor `{name}` has dtype {:?}, which kiln has no use for", info.dtype))
+            })?;
+            let (start, end) = info.data_offsets;
+            let stored = Stored { dtype, shape: info.shape.clone(), bytes: data[start..end].to_vec() };
+            ck.tensors.insert(name, stored);
+        }
+        let mut meta: BTreeMap<String, String> = header.metadata().clone().unwrap_or_default().into_iter().collect();
+        if let Some(want) = meta.remove(CHECKSUM_KEY) {
+            let got = ck.checksum();
+            if got != want {
+                return Err(ck.err(format!("checksum mismatch (file says {want}, contents give {got}): corrupted")));
+            }
+        }
+        ck.metadata = meta;
+        Ok(ck)
+    }
+
+    /// Read and parse the file at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Checkpoint> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| KilnError::File {
+            op: "checkpoint",
+            path: path.display().to_string(),
+            detail: format!("cannot read: {e}"),
+        })?;
+        Checkpoint::from_bytes(&bytes, &path.display().to_string())
+    }
+
+    /// The tree stored under `prefix`, with `like`'s structure, built on
+    /// `device`. Every difference (a missing or unexpected name, a shape,
+    /// a dtype) is reported by name in one error.
+    pub fn tree<T: Tree>(&self, prefix: &str, like: &T, device: &Device) -> Result<T> {
+        let expected: Vec<(String, Tensor)> =
+            like.named_leaves().into_iter().map(|(p, t)| (tensor_name(prefix, &p), t)).collect();
+        let mut problems = Vec::new();
+        for (name, t) in &expected {
+            match self.tensors.get(name) {
+                None => problems.push(format!("`{name}` is missing")),
+                Some(s) if s.shape != t.shape() || s.dtype != t.dtype() => problems.push(format!(
+                    "`{name}` is {} {:?} in the file, {} {:?} expected",
+                    s.dtype,
+                    s.shape,
+                    t.dtype(),
+                    t.shape()
+                )),
+                Some(_) => {}
+            }
+        }
+        let extra = self.names().filter(|n| under(prefix, n) && !expected.iter().any(|(e, _)| e == n));
+        problems.extend(extra.map(|n| format!("`{n}` is in the file but not in the tree")));
+        if !problems.is_empty() {
+            return Err(self.err(format!("does not match the expected tree: {}", problems.join("; "))));
+        }
+        let leaves = expected
+            .iter()
+            .map(|(name, _)| {
+                let s = &self.tensors[name];
+                Tensor::from_f64(device, &decode(s.dtype, &s.bytes), &s.shape, s.dtype)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        like.unflatten(leaves)
+    }
+}

@@ -1,0 +1,31 @@
+//! What the nn tests share: the devices to run on and value comparison.
+#![allow(dead_code)]
+
+use kiln::prelude::*;
+
+/// The CPU reference, then every GPU adapter found, with their labels and
+/// the absolute tolerance (relative to a value's magnitude, at least 1)
+/// for f32 results computed against an f64 reference.
+pub fn devices() -> Vec<(String, Device, f64)> {
+    kiln_conformance::validation::env_for_adapters();
+    let (found, skipped) = kiln::block_on(kiln_conformance::adapters::discover());
+    for s in skipped {
+        eprintln!("skipped: {s}");
+    }
+    let mut out = vec![("cpu".to_string(), Device::cpu(), 1e-9)];
+    out.extend(found.into_iter().map(|f| (f.label, f.device, 5e-5)));
+    eprintln!("devices: {:?}", out.iter().map(|d| &d.0).collect::<Vec<_>>());
+    out
+}
+
+pub fn read(t: &Tensor) -> Vec<f64> {
+    kiln::block_on(t.to_host()).unwrap().data
+}
+
+/// `got` equals `want` within `tol · max(1, |want|)` elementwise.
+pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= tol * w.abs().max(1.0), "{what}[{i}]: got {g}, want {w} (tol {tol})");
+    }
+}
