@@ -8,12 +8,14 @@ mod grad_helpers;
 mod indexing;
 mod jit;
 mod linalg;
+pub mod random;
 mod reduce;
 mod softmax;
 mod tensor;
 mod views;
 
 pub use jit::{Jit, jit};
+pub use random::Key;
 pub use kiln_core::shape::SliceSpec;
 pub use kiln_core::{DType, Device, Element, KilnError, Result};
 pub use tensor::Tensor;
