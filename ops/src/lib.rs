@@ -15,7 +15,7 @@ mod tensor;
 mod views;
 
 pub use jit::{Jit, jit};
-pub use random::Key;
 pub use kiln_core::shape::SliceSpec;
 pub use kiln_core::{DType, Device, Element, KilnError, Result};
+pub use random::Key;
 pub use tensor::Tensor;

@@ -155,7 +155,10 @@ fn float_dtype(op: &'static str, dtype: DType) -> Result<()> {
 pub fn uniform(dev: &Device, key: Key, shape: &[usize], dtype: DType, low: f64, high: f64) -> Result<Tensor> {
     float_dtype("uniform", dtype)?;
     if !(low.is_finite() && high.is_finite() && low < high) {
-        return Err(KilnError::Invalid { op: "uniform", detail: format!("needs finite low < high, got [{low}, {high})") });
+        return Err(KilnError::Invalid {
+            op: "uniform",
+            detail: format!("needs finite low < high, got [{low}, {high})"),
+        });
     }
     let u = unit_float(&random_bits(dev, key, shape)?, 0.0)?;
     let u = if (low, high) == (0.0, 1.0) { u } else { u.mul_scalar(high - low)?.add_scalar(low)? };
@@ -167,7 +170,10 @@ pub fn uniform(dev: &Device, key: Key, shape: &[usize], dtype: DType, low: f64, 
 pub fn normal(dev: &Device, key: Key, shape: &[usize], dtype: DType, mean: f64, std: f64) -> Result<Tensor> {
     float_dtype("normal", dtype)?;
     if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
-        return Err(KilnError::Invalid { op: "normal", detail: format!("needs finite mean and std ≥ 0, got {mean}, {std}") });
+        return Err(KilnError::Invalid {
+            op: "normal",
+            detail: format!("needs finite mean and std ≥ 0, got {mean}, {std}"),
+        });
     }
     let [y0, y1] = hash_words(dev, key, shape)?;
     // u1 in (0, 1] keeps the log finite; the angle stays in [−π, π), where
