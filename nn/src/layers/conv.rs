@@ -1,6 +1,7 @@
 //! 2-D convolution (NCHW) as im2col + one matmul: each kernel offset is a
 //! strided view of the zero-padded input; the views are stacked into
-//! patches `[N, C·KH·KW, OH·OW]` and multiplied by the weight `[O, C·KH·KW]`.
+//! patches `[N, C·KH·KW, OH·OW]` and multiplied by the weight `[O, C·KH·KW]`
+//! (a direct convolution would need a primitive or a hand kernel).
 
 use super::{bad_input, out_len};
 use crate::init;
@@ -66,6 +67,22 @@ pub(crate) fn windows(
     Ok(views)
 }
 
+/// The strided views `x[.., i·d.., j·d..]` of every kernel offset, stacked
+/// to `[N, C, KH, KW, OH, OW]` in two passes (rows, then columns): KH + KW
+/// one-axis slices rather than KH·KW two-axis ones, which keeps the
+/// backward (one scatter per sliced axis) small.
+fn patches(x: &Tensor, k: [usize; 2], out: [usize; 2], stride: usize, dilation: usize) -> Result<Tensor> {
+    let s = stride as isize;
+    let shifted = |t: &Tensor, axis: isize, i: usize, n: usize| {
+        let start = (i * dilation) as isize;
+        t.slice(axis, Some(start), Some(start + (n as isize - 1) * s + 1), s)
+    };
+    let rows = (0..k[0]).map(|i| shifted(x, 2, i, out[0])).collect::<Result<Vec<_>>>()?;
+    let rows = Tensor::stack(&rows.iter().collect::<Vec<_>>(), 2)?;
+    let cols = (0..k[1]).map(|j| shifted(&rows, 4, j, out[1])).collect::<Result<Vec<_>>>()?;
+    Tensor::stack(&cols.iter().collect::<Vec<_>>(), 3)
+}
+
 impl Conv2d {
     /// He-uniform weight (fan_in = in / groups · KH · KW), zero bias.
     pub fn new(
@@ -112,9 +129,8 @@ impl Conv2d {
         let mut outs = Vec::with_capacity(groups);
         for g in 0..groups {
             let xg = if groups == 1 { xp.clone() } else { xp.narrow(1, g * cg, cg)? };
-            let views = windows(&xg, [kh, kw], [oh, ow], stride, dilation)?;
-            // [N, C, K, OH, OW] → [N, C·K, OH·OW], matching the weight's order.
-            let patches = Tensor::stack(&views.iter().collect::<Vec<_>>(), 2)?;
+            // [N, C, KH, KW, OH, OW] → [N, C·KH·KW, OH·OW], the weight's order.
+            let patches = patches(&xg, [kh, kw], [oh, ow], stride, dilation)?;
             let patches = patches.reshape(&[n as isize, (cg * kh * kw) as isize, (oh * ow) as isize])?;
             let wg = if groups == 1 { self.weight.clone() } else { self.weight.narrow(0, g * og, og)? };
             outs.push(wg.reshape(&[og as isize, (cg * kh * kw) as isize])?.matmul(&patches)?);
