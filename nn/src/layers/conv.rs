@@ -94,7 +94,13 @@ impl Conv2d {
         config: Conv2dConfig,
     ) -> Result<Conv2d> {
         let g = config.groups;
-        if g == 0 || inputs % g != 0 || outputs % g != 0 || kernel == 0 || config.stride == 0 || config.dilation == 0 {
+        if g == 0
+            || !inputs.is_multiple_of(g)
+            || !outputs.is_multiple_of(g)
+            || kernel == 0
+            || config.stride == 0
+            || config.dilation == 0
+        {
             return Err(KilnError::Invalid {
                 op: "Conv2d",
                 detail: format!(
