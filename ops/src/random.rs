@@ -219,6 +219,9 @@ pub fn randint(dev: &Device, key: Key, shape: &[usize], low: i32, high: i32) -> 
 /// A random permutation of `0..n` (i32). Drawn on the host with
 /// [`Key::shuffled_indices`] (a shuffle is sequential) and uploaded.
 pub fn permutation(dev: &Device, key: Key, n: usize) -> Result<Tensor> {
+    if n > i32::MAX as usize {
+        return Err(KilnError::Invalid { op: "permutation", detail: format!("n = {n} does not fit i32 indices") });
+    }
     let idx: Vec<f64> = key.shuffled_indices(n).into_iter().map(|i| i as f64).collect();
     Tensor::from_f64(dev, &idx, &[n], DType::I32)
 }
