@@ -150,7 +150,12 @@ fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, y: &Tensor, g: &Tensor, wants: &
         | BinaryOp::Ge
         | BinaryOp::And
         | BinaryOp::Or
-        | BinaryOp::Xor => pair(None, None),
+        | BinaryOp::Xor
+        | BinaryOp::BitAnd
+        | BinaryOp::BitOr
+        | BinaryOp::BitXor
+        | BinaryOp::Shl
+        | BinaryOp::Shr => pair(None, None),
     }
 }
 

@@ -79,7 +79,10 @@ fn eval(node: &Node, x: &[Arc<HostArray>]) -> HostArray {
         Prim::Fill { value, .. } => vec![*value; n],
         Prim::Iota { start, step, .. } => (0..n).map(|i| start + i as f64 * step).collect(),
         Prim::Unary(op) => x[0].data.iter().map(|&v| unary(*op, v)).collect(),
-        Prim::Binary(op) => x[0].data.iter().zip(&x[1].data).map(|(&a, &b)| binary(*op, a, b)).collect(),
+        Prim::Binary(op) => {
+            let d = x[0].dtype;
+            x[0].data.iter().zip(&x[1].data).map(|(&a, &b)| binary(*op, d, a, b)).collect()
+        }
         Prim::Where => (0..n).map(|i| if x[0].data[i] != 0.0 { x[1].data[i] } else { x[2].data[i] }).collect(),
         Prim::Cast { to } => cast(&x[0], *to),
         Prim::Reduce { op, axes, .. } => reduce(&x[0], *op, axes),
@@ -120,8 +123,13 @@ fn unary(op: UnaryOp, v: f64) -> f64 {
     }
 }
 
-fn binary(op: BinaryOp, a: f64, b: f64) -> f64 {
+fn binary(op: BinaryOp, d: DType, a: f64, b: f64) -> f64 {
     let flag = |c: bool| c as u8 as f64;
+    if d.is_int()
+        && let Some(r) = int_binary(op, d, a as i64 as u32, b as i64 as u32)
+    {
+        return r;
+    }
     match op {
         BinaryOp::Add => a + b,
         BinaryOp::Sub => a - b,
@@ -139,7 +147,29 @@ fn binary(op: BinaryOp, a: f64, b: f64) -> f64 {
         BinaryOp::And => flag(a != 0.0 && b != 0.0),
         BinaryOp::Or => flag(a != 0.0 || b != 0.0),
         BinaryOp::Xor => flag((a != 0.0) != (b != 0.0)),
+        BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr => {
+            unreachable!("bitwise ops take integers (checked by inference)")
+        }
     }
+}
+
+/// Integer arithmetic and bit ops on the 32-bit patterns, exactly (f64
+/// would lose the low bits of a product): results wrap mod 2^32 as WGSL's.
+/// `None` for ops whose f64 evaluation is already exact.
+fn int_binary(op: BinaryOp, d: DType, x: u32, y: u32) -> Option<f64> {
+    let bits = match op {
+        BinaryOp::Add => x.wrapping_add(y),
+        BinaryOp::Sub => x.wrapping_sub(y),
+        BinaryOp::Mul => x.wrapping_mul(y),
+        BinaryOp::BitAnd => x & y,
+        BinaryOp::BitOr => x | y,
+        BinaryOp::BitXor => x ^ y,
+        BinaryOp::Shl => x << (y & 31),
+        BinaryOp::Shr if d == DType::I32 => ((x as i32) >> (y & 31)) as u32,
+        BinaryOp::Shr => x >> (y & 31),
+        _ => return None,
+    };
+    Some(if d == DType::I32 { bits as i32 as f64 } else { bits as f64 })
 }
 
 /// Float to integer truncates toward zero and saturates, as WGSL's

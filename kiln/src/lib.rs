@@ -37,7 +37,7 @@ pub use kiln_autodiff::{Tree, Vjp, grad, stop_gradient, tree, value_and_grad, vj
 pub use kiln_core::{self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result};
 /// `#[derive(Tree)]` for parameter structs (see [`Tree`]).
 pub use kiln_derive::Tree;
-pub use kiln_ops::{DotView, Graph, Jit, Tensor, jit};
+pub use kiln_ops::{DotView, Graph, Jit, Key, Tensor, jit, random};
 
 /// Run a future to completion on native targets (readback is async).
 #[cfg(not(target_arch = "wasm32"))]
@@ -47,6 +47,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 pub mod prelude {
     pub use crate::{
-        DType, Device, DeviceOptions, KilnError, Result, Tensor, Tree, grad, jit, stop_gradient, value_and_grad, vjp,
+        DType, Device, DeviceOptions, Key, KilnError, Result, Tensor, Tree, grad, jit, stop_gradient, value_and_grad,
+        vjp,
     };
 }

@@ -1,5 +1,15 @@
-//! Layers, losses, optax-style optimizers, checkpoints and datasets for kiln.
+//! Layers, losses, initializers, optax-style optimizers, checkpoints and
+//! datasets for kiln. Models are parameter trees (`#[derive(Tree)]`), so
+//! `grad` returns a tree of the model's type.
 
 pub mod checkpoint;
 pub mod data;
+pub mod init;
+pub mod layers;
+pub mod loss;
+pub mod metrics;
 pub mod optim;
+
+pub use layers::{
+    AvgPool2d, Conv2d, Conv2dConfig, Dropout, Embedding, Layer, LayerNorm, Linear, MaxPool2d, Sequential, mlp,
+};

@@ -29,6 +29,7 @@ binary_ops!(
     add => Add, sub => Sub, mul => Mul, pow => Pow, maximum => Maximum, minimum => Minimum,
     eq => Eq, ne => Ne, lt => Lt, le => Le, gt => Gt, ge => Ge,
     logical_and => And, logical_or => Or, logical_xor => Xor,
+    bitwise_and => BitAnd, bitwise_or => BitOr, bitwise_xor => BitXor, shift_left => Shl, shift_right => Shr,
 );
 
 impl Tensor {

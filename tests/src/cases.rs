@@ -54,6 +54,8 @@ pub fn all() -> Vec<Case> {
     joins(&mut s);
     softmax(&mut s);
     indexing(&mut s);
+    bitwise(&mut s);
+    s.0.extend(crate::nn_cases::cases());
     s.0
 }
 
@@ -150,7 +152,7 @@ fn binary(s: &mut Suite) {
         ("[3, 1, 5] ⊕ [4, 1]", vec![3, 1, 5], vec![4, 1]),
         ("[1] ⊕ [1]", vec![1], vec![1]),
     ];
-    for op in BinaryOp::ALL {
+    for op in BinaryOp::ALL.into_iter().filter(|op| !op.is_bitwise()) {
         let tol = binary_tol(op);
         let dtype = if op.is_logical() { DType::Bool } else { DType::F32 };
         // Comparisons draw small integers so that ties occur.
@@ -195,6 +197,34 @@ fn binary(s: &mut Suite) {
     });
     s.add("mul", "f16 [7, 1] ⊕ [1, 1023]", Tol::F16, |d| {
         input(d, 30, &[7, 1], DType::F16, -4.0, 4.0)?.mul(&input(d, 31, &[1, 1023], DType::F16, -4.0, 4.0)?)
+    });
+}
+
+/// Bitwise ops on i32 and u32: broadcasts, a transposed view, and shift
+/// amounts past 31 and negative (their low 5 bits count).
+fn bitwise(s: &mut Suite) {
+    for op in BinaryOp::ALL.into_iter().filter(|op| op.is_bitwise()) {
+        let shift = matches!(op, BinaryOp::Shl | BinaryOp::Shr);
+        for dtype in [DType::U32, DType::I32] {
+            let (lo, hi) = if dtype == DType::U32 { (0.0, 4.29e9) } else { (-2.1e9, 2.1e9) };
+            let (blo, bhi) = match (shift, dtype) {
+                (true, DType::U32) => (0.0, 40.0),
+                (true, _) => (-40.0, 40.0),
+                _ => (lo, hi),
+            };
+            s.add(op.name(), format!("{dtype} [7, 1] ⊕ [1, 1023]"), Tol::EXACT, move |d| {
+                input(d, 50, &[7, 1], dtype, lo, hi)?.binary(op, &input(d, 51, &[1, 1023], dtype, blo, bhi)?)
+            });
+            s.add(op.name(), format!("{dtype} [65, 33]ᵀ ⊕ [33, 65]"), Tol::EXACT, move |d| {
+                transposed(d, 52, [33, 65], dtype, lo, hi)?.binary(op, &input(d, 53, &[33, 65], dtype, blo, bhi)?)
+            });
+        }
+    }
+    s.add("mul", "u32 wrapping products of large values", Tol::EXACT, |d| {
+        input(d, 54, &[4097], DType::U32, 1e5, 4.29e9)?.mul(&input(d, 55, &[4097], DType::U32, 1e5, 4.29e9)?)
+    });
+    s.add("mul", "i32 wrapping products of large values", Tol::EXACT, |d| {
+        input(d, 56, &[4097], DType::I32, -2.1e9, 2.1e9)?.mul(&input(d, 57, &[4097], DType::I32, -2.1e9, 2.1e9)?)
     });
 }
 

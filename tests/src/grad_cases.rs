@@ -75,6 +75,7 @@ pub fn all() -> Vec<GradCase> {
     views(&mut s);
     joins_and_indexing(&mut s);
     composites(&mut s);
+    s.0.extend(crate::nn_cases::grads());
     s.0
 }
 

@@ -8,6 +8,7 @@ pub mod adapters;
 pub mod cases;
 pub mod grad_cases;
 pub mod grad_check;
+pub mod nn_cases;
 pub mod report;
 pub mod rng;
 pub mod validation;

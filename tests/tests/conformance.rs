@@ -41,10 +41,54 @@ const OTHER_OPS: [&str; 31] = [
     "gather",
 ];
 const INDEXING_OPS: [&str; 2] = ["index_select", "one_hot"];
+/// kiln-nn layers, losses and metrics, and `kiln::random`.
+const NN_OPS: [&str; 22] = [
+    "Linear",
+    "Conv2d",
+    "MaxPool2d",
+    "AvgPool2d",
+    "LayerNorm",
+    "Embedding",
+    "Dropout",
+    "Sequential",
+    "mlp",
+    "cross_entropy",
+    "cross_entropy_one_hot",
+    "mse",
+    "binary_cross_entropy_with_logits",
+    "accuracy",
+    "init",
+    "random_bits",
+    "uniform",
+    "normal",
+    "bernoulli",
+    "randint",
+    "permutation",
+    "threefry",
+];
 /// Ops of the lists above that have no gradient (constants, integer
 /// results); every other op must have a gradient case.
-const NOT_DIFFERENTIABLE: [&str; 10] =
-    ["full", "zeros", "ones", "arange", "eye", "from_slice", "empty", "argmax", "argmin", "one_hot"];
+const NOT_DIFFERENTIABLE: [&str; 19] = [
+    "full",
+    "zeros",
+    "ones",
+    "arange",
+    "eye",
+    "from_slice",
+    "empty",
+    "argmax",
+    "argmin",
+    "one_hot",
+    "accuracy",
+    "init",
+    "random_bits",
+    "uniform",
+    "normal",
+    "bernoulli",
+    "randint",
+    "permutation",
+    "threefry",
+];
 
 fn spirv_val(words: &[u32]) -> Option<Result<(), String>> {
     let path = std::env::temp_dir().join(format!("kiln-{}.spv", std::process::id()));
@@ -63,14 +107,15 @@ fn main() {
     let mut failures = run.failures();
 
     let required = UnaryOp::ALL.iter().map(|o| o.name()).chain(BinaryOp::ALL.iter().map(|o| o.name()));
-    for op in required.chain(OTHER_OPS).chain(INDEXING_OPS) {
+    for op in required.chain(OTHER_OPS).chain(INDEXING_OPS).chain(NN_OPS) {
         if !run.rows.iter().any(|r| r.0 == op) {
             failures.push(format!("op {op} has no conformance case"));
         }
     }
     let float_unary = UnaryOp::ALL.iter().filter(|o| **o != UnaryOp::Not).map(|o| o.name());
-    let arithmetic = BinaryOp::ALL.iter().filter(|o| !o.is_comparison() && !o.is_logical()).map(|o| o.name());
-    let others = OTHER_OPS.into_iter().chain(INDEXING_OPS).filter(|op| !NOT_DIFFERENTIABLE.contains(op));
+    let arithmetic =
+        BinaryOp::ALL.iter().filter(|o| !o.is_comparison() && !o.is_logical() && !o.is_bitwise()).map(|o| o.name());
+    let others = OTHER_OPS.into_iter().chain(INDEXING_OPS).chain(NN_OPS).filter(|op| !NOT_DIFFERENTIABLE.contains(op));
     for op in float_unary.chain(arithmetic).chain(others) {
         if !run.grads.iter().any(|r| r.op == op) {
             failures.push(format!("differentiable op {op} has no gradient case"));

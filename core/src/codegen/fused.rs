@@ -156,7 +156,7 @@ impl<'a> Emitter<'a> {
                 Op::Acc => "acc".to_string(),
                 Op::Param(p) => self.param(d, *p),
                 Op::Unary(op, x) => unary(*op, dt(*x), &v(*x), &|d, x| self.lit(d, x)),
-                Op::Binary(op, x, y) => binary(*op, &v(*x), &v(*y)),
+                Op::Binary(op, x, y) => binary(*op, &v(*x), &v(*y), &self.ty(DType::U32)),
                 Op::Where(c, x, y) => format!("select({}, {}, {})", v(*y), v(*x), v(*c)),
                 Op::Cast(x) => cast(dt(*x), d, &v(*x), &self.ty(d), &|d, x| self.lit(d, x)),
                 Op::Gather { src, axis, index, len } => {
@@ -423,7 +423,8 @@ fn unary(op: UnaryOp, d: DType, v: &str, lit: &dyn Fn(DType, f64) -> String) -> 
     }
 }
 
-fn binary(op: BinaryOp, a: &str, b: &str) -> String {
+/// `u32_ty` is the (scalar or vector) u32 type that shift amounts need.
+fn binary(op: BinaryOp, a: &str, b: &str, u32_ty: &str) -> String {
     let infix = |o: &str| format!("{a} {o} {b}");
     match op {
         BinaryOp::Add => infix("+"),
@@ -440,8 +441,12 @@ fn binary(op: BinaryOp, a: &str, b: &str) -> String {
         BinaryOp::Gt => infix(">"),
         BinaryOp::Ge => infix(">="),
         // `&` and `|` (not `&&`, `||`) also work on bool vectors.
-        BinaryOp::And => infix("&"),
-        BinaryOp::Or => infix("|"),
+        BinaryOp::And | BinaryOp::BitAnd => infix("&"),
+        BinaryOp::Or | BinaryOp::BitOr => infix("|"),
+        BinaryOp::BitXor => infix("^"),
+        // Masked to 5 bits: SPIR-V leaves larger shift amounts undefined.
+        BinaryOp::Shl => format!("{a} << ({u32_ty}({b}) & {u32_ty}(31u))"),
+        BinaryOp::Shr => format!("{a} >> ({u32_ty}({b}) & {u32_ty}(31u))"),
     }
 }
 

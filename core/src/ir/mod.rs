@@ -103,10 +103,17 @@ pub enum BinaryOp {
     And,
     Or,
     Xor,
+    /// Bitwise ops on i32/u32 (Threefry needs them). Shift amounts use
+    /// their low 5 bits, as WGSL's; `Shr` of i32 is arithmetic.
+    BitAnd,
+    BitOr,
+    BitXor,
+    Shl,
+    Shr,
 }
 
 impl BinaryOp {
-    pub const ALL: [BinaryOp; 16] = [
+    pub const ALL: [BinaryOp; 21] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -123,6 +130,11 @@ impl BinaryOp {
         BinaryOp::And,
         BinaryOp::Or,
         BinaryOp::Xor,
+        BinaryOp::BitAnd,
+        BinaryOp::BitOr,
+        BinaryOp::BitXor,
+        BinaryOp::Shl,
+        BinaryOp::Shr,
     ];
 
     pub fn name(self) -> &'static str {
@@ -143,6 +155,11 @@ impl BinaryOp {
             BinaryOp::And => "logical_and",
             BinaryOp::Or => "logical_or",
             BinaryOp::Xor => "logical_xor",
+            BinaryOp::BitAnd => "bitwise_and",
+            BinaryOp::BitOr => "bitwise_or",
+            BinaryOp::BitXor => "bitwise_xor",
+            BinaryOp::Shl => "shift_left",
+            BinaryOp::Shr => "shift_right",
         }
     }
 
@@ -154,12 +171,17 @@ impl BinaryOp {
         matches!(self, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
     }
 
+    pub fn is_bitwise(self) -> bool {
+        matches!(self, BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr)
+    }
+
     /// Which (shared) input dtype the op accepts.
     pub fn accepts(self, d: DType) -> bool {
         match self {
             BinaryOp::Div | BinaryOp::Pow => d.is_float(),
             BinaryOp::Eq | BinaryOp::Ne => true,
             _ if self.is_logical() => d == DType::Bool,
+            _ if self.is_bitwise() => d.is_int(),
             _ => d.is_numeric(),
         }
     }

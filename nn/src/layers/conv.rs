@@ -1,0 +1,155 @@
+//! 2-D convolution (NCHW) as im2col + one matmul: each kernel offset is a
+//! strided view of the zero-padded input; the views are stacked into
+//! patches `[N, C·KH·KW, OH·OW]` and multiplied by the weight `[O, C·KH·KW]`
+//! (a direct convolution would need a primitive or a hand kernel).
+
+use super::{bad_input, out_len};
+use crate::init;
+use kiln::prelude::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dConfig {
+    pub stride: usize,
+    pub padding: usize,
+    pub dilation: usize,
+    pub groups: usize,
+    pub bias: bool,
+}
+
+impl Default for Conv2dConfig {
+    fn default() -> Self {
+        Conv2dConfig { stride: 1, padding: 0, dilation: 1, groups: 1, bias: true }
+    }
+}
+
+/// `weight` is `[out, in / groups, KH, KW]`, `bias` `[out]`.
+#[derive(Tree, Clone, Debug)]
+pub struct Conv2d {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    #[tree(skip)]
+    pub config: Conv2dConfig,
+}
+
+/// Zeros around the last two axes.
+pub(crate) fn pad2d(x: &Tensor, pad: usize) -> Result<Tensor> {
+    if pad == 0 {
+        return Ok(x.clone());
+    }
+    let mut out = x.clone();
+    for axis in [2usize, 3] {
+        let mut shape = out.shape().to_vec();
+        shape[axis] = pad;
+        let z = Tensor::zeros(x.device(), &shape, x.dtype())?;
+        out = Tensor::concat(&[&z, &out, &z], axis as isize)?;
+    }
+    Ok(out)
+}
+
+/// The `[N, C, OH, OW]` view of the (padded) input under each kernel
+/// offset `(i, j)`, row-major over the kernel.
+pub(crate) fn windows(
+    x: &Tensor,
+    k: [usize; 2],
+    out: [usize; 2],
+    stride: usize,
+    dilation: usize,
+) -> Result<Vec<Tensor>> {
+    let mut views = Vec::with_capacity(k[0] * k[1]);
+    for i in 0..k[0] {
+        for j in 0..k[1] {
+            let (r, c) = ((i * dilation) as isize, (j * dilation) as isize);
+            let s = stride as isize;
+            let rows = x.slice(2, Some(r), Some(r + (out[0] as isize - 1) * s + 1), s)?;
+            views.push(rows.slice(3, Some(c), Some(c + (out[1] as isize - 1) * s + 1), s)?);
+        }
+    }
+    Ok(views)
+}
+
+/// The strided views `x[.., i·d.., j·d..]` of every kernel offset, stacked
+/// to `[N, C, KH, KW, OH, OW]` in two passes (rows, then columns): KH + KW
+/// one-axis slices rather than KH·KW two-axis ones, which keeps the
+/// backward (one scatter per sliced axis) small.
+fn patches(x: &Tensor, k: [usize; 2], out: [usize; 2], stride: usize, dilation: usize) -> Result<Tensor> {
+    let s = stride as isize;
+    let shifted = |t: &Tensor, axis: isize, i: usize, n: usize| {
+        let start = (i * dilation) as isize;
+        t.slice(axis, Some(start), Some(start + (n as isize - 1) * s + 1), s)
+    };
+    let rows = (0..k[0]).map(|i| shifted(x, 2, i, out[0])).collect::<Result<Vec<_>>>()?;
+    let rows = Tensor::stack(&rows.iter().collect::<Vec<_>>(), 2)?;
+    let cols = (0..k[1]).map(|j| shifted(&rows, 4, j, out[1])).collect::<Result<Vec<_>>>()?;
+    Tensor::stack(&cols.iter().collect::<Vec<_>>(), 3)
+}
+
+impl Conv2d {
+    /// He-uniform weight (fan_in = in / groups · KH · KW), zero bias.
+    pub fn new(
+        dev: &Device,
+        key: Key,
+        inputs: usize,
+        outputs: usize,
+        kernel: usize,
+        config: Conv2dConfig,
+    ) -> Result<Conv2d> {
+        let g = config.groups;
+        if g == 0
+            || !inputs.is_multiple_of(g)
+            || !outputs.is_multiple_of(g)
+            || kernel == 0
+            || config.stride == 0
+            || config.dilation == 0
+        {
+            return Err(KilnError::Invalid {
+                op: "Conv2d",
+                detail: format!(
+                    "{inputs} → {outputs} channels, kernel {kernel}, {config:?}: groups must divide both channel counts; kernel, stride and dilation must be positive"
+                ),
+            });
+        }
+        let shape = [outputs, inputs / g, kernel, kernel];
+        let weight = init::kaiming_uniform(dev, key, &shape, inputs / g * kernel * kernel)?;
+        let bias = if config.bias { Some(init::zeros(dev, &[outputs])?) } else { None };
+        Ok(Conv2d { weight, bias, config })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let Conv2dConfig { stride, padding, dilation, groups, .. } = self.config;
+        let w = self.weight.shape();
+        let (o, cg, kh, kw) = (w[0], w[1], w[2], w[3]);
+        let expects = || {
+            format!("[N, {}, H, W] where a {kh}×{kw} kernel (padding {padding}, dilation {dilation}) fits", cg * groups)
+        };
+        if x.rank() != 4 || x.shape()[1] != cg * groups {
+            return bad_input("Conv2d", expects(), x.shape());
+        }
+        let (n, h, wd) = (x.shape()[0], x.shape()[2], x.shape()[3]);
+        let (Some(oh), Some(ow)) =
+            (out_len(h, padding, kh, stride, dilation), out_len(wd, padding, kw, stride, dilation))
+        else {
+            return bad_input("Conv2d", expects(), x.shape());
+        };
+        let xp = pad2d(x, padding)?;
+        let og = o / groups;
+        let mut outs = Vec::with_capacity(groups);
+        for g in 0..groups {
+            let xg = if groups == 1 { xp.clone() } else { xp.narrow(1, g * cg, cg)? };
+            // [N, C, KH, KW, OH, OW] → [N, C·KH·KW, OH·OW], the weight's order.
+            let patches = patches(&xg, [kh, kw], [oh, ow], stride, dilation)?;
+            let patches = patches.reshape(&[n as isize, (cg * kh * kw) as isize, (oh * ow) as isize])?;
+            let wg = if groups == 1 { self.weight.clone() } else { self.weight.narrow(0, g * og, og)? };
+            outs.push(wg.reshape(&[og as isize, (cg * kh * kw) as isize])?.matmul(&patches)?);
+        }
+        let y = if groups == 1 {
+            outs.pop().expect("one group")
+        } else {
+            Tensor::concat(&outs.iter().collect::<Vec<_>>(), 1)?
+        };
+        let y = y.reshape(&[n as isize, o as isize, oh as isize, ow as isize])?;
+        match &self.bias {
+            Some(b) => y.add(&b.reshape(&[o as isize, 1, 1])?),
+            None => Ok(y),
+        }
+    }
+}

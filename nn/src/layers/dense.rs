@@ -1,0 +1,64 @@
+//! Linear and Embedding.
+
+use super::bad_input;
+use crate::init;
+use kiln::prelude::*;
+
+/// `y = x @ weight + bias` over the last axis; `weight` is `[in, out]`.
+#[derive(Tree, Clone, Debug)]
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// He-uniform weight (for ReLU networks) and zero bias.
+    pub fn new(dev: &Device, key: Key, inputs: usize, outputs: usize) -> Result<Linear> {
+        let weight = init::kaiming_uniform(dev, key, &[inputs, outputs], inputs)?;
+        Ok(Linear { weight, bias: Some(init::zeros(dev, &[outputs])?) })
+    }
+
+    pub fn inputs(&self) -> usize {
+        self.weight.shape()[0]
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let n = self.inputs();
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != n {
+            return bad_input("Linear", format!("[.., {n}]"), x.shape());
+        }
+        let y = x.matmul(&self.weight)?;
+        match &self.bias {
+            Some(b) => y.add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// A lookup table `[vocab, dim]`: integer ids of any shape → `[.., dim]`.
+/// Out-of-range ids give zero rows (docs/SHARP_EDGES.md, indexing).
+#[derive(Tree, Clone, Debug)]
+pub struct Embedding {
+    pub weight: Tensor,
+}
+
+impl Embedding {
+    /// N(0, 1) entries, as PyTorch.
+    pub fn new(dev: &Device, key: Key, vocab: usize, dim: usize) -> Result<Embedding> {
+        Ok(Embedding { weight: init::normal(dev, key, &[vocab, dim], 1.0)? })
+    }
+
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        if !ids.dtype().is_int() {
+            return Err(KilnError::DType {
+                op: "Embedding",
+                detail: format!("ids must be i32 or u32, got {} of shape {:?}", ids.dtype(), ids.shape()),
+            });
+        }
+        let dim = self.weight.shape()[1] as isize;
+        let rows = self.weight.index_select(0, &ids.reshape(&[-1])?)?;
+        let mut shape: Vec<isize> = ids.shape().iter().map(|&s| s as isize).collect();
+        shape.push(dim);
+        rows.reshape(&shape)
+    }
+}

@@ -1,0 +1,31 @@
+//! Layers. Each is a parameter tree with a `forward` that checks its
+//! input's shape and names itself and the shapes in the error.
+
+mod conv;
+mod dense;
+mod dropout;
+mod norm;
+mod pool;
+mod sequential;
+
+pub use conv::{Conv2d, Conv2dConfig};
+pub use dense::{Embedding, Linear};
+pub use dropout::Dropout;
+pub use norm::LayerNorm;
+pub use pool::{AvgPool2d, MaxPool2d};
+pub use sequential::{Layer, Sequential, mlp};
+
+use kiln::{KilnError, Result};
+
+/// The error of a layer given an input it cannot take.
+pub(crate) fn bad_input<T>(layer: &'static str, expects: String, got: &[usize]) -> Result<T> {
+    Err(KilnError::Shape { op: layer, detail: format!("expects input {expects}, got shape {got:?}") })
+}
+
+/// Output length of a windowed axis (conv, pool), or `None` when the
+/// window does not fit.
+pub(crate) fn out_len(len: usize, pad: usize, kernel: usize, stride: usize, dilation: usize) -> Option<usize> {
+    let span = dilation * (kernel - 1) + 1;
+    let padded = len + 2 * pad;
+    (padded >= span && stride > 0).then(|| (padded - span) / stride + 1)
+}

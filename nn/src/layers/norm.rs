@@ -1,0 +1,33 @@
+//! Layer normalization over the last axis.
+
+use super::bad_input;
+use kiln::prelude::*;
+
+#[derive(Tree, Clone, Debug)]
+pub struct LayerNorm {
+    pub weight: Tensor,
+    pub bias: Tensor,
+    #[tree(skip)]
+    pub eps: f64,
+}
+
+impl LayerNorm {
+    /// Weight 1, bias 0, eps 1e-5 (PyTorch's defaults).
+    pub fn new(dev: &Device, dim: usize) -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            weight: Tensor::ones(dev, &[dim], DType::F32)?,
+            bias: Tensor::zeros(dev, &[dim], DType::F32)?,
+            eps: 1e-5,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let d = self.weight.shape()[0];
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != d {
+            return bad_input("LayerNorm", format!("[.., {d}]"), x.shape());
+        }
+        let centered = x.sub(&x.mean(&[-1], true)?)?;
+        let var = centered.mul(&centered)?.mean(&[-1], true)?;
+        centered.mul(&var.add_scalar(self.eps)?.rsqrt()?)?.mul(&self.weight)?.add(&self.bias)
+    }
+}

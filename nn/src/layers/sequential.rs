@@ -1,0 +1,111 @@
+//! `Sequential`: a list of layers applied in order, and the `mlp` helper.
+
+use super::{AvgPool2d, Conv2d, Dropout, Embedding, LayerNorm, Linear, MaxPool2d};
+use kiln::prelude::*;
+use kiln::tree::{Leaves, Path};
+
+/// One step of a [`Sequential`]: a layer with parameters, a pooling or
+/// dropout layer, or a parameter-free function.
+#[derive(Clone, Debug)]
+pub enum Layer {
+    Linear(Linear),
+    Conv2d(Conv2d),
+    LayerNorm(LayerNorm),
+    Embedding(Embedding),
+    MaxPool2d(MaxPool2d),
+    AvgPool2d(AvgPool2d),
+    Dropout(Dropout),
+    Relu,
+    Gelu,
+    Tanh,
+    Sigmoid,
+    /// Merge every axis after the first (`[N, C, H, W]` → `[N, C·H·W]`).
+    Flatten,
+}
+
+impl Tree for Layer {
+    fn visit<'a>(&'a self, path: &mut Path, f: &mut dyn FnMut(&Path, &'a Tensor)) {
+        match self {
+            Layer::Linear(l) => l.visit(path, f),
+            Layer::Conv2d(l) => l.visit(path, f),
+            Layer::LayerNorm(l) => l.visit(path, f),
+            Layer::Embedding(l) => l.visit(path, f),
+            _ => {}
+        }
+    }
+
+    fn rebuild(&self, path: &mut Path, leaves: &mut Leaves) -> Result<Self> {
+        Ok(match self {
+            Layer::Linear(l) => Layer::Linear(l.rebuild(path, leaves)?),
+            Layer::Conv2d(l) => Layer::Conv2d(l.rebuild(path, leaves)?),
+            Layer::LayerNorm(l) => Layer::LayerNorm(l.rebuild(path, leaves)?),
+            Layer::Embedding(l) => Layer::Embedding(l.rebuild(path, leaves)?),
+            other => other.clone(),
+        })
+    }
+}
+
+impl Layer {
+    /// Apply the layer; `key` is used by dropout only (`None`: evaluation).
+    pub fn forward(&self, x: &Tensor, key: Option<Key>) -> Result<Tensor> {
+        match self {
+            Layer::Linear(l) => l.forward(x),
+            Layer::Conv2d(l) => l.forward(x),
+            Layer::LayerNorm(l) => l.forward(x),
+            Layer::Embedding(l) => l.forward(x),
+            Layer::MaxPool2d(l) => l.forward(x),
+            Layer::AvgPool2d(l) => l.forward(x),
+            Layer::Dropout(l) => l.forward(x, key),
+            Layer::Relu => x.relu(),
+            Layer::Gelu => x.gelu(),
+            Layer::Tanh => x.tanh(),
+            Layer::Sigmoid => x.sigmoid(),
+            Layer::Flatten if x.rank() == 0 => super::bad_input("Flatten", "rank ≥ 1".into(), x.shape()),
+            Layer::Flatten => x.reshape(&[x.shape()[0] as isize, -1]),
+        }
+    }
+}
+
+/// Layers applied in order. Its leaves are named `layers.<i>.<param>`.
+#[derive(Tree, Clone, Debug)]
+pub struct Sequential {
+    pub layers: Vec<Layer>,
+}
+
+impl Sequential {
+    pub fn new(layers: Vec<Layer>) -> Sequential {
+        Sequential { layers }
+    }
+
+    /// Evaluation mode: dropout is the identity.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.layers.iter().try_fold(x.clone(), |h, l| l.forward(&h, None))
+    }
+
+    /// Training mode: layer `i` draws with `key.fold_in(i)`.
+    pub fn forward_train(&self, x: &Tensor, key: Key) -> Result<Tensor> {
+        let mut h = x.clone();
+        for (i, l) in self.layers.iter().enumerate() {
+            h = l.forward(&h, Some(key.fold_in(i as u32)))?;
+        }
+        Ok(h)
+    }
+}
+
+/// A multilayer perceptron `sizes[0] → … → sizes[last]`: Linear layers
+/// (He-uniform, keys split from `key`) with `activation` between them,
+/// none after the last.
+pub fn mlp(dev: &Device, key: Key, sizes: &[usize], activation: Layer) -> Result<Sequential> {
+    if sizes.len() < 2 {
+        return Err(KilnError::Invalid { op: "mlp", detail: format!("needs at least two sizes, got {sizes:?}") });
+    }
+    let keys = key.split(sizes.len() - 1);
+    let mut layers = Vec::new();
+    for (i, w) in sizes.windows(2).enumerate() {
+        if i > 0 {
+            layers.push(activation.clone());
+        }
+        layers.push(Layer::Linear(Linear::new(dev, keys[i], w[0], w[1])?));
+    }
+    Ok(Sequential { layers })
+}
