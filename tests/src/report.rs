@@ -51,11 +51,11 @@ impl Run {
     }
 }
 
-async fn reference(case: &Case, cpu: &Device) -> Result<HostArray> {
+pub async fn reference(case: &Case, cpu: &Device) -> Result<HostArray> {
     (case.build)(cpu)?.to_host().await
 }
 
-async fn check(case: &Case, want: &Result<HostArray>, device: &Device) -> Outcome {
+pub async fn check(case: &Case, want: &Result<HostArray>, device: &Device) -> Outcome {
     let fail = |msg: String| Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) };
     let want = match want {
         Ok(w) => w,
