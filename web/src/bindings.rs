@@ -6,7 +6,7 @@ use crate::train::{self, Mnist};
 use js_sys::Promise;
 use kiln::{Device, DeviceOptions};
 use kiln_conformance::{Case, cases, report};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
@@ -111,19 +111,27 @@ impl Dataset {
 /// returns a Promise; await it first); an overlapping call rejects.
 #[wasm_bindgen]
 pub struct Trainer {
-    inner: Rc<RefCell<train::Trainer>>,
+    /// Empty while a call runs: the call owns the trainer until it is done.
+    inner: Rc<RefCell<Option<train::Trainer>>>,
+    steps: Rc<Cell<usize>>,
 }
 
-fn with_trainer<T, F>(inner: &Rc<RefCell<train::Trainer>>, f: F) -> Promise
-where
-    F: AsyncFnOnce(&mut train::Trainer) -> kiln::Result<T> + 'static,
-    T: Into<JsValue>,
-{
-    let inner = inner.clone();
-    future_to_promise(async move {
-        let mut t = inner.try_borrow_mut().map_err(|_| js_err("the trainer is busy: await the previous call"))?;
-        f(&mut t).await.map(Into::into).map_err(js_err)
-    })
+impl Trainer {
+    fn call<T, F>(&self, f: F) -> Promise
+    where
+        F: AsyncFnOnce(&mut train::Trainer) -> kiln::Result<T> + 'static,
+        T: Into<JsValue>,
+    {
+        let (inner, steps) = (self.inner.clone(), self.steps.clone());
+        future_to_promise(async move {
+            let taken = inner.borrow_mut().take();
+            let mut t = taken.ok_or_else(|| js_err("the trainer is busy: await the previous call"))?;
+            let result = f(&mut t).await;
+            steps.set(t.steps);
+            *inner.borrow_mut() = Some(t);
+            result.map(Into::into).map_err(js_err)
+        })
+    }
 }
 
 #[wasm_bindgen]
@@ -132,29 +140,28 @@ impl Trainer {
     pub fn new(gpu: &Gpu, data: &Dataset, seed: u32) -> Result<Trainer, JsError> {
         let t = train::Trainer::new(&gpu.device, data.inner.clone(), seed as u64)
             .map_err(|e| JsError::new(&e.to_string()))?;
-        Ok(Trainer { inner: Rc::new(RefCell::new(t)) })
+        Ok(Trainer { inner: Rc::new(RefCell::new(Some(t))), steps: Rc::default() })
     }
 
     /// `n` SGD steps; resolves to the mean of their losses.
     pub fn step(&self, n: usize) -> Promise {
-        with_trainer(&self.inner, async move |t| t.step(n).await)
+        self.call(async move |t| t.step(n).await)
     }
 
     /// Resolves to the accuracy on the test split.
     pub fn evaluate(&self) -> Promise {
-        with_trainer(&self.inner, async |t| t.evaluate().await)
+        self.call(async |t| t.evaluate().await)
     }
 
     /// Resolves to a Float32Array of class probabilities for 784 pixels in [0, 1].
     pub fn predict(&self, pixels: Vec<f32>) -> Promise {
-        with_trainer(&self.inner, async move |t| {
-            t.predict(&pixels).await.map(|p| js_sys::Float32Array::from(p.as_slice()))
-        })
+        self.call(async move |t| t.predict(&pixels).await.map(|p| js_sys::Float32Array::from(p.as_slice())))
     }
 
+    /// Steps taken, as of the last call that finished.
     #[wasm_bindgen(getter)]
     pub fn steps(&self) -> usize {
-        self.inner.try_borrow().map(|t| t.steps).unwrap_or(0)
+        self.steps.get()
     }
 
     #[wasm_bindgen(getter)]
