@@ -1,5 +1,6 @@
 //! Running the whole suite and writing docs/CONFORMANCE.md.
 
+use crate::browser::Browser;
 use crate::grad_check::{self, GradRow};
 use crate::{Case, Outcome, adapters, cases, compare, validation};
 use kiln::core::interp::HostArray;
@@ -105,6 +106,13 @@ pub async fn run(filter: Option<&str>) -> Run {
     }
 }
 
+/// One op's cases as one cell: passed if all passed, the largest error.
+fn worst_of(outcomes: &[&Outcome]) -> Outcome {
+    let passed = outcomes.iter().all(|o| o.passed);
+    let worst = outcomes.iter().map(|o| o.max_abs_err).fold(0.0f64, |m, e| if e.is_nan() { m } else { m.max(e) });
+    Outcome { max_abs_err: worst, passed, failure: None }
+}
+
 pub(crate) fn cell(o: &Outcome) -> String {
     match (o.passed, o.max_abs_err.is_nan()) {
         (true, _) => format!("✓ {:.1e}", o.max_abs_err),
@@ -113,8 +121,9 @@ pub(crate) fn cell(o: &Outcome) -> String {
     }
 }
 
-/// The Markdown of docs/CONFORMANCE.md.
-pub fn markdown(run: &Run, command: &str) -> String {
+/// The Markdown of docs/CONFORMANCE.md, with a browser column when the web
+/// e2e test's results are given.
+pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
     let mut s = String::from("# Conformance\n\n");
     s += &format!(
         "Every op on every adapter found, against kiln's CPU reference interpreter (f64). Each cell shows \
@@ -130,6 +139,14 @@ pub fn markdown(run: &Run, command: &str) -> String {
     }
     let (passed, failed) = run.counts();
     s += &format!("\n{passed} passed, {failed} failed ({} cases × {} adapters).\n", run.rows.len(), run.adapters.len());
+    if let Some(b) = browser {
+        let (bp, bf) = b.counts();
+        s += &format!(
+            "\nbrowser (WebGPU): {bp} passed, {bf} failed on {}, in headless Chromium; from \
+             docs/conformance-browser.tsv, which `bash scripts/test` (the web e2e test) writes.\n",
+            b.label
+        );
+    }
     let header = |first: &str| {
         let mut h = format!("| {first} |");
         let mut line = String::from("|---|");
@@ -139,6 +156,10 @@ pub fn markdown(run: &Run, command: &str) -> String {
         }
         for (label, _) in &run.adapters {
             h += &format!(" {label} |");
+            line += "---|";
+        }
+        if browser.is_some() {
+            h += " browser (WebGPU) |";
             line += "---|";
         }
         format!("{h}\n{line}\n")
@@ -151,10 +172,15 @@ pub fn markdown(run: &Run, command: &str) -> String {
         let rows: Vec<_> = run.rows.iter().filter(|r| r.0 == op).collect();
         s += &format!("| {op} | {} |", rows.len());
         for a in 0..run.adapters.len() {
-            let passed = rows.iter().all(|r| r.2[a].passed);
-            let worst =
-                rows.iter().map(|r| r.2[a].max_abs_err).fold(0.0f64, |m, e| if e.is_nan() { m } else { m.max(e) });
-            s += &format!(" {} |", cell(&Outcome { max_abs_err: worst, passed, failure: None }));
+            let outcomes: Vec<&Outcome> = rows.iter().map(|r| &r.2[a]).collect();
+            s += &format!(" {} |", cell(&worst_of(&outcomes)));
+        }
+        if let Some(b) = browser {
+            let got: Option<Vec<&Outcome>> = rows.iter().map(|r| b.get(r.0, &r.1)).collect();
+            s += &match got {
+                None => " – |".to_string(),
+                Some(got) => format!(" {} |", cell(&worst_of(&got))),
+            };
         }
         s += "\n";
     }
@@ -164,6 +190,9 @@ pub fn markdown(run: &Run, command: &str) -> String {
         s += &format!("| {op}: {detail} |");
         for o in outcomes {
             s += &format!(" {} |", cell(o));
+        }
+        if let Some(b) = browser {
+            s += &b.get(op, detail).map_or(" – |".to_string(), |o| format!(" {} |", cell(o)));
         }
         s += "\n";
     }

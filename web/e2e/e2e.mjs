@@ -130,6 +130,12 @@ async function main() {
     await waitFor(conf, () => window.conformance?.done, 20 * 60_000);
     const summary = await conf.evaluate(() => window.conformance);
     fs.writeFileSync(path.join(out, 'conformance.json'), JSON.stringify(summary, null, 1));
+    // The browser column of docs/CONFORMANCE.md (read by kiln-conformance's
+    // `conformance` binary; format in tests/src/browser.rs).
+    const field = (v) => String(v ?? '').replace(/[\t\r\n]+/g, ' ');
+    const tsv = [`adapter\t${field(summary.adapter?.label)}`, ...summary.cases.map((c) =>
+      [c.op, c.detail, c.passed ? 1 : 0, c.max_abs_err ?? '', c.failure ?? ''].map(field).join('\t'))];
+    fs.writeFileSync(path.join(root, 'docs/conformance-browser.tsv'), tsv.join('\n') + '\n');
     check(!summary.error, `the conformance page ran${summary.error ? `: ${summary.error}` : ''}`);
     for (const c of summary.cases.filter((c) => !c.passed)) console.log(`FAILED ${c.op} [${c.detail}]: ${c.failure}`);
     check(summary.failed === 0 && summary.passed > 0, `conformance in the browser: ${summary.passed} passed, ${summary.failed} failed (${summary.pipelines} kernels compiled by Dawn) in ${((Date.now() - tc) / 1000).toFixed(1)} s`);
