@@ -1,7 +1,8 @@
 //! The "browser (WebGPU)" column of docs/CONFORMANCE.md: the conformance
 //! page's results, saved by the web end-to-end test (web/e2e) as
 //! docs/conformance-browser.tsv: a line `adapter<TAB>label`, then one line
-//! per case `op<TAB>detail<TAB>passed (0/1)<TAB>max abs err<TAB>failure`.
+//! per case `op<TAB>detail<TAB>passed (0/1)<TAB>max abs err<TAB>failure`
+//! (gradient cases have op `gradient: <op>`).
 
 use crate::Outcome;
 use std::collections::HashMap;

@@ -142,8 +142,9 @@ pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
     if let Some(b) = browser {
         let (bp, bf) = b.counts();
         s += &format!(
-            "\nbrowser (WebGPU): {bp} passed, {bf} failed on {}, in headless Chromium; from \
-             docs/conformance-browser.tsv, which `bash scripts/test` (the web e2e test) writes.\n",
+            "\nbrowser (WebGPU): {bp} passed, {bf} failed over the op and gradient cases on {} in headless \
+             Chromium, against the CPU reference compiled to wasm; from docs/conformance-browser.tsv, which \
+             `bash scripts/test` (the web e2e test) writes.\n",
             b.label
         );
     }
@@ -196,7 +197,7 @@ pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
         }
         s += "\n";
     }
-    s += &grad_check::markdown(&run.grads, &run.adapter_labels());
+    s += &grad_check::markdown(&run.grads, &run.adapter_labels(), browser);
     let failures = run.failures();
     if !failures.is_empty() {
         s += "\n## Failures\n\n";

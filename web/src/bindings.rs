@@ -5,7 +5,8 @@ use crate::data::Split;
 use crate::train::{self, Mnist};
 use js_sys::Promise;
 use kiln::{Device, DeviceOptions};
-use kiln_conformance::{Case, cases, report};
+use kiln_conformance::grad_cases::{self, GradCase};
+use kiln_conformance::{Case, Outcome, cases, grad_check, report};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
@@ -170,48 +171,66 @@ impl Trainer {
     }
 }
 
-/// The conformance suite's op cases (kiln-conformance's own list), each run
-/// on the WebGPU device and on the CPU reference compiled to wasm.
+/// The conformance suite's cases (kiln-conformance's own lists): the op
+/// cases, then the gradient cases (named "gradient: op"), each run on the
+/// WebGPU device against the CPU reference compiled to wasm.
 #[wasm_bindgen]
 pub struct Conformance {
     cases: Rc<Vec<Case>>,
+    grads: Rc<Vec<GradCase>>,
     gpu: Device,
+}
+
+/// One case's outcome as JSON.
+fn outcome_json(o: &Outcome) -> String {
+    let err = if o.max_abs_err.is_finite() { o.max_abs_err.to_string() } else { "null".into() };
+    let failure = o.failure.as_deref().map_or_else(|| "null".into(), quote);
+    format!("{{\"passed\":{},\"max_abs_err\":{err},\"failure\":{failure}}}", o.passed)
 }
 
 #[wasm_bindgen]
 impl Conformance {
     #[wasm_bindgen(constructor)]
     pub fn new(gpu: &Gpu) -> Conformance {
-        Conformance { cases: Rc::new(cases::all()), gpu: gpu.device.clone() }
+        Conformance { cases: Rc::new(cases::all()), grads: Rc::new(grad_cases::all()), gpu: gpu.device.clone() }
     }
 
     #[wasm_bindgen(getter)]
     pub fn len(&self) -> usize {
-        self.cases.len()
+        self.cases.len() + self.grads.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.cases.is_empty()
+        self.len() == 0
     }
 
+    /// The op of case `i` ("gradient: op" for gradient cases).
     pub fn op(&self, i: usize) -> String {
-        self.cases.get(i).map_or_else(String::new, |c| c.op.to_string())
+        match self.grads.get(i.wrapping_sub(self.cases.len())) {
+            Some(g) => format!("gradient: {}", g.op),
+            None => self.cases.get(i).map_or_else(String::new, |c| c.op.to_string()),
+        }
     }
 
     pub fn detail(&self, i: usize) -> String {
-        self.cases.get(i).map_or_else(String::new, |c| c.detail.clone())
+        match self.grads.get(i.wrapping_sub(self.cases.len())) {
+            Some(g) => g.detail.clone(),
+            None => self.cases.get(i).map_or_else(String::new, |c| c.detail.clone()),
+        }
     }
 
     /// Resolves to `{"passed": bool, "max_abs_err": number|null, "failure": string|null}`.
     pub fn run(&self, i: usize) -> Promise {
-        let (cases, gpu) = (self.cases.clone(), self.gpu.clone());
+        let (cases, grads, gpu) = (self.cases.clone(), self.grads.clone(), self.gpu.clone());
         future_to_promise(async move {
-            let case = cases.get(i).ok_or_else(|| js_err(format!("no case {i}")))?;
-            let want = report::reference(case, &Device::cpu()).await;
-            let o = report::check(case, &want, &gpu).await;
-            let err = if o.max_abs_err.is_finite() { o.max_abs_err.to_string() } else { "null".into() };
-            let failure = o.failure.as_deref().map_or_else(|| "null".into(), quote);
-            Ok(format!("{{\"passed\":{},\"max_abs_err\":{err},\"failure\":{failure}}}", o.passed).into())
+            let cpu = Device::cpu();
+            let outcome = if let Some(case) = cases.get(i) {
+                report::check(case, &report::reference(case, &cpu).await, &gpu).await
+            } else {
+                let case = grads.get(i - cases.len()).ok_or_else(|| js_err(format!("no case {i}")))?;
+                grad_check::check_device(case, &grad_check::reference(case, &cpu).await, &gpu).await
+            };
+            Ok(outcome_json(&outcome).into())
         })
     }
 }
