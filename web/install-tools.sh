@@ -4,7 +4,7 @@
 # CLI and the crate must match).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+if [ ! -d "$(rustc --print sysroot)/lib/rustlib/wasm32-unknown-unknown" ]; then
   rustup target add wasm32-unknown-unknown
 fi
 want=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3; exit }' Cargo.lock)

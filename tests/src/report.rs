@@ -52,10 +52,12 @@ impl Run {
     }
 }
 
+/// The case's value on the CPU reference.
 pub async fn reference(case: &Case, cpu: &Device) -> Result<HostArray> {
     (case.build)(cpu)?.to_host().await
 }
 
+/// The case on `device` against the reference's value `want`.
 pub async fn check(case: &Case, want: &Result<HostArray>, device: &Device) -> Outcome {
     let fail = |msg: String| Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) };
     let want = match want {
