@@ -1,6 +1,10 @@
 //! kiln-core: dtypes, shapes, the IR, the CPU reference interpreter, WGSL
 //! code generation and the wgpu runtime. Users reach it through `kiln`.
 
+// On wasm, wgpu's handles are not Send/Sync and the browser runs kiln on
+// one thread; the Arcs are shared ownership, not cross-thread sharing.
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+
 pub mod codegen;
 pub mod dtype;
 pub mod error;

@@ -2,6 +2,9 @@
 //! (checked at once: a bad shape or dtype is an `Err` naming the op and the
 //! shapes); nothing runs until a readback (`to_vec().await`) or `realize()`.
 
+// On wasm, wgpu's handles are not Send/Sync (see kiln-core).
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+
 mod creation;
 mod elementwise;
 mod grad_helpers;

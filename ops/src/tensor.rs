@@ -11,6 +11,7 @@ pub struct Tensor {
 
 /// `KILN_EAGER=1` realizes every op as it is built (native only), so an
 /// error shows at the line that caused it, PyTorch-style.
+#[cfg(not(target_arch = "wasm32"))]
 fn eager() -> bool {
     static EAGER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *EAGER.get_or_init(|| std::env::var("KILN_EAGER").is_ok_and(|v| v == "1"))

@@ -258,7 +258,9 @@ fn composites(s: &mut Cases) {
     // while a grad traces them).
     s.add("realized intermediate", "exp(x) realized inside f, then · x", &[(&[3, 4], -2.0, 2.0)], |x| {
         let y = x[0].exp()?;
-        kiln::block_on(y.realize())?;
+        // pollster, not kiln::block_on: this module also builds for wasm
+        // (the browser conformance page), where GPU realization never waits.
+        pollster::block_on(y.realize())?;
         y.mul(&x[0])
     });
     s.add("mlp", "6-5-3 mean cross-entropy", small, |p| cross_entropy(&mlp_logits(p, 4, 11)?, 12));

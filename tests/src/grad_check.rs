@@ -4,6 +4,7 @@
 //! every output element counts.
 
 use crate::adapters::Found;
+use crate::browser::Browser;
 use crate::grad_cases::{self, Check, GradCase, cotangent};
 use crate::report::cell;
 use crate::{Outcome, Tol, compare};
@@ -95,13 +96,26 @@ fn check(got: &[HostArray], want: &[Vec<f64>], how: Check) -> Outcome {
     worst
 }
 
+/// The reference's gradients of one case, one flat vector per input.
+pub async fn reference(case: &GradCase, cpu: &Device) -> Result<Vec<Vec<f64>>> {
+    Ok(gradients(case, cpu).await?.into_iter().map(|h| h.data).collect())
+}
+
+/// One case's gradients on `device` against the reference's.
+pub async fn check_device(case: &GradCase, want: &Result<Vec<Vec<f64>>>, device: &Device) -> Outcome {
+    match (want, gradients(case, device).await) {
+        (Err(e), _) => failed(format!("reference failed: {e}")),
+        (_, Err(e)) => failed(e.to_string()),
+        (Ok(w), Ok(g)) => check(&g, w, case.check),
+    }
+}
+
 /// Run every gradient case whose op contains `filter`.
 pub async fn run(found: &[Found], filter: Option<&str>) -> Vec<GradRow> {
     let cpu = Device::cpu();
     let mut rows = Vec::new();
     for case in grad_cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))) {
-        let reference = gradients(&case, &cpu).await;
-        let want: Result<Vec<Vec<f64>>> = reference.map(|r| r.into_iter().map(|h| h.data).collect());
+        let want = reference(&case, &cpu).await;
         let fd = match (&want, case.fd) {
             (_, false) => None,
             (Err(e), true) => Some(failed(format!("reference failed: {e}"))),
@@ -118,11 +132,7 @@ pub async fn run(found: &[Found], filter: Option<&str>) -> Vec<GradRow> {
         };
         let mut outcomes = Vec::new();
         for f in found {
-            outcomes.push(match (&want, gradients(&case, &f.device).await) {
-                (Err(e), _) => failed(format!("reference failed: {e}")),
-                (_, Err(e)) => failed(e.to_string()),
-                (Ok(w), Ok(g)) => check(&g, w, case.check),
-            });
+            outcomes.push(check_device(&case, &want, &f.device).await);
         }
         rows.push(GradRow { op: case.op, detail: case.detail, fd, outcomes });
     }
@@ -144,8 +154,9 @@ pub fn failures(rows: &[GradRow], adapters: &[String]) -> Vec<String> {
     out
 }
 
-/// The "Gradients" section of docs/CONFORMANCE.md.
-pub fn markdown(rows: &[GradRow], adapters: &[String]) -> String {
+/// The "Gradients" section of docs/CONFORMANCE.md (with the browser's
+/// column, whose rows are named "gradient: op", when given).
+pub fn markdown(rows: &[GradRow], adapters: &[String], browser: Option<&Browser>) -> String {
     let checks = rows.iter().map(|r| r.fd.is_some() as usize + r.outcomes.len()).sum::<usize>();
     let passed = rows.iter().flat_map(|r| r.fd.iter().chain(&r.outcomes)).filter(|o| o.passed).count();
     let mut s = String::from("\n## Gradients\n\n");
@@ -166,11 +177,20 @@ pub fn markdown(rows: &[GradRow], adapters: &[String]) -> String {
         s += &format!(" {a} |");
         line += "---|";
     }
+    if browser.is_some() {
+        s += " browser (WebGPU) |";
+        line += "---|";
+    }
     s += &format!("\n{line}\n");
     for r in rows {
         s += &format!("| {} | {} | {} |", r.op, r.detail, r.fd.as_ref().map_or("—".into(), cell));
         for o in &r.outcomes {
             s += &format!(" {} |", cell(o));
+        }
+        if let Some(b) = browser {
+            s += &b
+                .get(&format!("gradient: {}", r.op), &r.detail)
+                .map_or(" – |".to_string(), |o| format!(" {} |", cell(o)));
         }
         s += "\n";
     }

@@ -1,5 +1,6 @@
 //! Running the whole suite and writing docs/CONFORMANCE.md.
 
+use crate::browser::Browser;
 use crate::grad_check::{self, GradRow};
 use crate::{Case, Outcome, adapters, cases, compare, validation};
 use kiln::core::interp::HostArray;
@@ -51,11 +52,13 @@ impl Run {
     }
 }
 
-async fn reference(case: &Case, cpu: &Device) -> Result<HostArray> {
+/// The case's value on the CPU reference.
+pub async fn reference(case: &Case, cpu: &Device) -> Result<HostArray> {
     (case.build)(cpu)?.to_host().await
 }
 
-async fn check(case: &Case, want: &Result<HostArray>, device: &Device) -> Outcome {
+/// The case on `device` against the reference's value `want`.
+pub async fn check(case: &Case, want: &Result<HostArray>, device: &Device) -> Outcome {
     let fail = |msg: String| Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) };
     let want = match want {
         Ok(w) => w,
@@ -105,6 +108,13 @@ pub async fn run(filter: Option<&str>) -> Run {
     }
 }
 
+/// One op's cases as one cell: passed if all passed, the largest error.
+fn worst_of(outcomes: &[&Outcome]) -> Outcome {
+    let passed = outcomes.iter().all(|o| o.passed);
+    let worst = outcomes.iter().map(|o| o.max_abs_err).fold(0.0f64, |m, e| if e.is_nan() { m } else { m.max(e) });
+    Outcome { max_abs_err: worst, passed, failure: None }
+}
+
 pub(crate) fn cell(o: &Outcome) -> String {
     match (o.passed, o.max_abs_err.is_nan()) {
         (true, _) => format!("✓ {:.1e}", o.max_abs_err),
@@ -113,8 +123,9 @@ pub(crate) fn cell(o: &Outcome) -> String {
     }
 }
 
-/// The Markdown of docs/CONFORMANCE.md.
-pub fn markdown(run: &Run, command: &str) -> String {
+/// The Markdown of docs/CONFORMANCE.md, with a browser column when the web
+/// e2e test's results are given.
+pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
     let mut s = String::from("# Conformance\n\n");
     s += &format!(
         "Every op on every adapter found, against kiln's CPU reference interpreter (f64). Each cell shows \
@@ -130,6 +141,15 @@ pub fn markdown(run: &Run, command: &str) -> String {
     }
     let (passed, failed) = run.counts();
     s += &format!("\n{passed} passed, {failed} failed ({} cases × {} adapters).\n", run.rows.len(), run.adapters.len());
+    if let Some(b) = browser {
+        let (bp, bf) = b.counts();
+        s += &format!(
+            "\nbrowser (WebGPU): {bp} passed, {bf} failed over the op and gradient cases on {} in headless \
+             Chromium, against the CPU reference compiled to wasm; from docs/conformance-browser.tsv, which \
+             `bash scripts/test` (the web e2e test) writes.\n",
+            b.label
+        );
+    }
     let header = |first: &str| {
         let mut h = format!("| {first} |");
         let mut line = String::from("|---|");
@@ -139,6 +159,10 @@ pub fn markdown(run: &Run, command: &str) -> String {
         }
         for (label, _) in &run.adapters {
             h += &format!(" {label} |");
+            line += "---|";
+        }
+        if browser.is_some() {
+            h += " browser (WebGPU) |";
             line += "---|";
         }
         format!("{h}\n{line}\n")
@@ -151,10 +175,15 @@ pub fn markdown(run: &Run, command: &str) -> String {
         let rows: Vec<_> = run.rows.iter().filter(|r| r.0 == op).collect();
         s += &format!("| {op} | {} |", rows.len());
         for a in 0..run.adapters.len() {
-            let passed = rows.iter().all(|r| r.2[a].passed);
-            let worst =
-                rows.iter().map(|r| r.2[a].max_abs_err).fold(0.0f64, |m, e| if e.is_nan() { m } else { m.max(e) });
-            s += &format!(" {} |", cell(&Outcome { max_abs_err: worst, passed, failure: None }));
+            let outcomes: Vec<&Outcome> = rows.iter().map(|r| &r.2[a]).collect();
+            s += &format!(" {} |", cell(&worst_of(&outcomes)));
+        }
+        if let Some(b) = browser {
+            let got: Option<Vec<&Outcome>> = rows.iter().map(|r| b.get(r.0, &r.1)).collect();
+            s += &match got {
+                None => " – |".to_string(),
+                Some(got) => format!(" {} |", cell(&worst_of(&got))),
+            };
         }
         s += "\n";
     }
@@ -165,9 +194,12 @@ pub fn markdown(run: &Run, command: &str) -> String {
         for o in outcomes {
             s += &format!(" {} |", cell(o));
         }
+        if let Some(b) = browser {
+            s += &b.get(op, detail).map_or(" – |".to_string(), |o| format!(" {} |", cell(o)));
+        }
         s += "\n";
     }
-    s += &grad_check::markdown(&run.grads, &run.adapter_labels());
+    s += &grad_check::markdown(&run.grads, &run.adapter_labels(), browser);
     let failures = run.failures();
     if !failures.is_empty() {
         s += "\n## Failures\n\n";

@@ -127,6 +127,15 @@ fn main() {
 
     let mut spirv_checked = 0;
     for source in &run.sources {
+        // Browsers' WGSL compilers (Tint) reject non-finite constant
+        // expressions that naga accepts: kernels build such values with
+        // f32_bits(), a runtime call, never bitcast<f32>(<literal>).
+        let const_bitcast = source
+            .match_indices("bitcast<f32>(")
+            .any(|(i, m)| source[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()));
+        if const_bitcast {
+            failures.push(format!("a kernel bitcasts a constant to f32 (use f32_bits):\n{source}"));
+        }
         match kiln::core::validate::translate_all(source) {
             Err(e) => failures.push(format!("translation failed: {e}")),
             Ok(t) => match spirv_val(&t.spirv) {

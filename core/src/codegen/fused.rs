@@ -391,7 +391,7 @@ const POW_FN: &str = "fn kiln_pow(a: f32, b: f32) -> f32 {
     if (b == 0.0) { return 1.0; }
     let p = pow(abs(a), b);
     if (a >= 0.0) { return p; }
-    if (floor(b) != b) { return bitcast<f32>(0x7fc00000u); }
+    if (floor(b) != b) { return f32_bits(0x7fc00000u); }
     return select(p, -p, floor(b * 0.5) * 2.0 != b);
 }
 ";

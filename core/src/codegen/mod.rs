@@ -19,9 +19,11 @@ pub const META_WORDS: usize = 128;
 /// Invocations per workgroup for 1-D kernels (WebGPU's guaranteed maximum).
 pub const WG: u32 = 256;
 
-/// The uniform block and its accessor, shared by every kernel.
+/// The uniform block and its accessor, and `f32_bits` (an f32 from its bit
+/// pattern, for infinities and NaN), shared by every kernel.
 pub const META_DECL: &str = "@group(0) @binding(0) var<uniform> kparams: array<vec4<u32>, 32>;
 fn m(i: u32) -> u32 { return kparams[i >> 2u][i & 3u]; }
+fn f32_bits(b: u32) -> f32 { return bitcast<f32>(b); }
 ";
 
 /// A kernel's scalar parameters, in the order the kernel reads them.
@@ -96,11 +98,10 @@ pub fn store_expr(dtype: DType, v: &str) -> String {
 pub fn literal(dtype: DType, v: f64) -> String {
     match dtype {
         DType::F32 | DType::F16 => {
-            if v.is_infinite() {
-                format!("bitcast<f32>({}u)", (v as f32).to_bits())
-            } else {
-                format!("f32({v:?})")
-            }
+            // Through a function call, a runtime expression: WGSL const
+            // evaluation rejects a non-finite f32 (Dawn enforces it, naga
+            // does not), so `bitcast<f32>(0x7f800000u)` fails in browsers.
+            if v.is_infinite() { format!("f32_bits({}u)", (v as f32).to_bits()) } else { format!("f32({v:?})") }
         }
         DType::I32 => format!("i32({})", v as i64),
         DType::U32 => format!("{}u", v as i64 as u32),

@@ -1,6 +1,8 @@
 //! Run the conformance suite on every adapter and rewrite docs/CONFORMANCE.md.
 //! Usage: `conformance [OP_FILTER] [--no-write]`.
 
+use kiln_conformance::browser::Browser;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let filter = args.iter().find(|a| !a.starts_with("--")).map(String::as_str);
@@ -16,8 +18,18 @@ fn main() {
     }
     let (passed, failed) = run.counts();
     if filter.is_none() && !args.iter().any(|a| a == "--no-write") {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/CONFORMANCE.md");
-        let md = kiln_conformance::report::markdown(&run, "cargo run --release -p kiln-conformance --bin conformance");
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+        let path = docs.join("CONFORMANCE.md");
+        // The browser column, when the web e2e test has saved its results.
+        let browser = match std::fs::read_to_string(docs.join("conformance-browser.tsv")) {
+            Ok(tsv) => Some(Browser::parse(&tsv).unwrap_or_else(|e| panic!("docs/conformance-browser.tsv: {e}"))),
+            Err(_) => None,
+        };
+        let md = kiln_conformance::report::markdown(
+            &run,
+            browser.as_ref(),
+            "cargo run --release -p kiln-conformance --bin conformance",
+        );
         std::fs::write(&path, md).expect("write docs/CONFORMANCE.md");
         println!("wrote {}", path.display());
     }

@@ -1,0 +1,156 @@
+// End-to-end test of the browser demo: serves web/dist on 127.0.0.1, drives
+// Debian's Chromium (headless, WebGPU on SwiftShader) with playwright-core,
+// trains a fixed number of steps from a fixed seed, checks the loss falls
+// and the test accuracy, draws a digit on the pad, runs the conformance
+// page, and fails on any GPU, WGSL or console error.
+// Env: CHROMIUM (default /usr/bin/chromium), KILN_E2E_STEPS (default 300).
+import { chromium } from 'playwright-core';
+import http from 'node:http';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const dist = path.join(root, 'web/dist');
+const out = path.join(here, 'out');
+const STEPS = Number(process.env.KILN_E2E_STEPS ?? 300);
+const SEED = 7;
+const MIN_ACCURACY = 0.8;
+
+const types = { '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css', '.wasm': 'application/wasm', '.json': 'application/json' };
+
+function serve() {
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url, 'http://x');
+    const file = path.join(dist, path.normalize(decodeURIComponent(url.pathname)).replace(/^(\.\.[/\\])+/, ''));
+    const target = file.endsWith(path.sep) ? path.join(file, 'index.html') : file;
+    if (!target.startsWith(dist) || !fs.existsSync(target) || !fs.statSync(target).isFile()) {
+      res.writeHead(404).end('not found');
+      return;
+    }
+    // .gz files are data: served as bytes, never as a Content-Encoding.
+    res.writeHead(200, { 'content-type': types[path.extname(target)] ?? 'application/octet-stream' });
+    fs.createReadStream(target).pipe(res);
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+const problems = [];
+function watch(page, name) {
+  page.on('pageerror', (e) => problems.push(`${name}: page error: ${e.message}`));
+  page.on('console', (m) => {
+    const text = m.text();
+    if (m.type() === 'error' || /WGSL|WebGPU|GPUValidationError|shader/i.test(text)) {
+      problems.push(`${name}: console ${m.type()}: ${text}`);
+    }
+  });
+}
+
+function check(ok, message) {
+  if (!ok) throw new Error(message);
+  console.log(`ok: ${message}`);
+}
+
+async function waitFor(page, expr, timeoutMs) {
+  await page.waitForFunction(expr, null, { timeout: timeoutMs, polling: 250 });
+}
+
+async function main() {
+  if (!fs.existsSync(path.join(dist, 'index.html'))) throw new Error(`${dist} is not built: run web/build.sh`);
+  fs.mkdirSync(out, { recursive: true });
+  const server = await serve();
+  const base = `http://127.0.0.1:${server.address().port}`;
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: [
+      '--headless=new', '--no-sandbox', '--enable-unsafe-webgpu', '--enable-features=Vulkan',
+      '--use-vulkan=swiftshader', '--use-webgpu-adapter=swiftshader', '--disable-vulkan-surface',
+      '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
+    watch(page, 'demo');
+    const t0 = Date.now();
+    await page.goto(`${base}/index.html?seed=${SEED}&steps=${STEPS}`);
+    await waitFor(page, () => ['done', 'error'].includes(window.demo?.status), 15 * 60_000);
+    const demo = await page.evaluate(() => window.demo);
+    check(!demo.error, `the demo trained without errors${demo.error ? `: ${demo.error}` : ''}`);
+    console.log(`adapter: ${demo.adapter.label}`);
+    check(demo.steps === STEPS, `trained ${demo.steps} steps (seed ${SEED}) in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    const losses = demo.losses.map(([, l]) => l);
+    const first = losses[0], last = losses.slice(-5).reduce((a, b) => a + b) / 5;
+    check(losses.every(Number.isFinite), 'every loss is finite');
+    check(first > 2.0 && last < 0.6 * first, `loss falls: ${first.toFixed(4)} -> ${last.toFixed(4)} (mean of the last 5 chunks)`);
+    const accuracy = demo.accuracies.at(-1)[1];
+    check(accuracy >= MIN_ACCURACY, `test accuracy ${(100 * accuracy).toFixed(1)}% >= ${100 * MIN_ACCURACY}%`);
+    console.log(`steps/s: ${demo.stepsPerSecond.toFixed(1)} (batch 64, 784-128-10 MLP, headless Chromium on SwiftShader)`);
+
+    // Draw a "1" on the pad with the mouse.
+    const box = await page.locator('#pad').boundingBox();
+    const p = (x, y) => [box.x + box.width * x, box.y + box.height * y];
+    await page.mouse.move(...p(0.55, 0.15));
+    await page.mouse.down();
+    for (const [x, y] of [[0.5, 0.5], [0.45, 0.85]]) await page.mouse.move(...p(x, y), { steps: 10 });
+    await page.mouse.up();
+    await waitFor(page, () => window.demo.prediction !== null, 60_000);
+    const prediction = await page.evaluate(() => window.demo.prediction);
+    const total = prediction.probs.reduce((a, b) => a + b);
+    check(prediction.probs.length === 10 && Math.abs(total - 1) < 1e-3, `a prediction appears: ${prediction.digit} (probabilities sum to ${total.toFixed(4)})`);
+    check((await page.textContent('#prediction')) === String(prediction.digit), 'the page shows the predicted digit');
+    await page.screenshot({ path: path.join(root, 'docs/web-demo.png'), fullPage: true });
+    fs.writeFileSync(path.join(out, 'demo.json'), JSON.stringify({ ...demo, prediction }, null, 1));
+
+    // The same seed, step by step, against the native run of the same code
+    // on SwiftShader Vulkan (web/examples/native_losses.rs).
+    const nativeFile = process.env.KILN_NATIVE_LOSSES;
+    if (nativeFile) {
+      const native = JSON.parse(fs.readFileSync(nativeFile, 'utf8'));
+      const steps = native.losses.length;
+      const again = await browser.newPage();
+      watch(again, 'determinism');
+      await again.goto(`${base}/index.html?seed=${native.seed}&steps=${steps}&chunk=1`);
+      await waitFor(again, () => ['done', 'error'].includes(window.demo?.status), 5 * 60_000);
+      const run = await again.evaluate(() => window.demo);
+      check(!run.error && run.losses.length === steps, `the browser ran ${steps} single steps${run.error ? `: ${run.error}` : ''}`);
+      const worst = Math.max(...run.losses.map(([, l], i) => Math.abs(l - native.losses[i]) / Math.abs(native.losses[i])));
+      fs.writeFileSync(path.join(out, 'determinism.json'), JSON.stringify({ native, browser: run.losses.map(([, l]) => l), worst }, null, 1));
+      check(worst <= 1e-3, `seed ${native.seed}: the first ${steps} losses match native ${native.adapter} within ${worst.toExponential(2)} relative (<= 1e-3)`);
+      await again.close();
+    } else {
+      console.log('skipped: the native comparison (set KILN_NATIVE_LOSSES to native_losses output)');
+    }
+
+    const tc = Date.now();
+    const conf = await browser.newPage();
+    watch(conf, 'conformance');
+    await conf.goto(`${base}/conformance.html`);
+    await waitFor(conf, () => window.conformance?.done, 20 * 60_000);
+    const summary = await conf.evaluate(() => window.conformance);
+    fs.writeFileSync(path.join(out, 'conformance.json'), JSON.stringify(summary, null, 1));
+    // The browser column of docs/CONFORMANCE.md (read by kiln-conformance's
+    // `conformance` binary; format in tests/src/browser.rs).
+    const field = (v) => String(v ?? '').replace(/[\t\r\n]+/g, ' ');
+    const tsv = [`adapter\t${field(summary.adapter?.label)}`, ...summary.cases.map((c) =>
+      [c.op, c.detail, c.passed ? 1 : 0, c.max_abs_err ?? '', c.failure ?? ''].map(field).join('\t'))];
+    fs.writeFileSync(path.join(root, 'docs/conformance-browser.tsv'), tsv.join('\n') + '\n');
+    check(!summary.error, `the conformance page ran${summary.error ? `: ${summary.error}` : ''}`);
+    for (const c of summary.cases.filter((c) => !c.passed)) console.log(`FAILED ${c.op} [${c.detail}]: ${c.failure}`);
+    check(summary.failed === 0 && summary.passed > 0, `conformance in the browser: ${summary.passed} passed, ${summary.failed} failed (${summary.pipelines} kernels compiled by Dawn) in ${((Date.now() - tc) / 1000).toFixed(1)} s`);
+    check(problems.length === 0, `no GPU, WGSL or console errors${problems.length ? ':\n' + problems.join('\n') : ''}`);
+  } finally {
+    await browser.close();
+    server.close();
+  }
+}
+
+main().then(
+  () => console.log('e2e: passed'),
+  (e) => {
+    console.error(`e2e: FAILED: ${e.message}`);
+    if (problems.length) console.error(problems.join('\n'));
+    process.exit(1);
+  },
+);

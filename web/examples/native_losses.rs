@@ -1,0 +1,26 @@
+//! The browser demo's first training losses, computed natively by the same
+//! code on SwiftShader's Vulkan driver (the browser's adapter in the e2e
+//! test), as JSON for the e2e test to compare with the browser's.
+//!
+//! `cargo run --release -p kiln-web --example native_losses -- [seed] [steps]`
+
+use kiln::{Device, DeviceOptions};
+use kiln_web::train::Trainer;
+use std::rc::Rc;
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: u64| args.get(i).map_or(Ok(default), |a| a.parse().map_err(|e| format!("{a}: {e}")));
+    let (seed, steps) = (arg(0, 7)?, arg(1, 20)?);
+    kiln_conformance::validation::env_for_adapters();
+    let options = DeviceOptions { adapter: Some("swiftshader".into()), backends: kiln::core::wgpu::Backends::VULKAN };
+    let device = kiln::block_on(Device::with_options(options)).map_err(|e| e.to_string())?;
+    let mut trainer =
+        Trainer::new(&device, Rc::new(kiln_web::native::load_mnist()?), seed).map_err(|e| e.to_string())?;
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        losses.push(kiln::block_on(trainer.step(1)).map_err(|e| e.to_string())?.to_string());
+    }
+    println!("{{\"seed\":{seed},\"adapter\":\"{}\",\"losses\":[{}]}}", device.info().name, losses.join(","));
+    Ok(())
+}

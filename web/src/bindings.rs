@@ -1,0 +1,236 @@
+//! The JS API. Every method that reads from the GPU returns a Promise
+//! (readback is async; the tab never blocks on the device).
+
+use crate::data::Split;
+use crate::train::{self, Mnist};
+use js_sys::Promise;
+use kiln::{Device, DeviceOptions};
+use kiln_conformance::grad_cases::{self, GradCase};
+use kiln_conformance::{Case, Outcome, cases, grad_check, report};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+fn js_err(e: impl std::fmt::Display) -> JsValue {
+    JsError::new(&e.to_string()).into()
+}
+
+/// A JSON string literal.
+fn quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out += "\\\"",
+            '\\' => out += "\\\\",
+            c if (c as u32) < 0x20 => out += &format!("\\u{:04x}", c as u32),
+            c => out.push(c),
+        }
+    }
+    out + "\""
+}
+
+/// A kiln device on the browser's WebGPU adapter, opened with the adapter's
+/// own limits (kiln checks every buffer against them).
+#[wasm_bindgen]
+pub struct Gpu {
+    device: Device,
+}
+
+#[wasm_bindgen]
+impl Gpu {
+    /// Resolves to a `Gpu`, or rejects saying why (no WebGPU, no adapter).
+    pub fn init() -> Promise {
+        future_to_promise(async {
+            let options = DeviceOptions { adapter: None, backends: wgpu::Backends::BROWSER_WEBGPU };
+            let device = Device::with_options(options).await.map_err(js_err)?;
+            Ok(Gpu { device }.into())
+        })
+    }
+
+    /// The adapter as kiln sees it (`Device::info()`), as JSON.
+    pub fn info(&self) -> String {
+        let i = self.device.info();
+        let l = &i.limits;
+        format!(
+            "{{\"name\":{},\"backend\":{},\"device_type\":{},\"driver\":{},\"driver_info\":{},\
+             \"max_storage_buffer_binding_size\":{},\"max_buffer_size\":{},\
+             \"max_compute_workgroup_storage_size\":{},\"max_compute_invocations_per_workgroup\":{},\
+             \"max_compute_workgroups_per_dimension\":{},\"shader_f16\":{}}}",
+            quote(&i.name),
+            quote(&i.backend),
+            quote(&i.device_type),
+            quote(&i.driver),
+            quote(&i.driver_info),
+            l.max_storage_buffer_binding_size,
+            l.max_buffer_size,
+            l.max_compute_workgroup_storage_size,
+            l.max_compute_invocations_per_workgroup,
+            l.max_compute_workgroups_per_dimension,
+            i.shader_f16,
+        )
+    }
+
+    /// How many kernels this device has compiled (the page reports it).
+    pub fn pipelines(&self) -> usize {
+        self.device.compiled_sources().len()
+    }
+}
+
+/// MNIST from the four gzipped IDX files.
+#[wasm_bindgen]
+pub struct Dataset {
+    inner: Rc<Mnist>,
+}
+
+#[wasm_bindgen]
+impl Dataset {
+    #[wasm_bindgen(constructor)]
+    pub fn new(
+        train_images: &[u8],
+        train_labels: &[u8],
+        test_images: &[u8],
+        test_labels: &[u8],
+    ) -> Result<Dataset, JsError> {
+        let train = Split::from_gz("train", train_images, train_labels).map_err(|e| JsError::new(&e))?;
+        let test = Split::from_gz("test", test_images, test_labels).map_err(|e| JsError::new(&e))?;
+        Ok(Dataset { inner: Rc::new(Mnist { train, test }) })
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn train_len(&self) -> usize {
+        self.inner.train.len()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn test_len(&self) -> usize {
+        self.inner.test.len()
+    }
+}
+
+/// The demo's model and optimizer state. Calls must not overlap (each
+/// returns a Promise; await it first); an overlapping call rejects.
+#[wasm_bindgen]
+pub struct Trainer {
+    /// Empty while a call runs: the call owns the trainer until it is done.
+    inner: Rc<RefCell<Option<train::Trainer>>>,
+    steps: Rc<Cell<usize>>,
+}
+
+impl Trainer {
+    fn call<T, F>(&self, f: F) -> Promise
+    where
+        F: AsyncFnOnce(&mut train::Trainer) -> kiln::Result<T> + 'static,
+        T: Into<JsValue>,
+    {
+        let (inner, steps) = (self.inner.clone(), self.steps.clone());
+        future_to_promise(async move {
+            let taken = inner.borrow_mut().take();
+            let mut t = taken.ok_or_else(|| js_err("the trainer is busy: await the previous call"))?;
+            let result = f(&mut t).await;
+            steps.set(t.steps);
+            *inner.borrow_mut() = Some(t);
+            result.map(Into::into).map_err(js_err)
+        })
+    }
+}
+
+#[wasm_bindgen]
+impl Trainer {
+    #[wasm_bindgen(constructor)]
+    pub fn new(gpu: &Gpu, data: &Dataset, seed: u32) -> Result<Trainer, JsError> {
+        let t = train::Trainer::new(&gpu.device, data.inner.clone(), seed as u64)
+            .map_err(|e| JsError::new(&e.to_string()))?;
+        Ok(Trainer { inner: Rc::new(RefCell::new(Some(t))), steps: Rc::default() })
+    }
+
+    /// `n` SGD steps; resolves to the mean of their losses.
+    pub fn step(&self, n: usize) -> Promise {
+        self.call(async move |t| t.step(n).await)
+    }
+
+    /// Resolves to the accuracy on the test split.
+    pub fn evaluate(&self) -> Promise {
+        self.call(async |t| t.evaluate().await)
+    }
+
+    /// Resolves to a Float32Array of class probabilities for 784 pixels in [0, 1].
+    pub fn predict(&self, pixels: Vec<f32>) -> Promise {
+        self.call(async move |t| t.predict(&pixels).await.map(|p| js_sys::Float32Array::from(p.as_slice())))
+    }
+
+    /// Steps taken, as of the last call that finished.
+    #[wasm_bindgen(getter)]
+    pub fn steps(&self) -> usize {
+        self.steps.get()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn batch_size(&self) -> usize {
+        train::BATCH
+    }
+}
+
+/// The conformance suite's cases (kiln-conformance's own lists): the op
+/// cases, then the gradient cases (named "gradient: op"), each run on the
+/// WebGPU device against the CPU reference compiled to wasm.
+#[wasm_bindgen]
+pub struct Conformance {
+    cases: Rc<Vec<Case>>,
+    grads: Rc<Vec<GradCase>>,
+    gpu: Device,
+}
+
+/// One case's outcome as JSON.
+fn outcome_json(o: &Outcome) -> String {
+    let err = if o.max_abs_err.is_finite() { o.max_abs_err.to_string() } else { "null".into() };
+    let failure = o.failure.as_deref().map_or_else(|| "null".into(), quote);
+    format!("{{\"passed\":{},\"max_abs_err\":{err},\"failure\":{failure}}}", o.passed)
+}
+
+#[wasm_bindgen]
+impl Conformance {
+    #[wasm_bindgen(constructor)]
+    pub fn new(gpu: &Gpu) -> Conformance {
+        Conformance { cases: Rc::new(cases::all()), grads: Rc::new(grad_cases::all()), gpu: gpu.device.clone() }
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn len(&self) -> usize {
+        self.cases.len() + self.grads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The op of case `i` ("gradient: op" for gradient cases).
+    pub fn op(&self, i: usize) -> String {
+        match self.grads.get(i.wrapping_sub(self.cases.len())) {
+            Some(g) => format!("gradient: {}", g.op),
+            None => self.cases.get(i).map_or_else(String::new, |c| c.op.to_string()),
+        }
+    }
+
+    pub fn detail(&self, i: usize) -> String {
+        match self.grads.get(i.wrapping_sub(self.cases.len())) {
+            Some(g) => g.detail.clone(),
+            None => self.cases.get(i).map_or_else(String::new, |c| c.detail.clone()),
+        }
+    }
+
+    /// Resolves to `{"passed": bool, "max_abs_err": number|null, "failure": string|null}`.
+    pub fn run(&self, i: usize) -> Promise {
+        let (cases, grads, gpu) = (self.cases.clone(), self.grads.clone(), self.gpu.clone());
+        future_to_promise(async move {
+            let cpu = Device::cpu();
+            let outcome = if let Some(case) = cases.get(i) {
+                report::check(case, &report::reference(case, &cpu).await, &gpu).await
+            } else {
+                let case = grads.get(i - cases.len()).ok_or_else(|| js_err(format!("no case {i}")))?;
+                grad_check::check_device(case, &grad_check::reference(case, &cpu).await, &gpu).await
+            };
+            Ok(outcome_json(&outcome).into())
+        })
+    }
+}

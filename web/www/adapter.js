@@ -1,0 +1,12 @@
+// What the pages show about the adapter: kiln's Device info (from wasm)
+// plus the browser's GPUAdapterInfo, which has the vendor and architecture
+// that wgpu does not carry over (its `name` is the often-empty description).
+export async function describeAdapter(gpu) {
+  const info = JSON.parse(gpu.info());
+  const adapter = await navigator.gpu.requestAdapter();
+  const web = adapter?.info ?? {};
+  const detail = { ...info, vendor: web.vendor ?? '', architecture: web.architecture ?? '', description: web.description ?? '' };
+  const what = [detail.name || detail.description, detail.vendor, detail.architecture].filter(Boolean).join(' ');
+  detail.label = `${what || 'unnamed adapter'} (kiln backend ${detail.backend}, ${detail.device_type})`;
+  return detail;
+}

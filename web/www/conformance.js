@@ -1,0 +1,49 @@
+// Runs kiln-conformance's op cases on this browser's WebGPU adapter against
+// the f64 CPU reference compiled to wasm, one case at a time, and publishes
+// the results as a table and as JSON (window.conformance, #summary).
+import init, { Gpu, Conformance } from './pkg/kiln_web.js';
+import { describeAdapter } from './adapter.js';
+
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const summary = { done: false, adapter: null, passed: 0, failed: 0, cases: [] };
+window.conformance = summary;
+
+function publish() {
+  $('summary').textContent = JSON.stringify(summary);
+}
+
+async function main() {
+  if (!navigator.gpu) throw new Error('WebGPU is not available in this browser (navigator.gpu is missing).');
+  await init();
+  const gpu = await Gpu.init();
+  summary.adapter = await describeAdapter(gpu);
+  $('adapter').textContent = summary.adapter.label;
+  const suite = new Conformance(gpu);
+  const filter = params.get('filter');
+  for (let i = 0; i < suite.len; i++) {
+    const op = suite.op(i), detail = suite.detail(i);
+    if (filter && !op.includes(filter)) continue;
+    $('status').textContent = `running ${i + 1} of ${suite.len}: ${op} [${detail}]`;
+    const r = JSON.parse(await suite.run(i));
+    summary.cases.push({ op, detail, ...r });
+    r.passed ? summary.passed++ : summary.failed++;
+    const tr = document.createElement('tr');
+    const cell = r.passed ? `✓ ${r.max_abs_err.toExponential(1)}` : `✗ ${r.failure}`;
+    tr.innerHTML = `<td></td><td></td><td class="${r.passed ? 'pass' : 'fail'}"></td>`;
+    [op, detail, cell].forEach((t, k) => (tr.children[k].textContent = t));
+    $('rows').appendChild(tr);
+  }
+  summary.pipelines = gpu.pipelines();
+  summary.done = true;
+  $('status').textContent = `${summary.passed} passed, ${summary.failed} failed`;
+  publish();
+}
+
+main().catch((e) => {
+  summary.error = `${e.message ?? e}`;
+  summary.done = true;
+  $('nogpu').hidden = false;
+  $('nogpu').textContent = summary.error;
+  publish();
+});
