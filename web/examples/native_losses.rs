@@ -1,12 +1,13 @@
 //! The browser demo's first training losses, computed natively by the same
-//! code on SwiftShader's Vulkan driver (the browser's adapter in the e2e
-//! test), as JSON for the e2e test to compare with the browser's.
+//! code (`kiln-mnist`) on SwiftShader's Vulkan driver (the browser's adapter
+//! in the e2e test), as JSON for the e2e test to compare with the browser's.
 //!
 //! `cargo run --release -p kiln-web --example native_losses -- [seed] [steps]`
 
 use kiln::{Device, DeviceOptions};
-use kiln_web::train::Trainer;
-use std::rc::Rc;
+use kiln_mnist::{Config, ModelKind, Trainer};
+use kiln_nn::data::Mnist;
+use std::sync::Arc;
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -15,12 +16,11 @@ fn main() -> Result<(), String> {
     kiln_conformance::validation::env_for_adapters();
     let options = DeviceOptions { adapter: Some("swiftshader".into()), backends: kiln::core::wgpu::Backends::VULKAN };
     let device = kiln::block_on(Device::with_options(options)).map_err(|e| e.to_string())?;
-    let mut trainer =
-        Trainer::new(&device, Rc::new(kiln_web::native::load_mnist()?), seed).map_err(|e| e.to_string())?;
-    let mut losses = Vec::new();
-    for _ in 0..steps {
-        losses.push(kiln::block_on(trainer.step(1)).map_err(|e| e.to_string())?.to_string());
-    }
+    let data = Mnist::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist-10k")).map_err(|e| e.to_string())?;
+    let config = Config { seed, ..ModelKind::Mlp.default_config() };
+    let mut trainer = Trainer::new(&device, Arc::new(data), config).map_err(|e| e.to_string())?;
+    let losses = kiln::block_on(trainer.run(steps as usize)).map_err(|e| e.to_string())?;
+    let losses: Vec<String> = losses.iter().map(f32::to_string).collect();
     println!("{{\"seed\":{seed},\"adapter\":\"{}\",\"losses\":[{}]}}", device.info().name, losses.join(","));
     Ok(())
 }

@@ -1,14 +1,15 @@
 //! The JS API. Every method that reads from the GPU returns a Promise
 //! (readback is async; the tab never blocks on the device).
 
-use crate::data::Split;
-use crate::train::{self, Mnist};
 use js_sys::Promise;
 use kiln::{Device, DeviceOptions};
 use kiln_conformance::grad_cases::{self, GradCase};
 use kiln_conformance::{Case, Outcome, cases, grad_check, report};
+use kiln_mnist::{Config, ModelKind};
+use kiln_nn::data::Mnist;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
@@ -80,7 +81,7 @@ impl Gpu {
 /// MNIST from the four gzipped IDX files.
 #[wasm_bindgen]
 pub struct Dataset {
-    inner: Rc<Mnist>,
+    inner: Arc<Mnist>,
 }
 
 #[wasm_bindgen]
@@ -92,9 +93,13 @@ impl Dataset {
         test_images: &[u8],
         test_labels: &[u8],
     ) -> Result<Dataset, JsError> {
-        let train = Split::from_gz("train", train_images, train_labels).map_err(|e| JsError::new(&e))?;
-        let test = Split::from_gz("test", test_images, test_labels).map_err(|e| JsError::new(&e))?;
-        Ok(Dataset { inner: Rc::new(Mnist { train, test }) })
+        let split = |images, images_name, labels, labels_name| {
+            kiln_nn::data::Dataset::from_idx(images, images_name, labels, labels_name)
+                .map_err(|e| JsError::new(&e.to_string()))
+        };
+        let train = split(train_images, "train images", train_labels, "train labels")?;
+        let test = split(test_images, "test images", test_labels, "test labels")?;
+        Ok(Dataset { inner: Arc::new(Mnist { train, test }) })
     }
 
     #[wasm_bindgen(getter)]
@@ -108,19 +113,22 @@ impl Dataset {
     }
 }
 
-/// The demo's model and optimizer state. Calls must not overlap (each
-/// returns a Promise; await it first); an overlapping call rejects.
+/// The demo's model and optimizer state: the MLP and training loop of
+/// `kiln-mnist`, the same code the desktop demo runs. Calls must not
+/// overlap (each returns a Promise; await it first); an overlapping call
+/// rejects.
 #[wasm_bindgen]
 pub struct Trainer {
     /// Empty while a call runs: the call owns the trainer until it is done.
-    inner: Rc<RefCell<Option<train::Trainer>>>,
+    inner: Rc<RefCell<Option<kiln_mnist::Trainer>>>,
+    train_len: usize,
     steps: Rc<Cell<usize>>,
 }
 
 impl Trainer {
     fn call<T, F>(&self, f: F) -> Promise
     where
-        F: AsyncFnOnce(&mut train::Trainer) -> kiln::Result<T> + 'static,
+        F: AsyncFnOnce(&mut kiln_mnist::Trainer) -> kiln::Result<T> + 'static,
         T: Into<JsValue>,
     {
         let (inner, steps) = (self.inner.clone(), self.steps.clone());
@@ -128,7 +136,7 @@ impl Trainer {
             let taken = inner.borrow_mut().take();
             let mut t = taken.ok_or_else(|| js_err("the trainer is busy: await the previous call"))?;
             let result = f(&mut t).await;
-            steps.set(t.steps);
+            steps.set(t.steps() as usize);
             *inner.borrow_mut() = Some(t);
             result.map(Into::into).map_err(js_err)
         })
@@ -139,19 +147,22 @@ impl Trainer {
 impl Trainer {
     #[wasm_bindgen(constructor)]
     pub fn new(gpu: &Gpu, data: &Dataset, seed: u32) -> Result<Trainer, JsError> {
-        let t = train::Trainer::new(&gpu.device, data.inner.clone(), seed as u64)
+        let config = Config { seed: seed as u64, ..ModelKind::Mlp.default_config() };
+        let t = kiln_mnist::Trainer::new(&gpu.device, data.inner.clone(), config)
             .map_err(|e| JsError::new(&e.to_string()))?;
-        Ok(Trainer { inner: Rc::new(RefCell::new(Some(t))), steps: Rc::default() })
+        let train_len = data.inner.train.len();
+        Ok(Trainer { inner: Rc::new(RefCell::new(Some(t))), steps: Rc::default(), train_len })
     }
 
-    /// `n` SGD steps; resolves to the mean of their losses.
+    /// `n` training steps; resolves to the mean of their losses (NaN when
+    /// the run's steps are all taken).
     pub fn step(&self, n: usize) -> Promise {
-        self.call(async move |t| t.step(n).await)
+        self.call(async move |t| Ok(mean(&t.run(n).await?)))
     }
 
     /// Resolves to the accuracy on the test split.
     pub fn evaluate(&self) -> Promise {
-        self.call(async |t| t.evaluate().await)
+        self.call(async |t| Ok(t.evaluate().await?.1))
     }
 
     /// Resolves to a Float32Array of class probabilities for 784 pixels in [0, 1].
@@ -165,10 +176,21 @@ impl Trainer {
         self.steps.get()
     }
 
+    /// Steps of the whole run (its epochs); `step` does nothing past them.
+    #[wasm_bindgen(getter)]
+    pub fn total_steps(&self) -> usize {
+        let c = ModelKind::Mlp.default_config();
+        self.train_len / c.batch_size * c.epochs
+    }
+
     #[wasm_bindgen(getter)]
     pub fn batch_size(&self) -> usize {
-        train::BATCH
+        ModelKind::Mlp.default_config().batch_size
     }
+}
+
+fn mean(values: &[f32]) -> f32 {
+    values.iter().sum::<f32>() / values.len() as f32
 }
 
 /// The conformance suite's cases (kiln-conformance's own lists): the op

@@ -77,11 +77,13 @@ async function evaluate() {
 }
 
 async function run(maxSteps) {
+  // The run's schedule ends after its epochs (kiln-mnist's default config).
+  maxSteps = Math.min(maxSteps || Infinity, trainer.total_steps);
   running = true;
   setStatus('training');
   let trainedSteps = 0, trainedMs = 0;
-  while (running && (!maxSteps || trainer.steps < maxSteps)) {
-    const n = maxSteps ? Math.min(STEPS_PER_CHUNK, maxSteps - trainer.steps) : STEPS_PER_CHUNK;
+  while (running && trainer.steps < maxSteps) {
+    const n = Math.min(STEPS_PER_CHUNK, maxSteps - trainer.steps);
     const t0 = performance.now();
     const loss = await exclusive(() => trainer.step(n));
     trainedMs += performance.now() - t0;
@@ -96,7 +98,7 @@ async function run(maxSteps) {
   if (demo.accuracies.at(-1)?.[0] !== trainer.steps) await evaluate();
   showStats();
   running = false;
-  setStatus(maxSteps && trainer.steps >= maxSteps ? 'done' : 'paused');
+  setStatus(trainer.steps >= maxSteps ? 'done' : 'paused');
 }
 
 function start(maxSteps) {

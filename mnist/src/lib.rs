@@ -1,0 +1,10 @@
+//! The MNIST demo's models and training loop, shared by the desktop demo
+//! (`native-demo/`) and the browser demo (`web/`): the same Rust code
+//! trains in both.
+
+mod augment;
+mod model;
+mod trainer;
+
+pub use model::{Config, ModelKind};
+pub use trainer::Trainer;

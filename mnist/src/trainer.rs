@@ -1,0 +1,288 @@
+//! The training loop: Adam with a warmup + cosine schedule over the model's
+//! parameter tree, one jit-captured step per batch (one submit), batches in
+//! an order drawn from the seed for each epoch, evaluation, prediction and
+//! checkpoints. Everything that decides a step (batch order, initial
+//! weights, schedule) follows from the `Config`, so a run is repeatable and
+//! a resumed run continues the same curve.
+
+use crate::model::{Config, ModelKind};
+use kiln::prelude::*;
+use kiln::{Jit, Key, KilnError};
+use kiln_nn::Sequential;
+use kiln_nn::checkpoint::Checkpoint;
+use kiln_nn::data::{Dataset, ImageLayout, Mnist};
+use kiln_nn::optim::{AdamState, Chain, ScaleByAdam, ScaleByLearningRate, Transform, adam, warmup_cosine_decay};
+use std::sync::Arc;
+
+type Optimizer = Chain<(ScaleByAdam, ScaleByLearningRate)>;
+type OptState = (AdamState<Sequential>, kiln_nn::optim::CountState);
+type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
+
+/// Test images per forward pass when evaluating.
+const EVAL_CHUNK: usize = 500;
+
+pub struct Trainer {
+    device: Device,
+    config: Config,
+    data: Arc<Mnist>,
+    model: Sequential,
+    opt_template: OptState,
+    /// The parameters' leaves, then the optimizer state's.
+    leaves: Vec<Tensor>,
+    step_fn: Jit<StepFn>,
+    steps: u64,
+}
+
+/// Mean cross-entropy of `logits` against integer labels, and the number
+/// of correct argmax predictions.
+fn loss_and_hits(logits: &Tensor, labels: &Tensor) -> Result<(Tensor, Tensor)> {
+    let loss = kiln_nn::loss::cross_entropy(logits, labels)?;
+    let hits = logits.argmax(Some(-1), false)?.eq(labels)?.cast(DType::F32)?.sum(&[], false)?;
+    Ok((loss, hits))
+}
+
+impl Trainer {
+    /// A fresh run: weights from `config.seed`.
+    pub fn new(device: &Device, data: Arc<Mnist>, config: Config) -> Result<Trainer> {
+        config.check()?;
+        let model = config.model.build(device, Key::new(config.seed))?;
+        Trainer::with_params(device, data, config, model, None, 0)
+    }
+
+    fn with_params(
+        device: &Device,
+        data: Arc<Mnist>,
+        config: Config,
+        model: Sequential,
+        state: Option<OptState>,
+        steps: u64,
+    ) -> Result<Trainer> {
+        if data.train.len() < config.batch_size {
+            return Err(KilnError::Invalid {
+                op: "trainer",
+                detail: format!("batch size {} exceeds the {} training images", config.batch_size, data.train.len()),
+            });
+        }
+        let opt = optimizer(&config, data.train.len());
+        let opt_template = opt.init(&model)?;
+        let state = match state {
+            Some(s) => s,
+            None => opt.init(&model)?,
+        };
+        let leaves = [model.leaves(), state.leaves()].concat();
+        let (template, state_template) = (model.clone(), opt_template.clone());
+        let n = template.leaves().len();
+        // (x, labels, params.., state..) → (loss, params.., state..)
+        let step: StepFn = Box::new(move |inputs: &[Tensor]| {
+            let (x, labels) = (&inputs[0], &inputs[1]);
+            let p = template.unflatten(inputs[2..2 + n].to_vec())?;
+            let s = state_template.unflatten(inputs[2 + n..].to_vec())?;
+            let loss = |p: &Sequential| kiln_nn::loss::cross_entropy(&p.forward(x)?, labels);
+            let (value, grads) = value_and_grad(loss)(&p)?;
+            let (updates, s) = opt.update(&grads, &s, Some(&p))?;
+            Ok([vec![value], kiln_nn::optim::apply_updates(&p, &updates)?.leaves(), s.leaves()].concat())
+        });
+        Ok(Trainer {
+            device: device.clone(),
+            config,
+            data,
+            model,
+            opt_template,
+            leaves,
+            step_fn: kiln::jit(step),
+            steps,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Steps taken so far (over all epochs, including before a resume).
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    pub fn steps_per_epoch(&self) -> u64 {
+        (self.data.train.len() / self.config.batch_size) as u64
+    }
+
+    pub fn total_steps(&self) -> u64 {
+        self.steps_per_epoch() * self.config.epochs as u64
+    }
+
+    /// The epoch the next step belongs to (0-based).
+    pub fn epoch(&self) -> u64 {
+        self.steps / self.steps_per_epoch()
+    }
+
+    /// The current parameters as a model.
+    pub fn model(&self) -> Result<Sequential> {
+        self.model.unflatten(self.leaves[..self.model.leaves().len()].to_vec())
+    }
+
+    /// The training images of step `step`: epoch `e` visits the training set
+    /// in the order `Key(seed).fold_in(e).shuffled_indices(n)`.
+    fn batch(&self, step: u64) -> Result<(Tensor, Tensor)> {
+        let (bs, train) = (self.config.batch_size, &self.data.train);
+        let (epoch, at) = (step / self.steps_per_epoch(), (step % self.steps_per_epoch()) as usize);
+        let key = Key::new(self.config.seed).fold_in(epoch as u32);
+        let order = key.shuffled_indices(train.len());
+        let (mut pixels, labels) = gather(train, &order[at * bs..(at + 1) * bs]);
+        crate::augment::shift_images(&mut pixels, train.rows, train.cols, key.fold_in(1 + at as u32));
+        to_device(&self.device, train, pixels, labels, self.config.model.layout())
+    }
+
+    /// One training step (one submit); returns its loss (computed, not read).
+    pub async fn step(&mut self) -> Result<Tensor> {
+        let (x, labels) = self.batch(self.steps)?;
+        let inputs = [vec![x, labels], self.leaves.clone()].concat();
+        let mut out = self.step_fn.call(&inputs).await?;
+        self.leaves = out.split_off(1);
+        self.steps += 1;
+        Ok(out.remove(0))
+    }
+
+    /// `n` steps (at most to the end of the run); their losses, read back
+    /// together so the device is not drained after every step.
+    pub async fn run(&mut self, n: usize) -> Result<Vec<f32>> {
+        let n = n.min((self.total_steps() - self.steps) as usize);
+        let mut losses = Vec::with_capacity(n);
+        for _ in 0..n {
+            losses.push(self.step().await?);
+        }
+        if losses.is_empty() {
+            return Ok(Vec::new());
+        }
+        Tensor::stack(&losses.iter().collect::<Vec<_>>(), 0)?.to_vec::<f32>().await
+    }
+
+    /// Mean loss and accuracy over the test set.
+    pub async fn evaluate(&self) -> Result<(f32, f32)> {
+        let model = self.model()?;
+        let test = &self.data.test;
+        let (mut loss, mut hits) = (Vec::new(), Vec::new());
+        for start in (0..test.len()).step_by(EVAL_CHUNK) {
+            let idx: Vec<usize> = (start..(start + EVAL_CHUNK).min(test.len())).collect();
+            let (x, labels) = images_and_labels(&self.device, test, &idx, self.config.model.layout())?;
+            let (l, h) = loss_and_hits(&model.forward(&x)?, &labels)?;
+            loss.push(l.mul_scalar(idx.len() as f64)?);
+            hits.push(h);
+        }
+        let total = |parts: Vec<Tensor>| -> Result<Tensor> {
+            Tensor::stack(&parts.iter().collect::<Vec<_>>(), 0)?.sum(&[], false)?.div_scalar(test.len() as f64)
+        };
+        let (loss, accuracy) = (total(loss)?, total(hits)?);
+        Tensor::realize_all(&[&loss, &accuracy]).await?;
+        Ok((loss.item::<f32>().await?, accuracy.item::<f32>().await?))
+    }
+
+    /// Class probabilities for one 28×28 image (values in [0, 1], row-major).
+    pub async fn predict(&self, pixels: &[f32]) -> Result<Vec<f32>> {
+        let shape = match self.config.model.layout() {
+            ImageLayout::Flat => vec![1, pixels.len()],
+            ImageLayout::Nchw => vec![1, 1, 28, 28],
+        };
+        if pixels.len() != 784 {
+            return Err(KilnError::Invalid { op: "predict", detail: format!("{} pixels, expected 784", pixels.len()) });
+        }
+        let x = Tensor::from_slice(&self.device, pixels, &shape)?;
+        self.model()?.forward(&x)?.softmax(-1)?.to_vec::<f32>().await
+    }
+
+    /// The parameters, the optimizer state and the run's config.
+    pub async fn checkpoint(&self) -> Result<Checkpoint> {
+        let n = self.model.leaves().len();
+        let mut ck = Checkpoint::new();
+        ck.add("params", &self.model()?).await?;
+        ck.add("opt", &self.opt_template.unflatten(self.leaves[n..].to_vec())?).await?;
+        let c = &self.config;
+        for (k, v) in [
+            ("model", c.model.name().to_string()),
+            ("step", self.steps.to_string()),
+            ("seed", c.seed.to_string()),
+            ("epochs", c.epochs.to_string()),
+            ("batch_size", c.batch_size.to_string()),
+            ("lr", format!("{:e}", c.lr)),
+        ] {
+            ck.set_metadata(k, &v)?;
+        }
+        Ok(ck)
+    }
+
+    /// A trainer continuing the run saved in `ck` (its config included).
+    /// `expect`: the model the caller asked for; another model is an error.
+    pub fn restore(device: &Device, data: Arc<Mnist>, ck: &Checkpoint, expect: Option<ModelKind>) -> Result<Trainer> {
+        let config = config_of(ck)?;
+        if let Some(want) = expect.filter(|&m| m != config.model) {
+            return Err(KilnError::Invalid {
+                op: "checkpoint",
+                detail: format!("the checkpoint holds a {} model, not {want}", config.model),
+            });
+        }
+        let fresh = config.model.build(device, Key::new(config.seed))?;
+        let model = ck.tree("params", &fresh, device)?;
+        let state = ck.tree("opt", &optimizer(&config, data.train.len()).init(&fresh)?, device)?;
+        let steps = meta(ck, "step")?;
+        Trainer::with_params(device, data, config, model, Some(state), steps)
+    }
+}
+
+/// Adam, warmup over the first 5% of steps (at most 100) to `lr`, then a
+/// cosine decay to lr/100 at the end of the last epoch.
+fn optimizer(config: &Config, train_len: usize) -> Optimizer {
+    let total = (train_len / config.batch_size * config.epochs) as u64;
+    let warmup = (total / 20).clamp(1, 100);
+    adam(warmup_cosine_decay(0.0, config.lr, warmup, total, config.lr / 100.0), 0.9, 0.999, 1e-8)
+}
+
+fn meta<T: std::str::FromStr>(ck: &Checkpoint, key: &str) -> Result<T> {
+    let bad = |detail: String| KilnError::Invalid { op: "checkpoint", detail };
+    let v = ck.metadata().get(key).ok_or_else(|| bad(format!("no `{key}` in its metadata (not a demo checkpoint)")))?;
+    v.parse().map_err(|_| bad(format!("metadata `{key}` = `{v}` is malformed")))
+}
+
+fn config_of(ck: &Checkpoint) -> Result<Config> {
+    let config = Config {
+        model: meta::<String>(ck, "model")?.parse()?,
+        epochs: meta(ck, "epochs")?,
+        batch_size: meta(ck, "batch_size")?,
+        lr: meta(ck, "lr")?,
+        seed: meta(ck, "seed")?,
+    };
+    config.check()?;
+    Ok(config)
+}
+
+/// The pixels and labels of images `idx` of `data`.
+fn gather(data: &Dataset, idx: &[usize]) -> (Vec<f32>, Vec<i32>) {
+    let mut pixels = Vec::with_capacity(idx.len() * data.pixels());
+    idx.iter().for_each(|&i| pixels.extend_from_slice(data.image(i)));
+    (pixels, idx.iter().map(|&i| data.labels[i]).collect())
+}
+
+/// Images (of `data`'s size) as a tensor in `layout`, and their i32 labels.
+fn to_device(
+    dev: &Device,
+    data: &Dataset,
+    pixels: Vec<f32>,
+    labels: Vec<i32>,
+    layout: ImageLayout,
+) -> Result<(Tensor, Tensor)> {
+    let n = labels.len();
+    let shape = match layout {
+        ImageLayout::Flat => vec![n, data.pixels()],
+        ImageLayout::Nchw => vec![n, 1, data.rows, data.cols],
+    };
+    Ok((Tensor::from_slice(dev, &pixels, &shape)?, Tensor::from_slice(dev, &labels, &[n])?))
+}
+
+/// Images `idx` of `data` as a tensor in `layout` and their i32 labels.
+fn images_and_labels(dev: &Device, data: &Dataset, idx: &[usize], layout: ImageLayout) -> Result<(Tensor, Tensor)> {
+    let (pixels, labels) = gather(data, idx);
+    to_device(dev, data, pixels, labels, layout)
+}
