@@ -4,6 +4,7 @@
 //! serves every shape.
 
 pub mod fused;
+pub mod matmul;
 pub mod templates;
 
 use crate::dtype::DType;
@@ -158,6 +159,7 @@ pub enum KernelKey {
         dtype: DType,
         batch_rank: usize,
         epilogue: Option<Sig>,
+        config: matmul::MatmulConfig,
     },
 }
 
@@ -174,8 +176,8 @@ impl KernelKey {
                 templates::reduce_wgsl(*monoid, ReduceSource::Partials { dtype: *partials })
             }
             KernelKey::Row { sig, stages, outputs, per_row } => fused::row_wgsl(sig, stages, outputs, *per_row),
-            KernelKey::Matmul { dtype, batch_rank, epilogue } => {
-                templates::matmul_wgsl(*dtype, *batch_rank, epilogue.as_ref())
+            KernelKey::Matmul { dtype, batch_rank, epilogue, config } => {
+                matmul::matmul_kernel(config, *dtype, *batch_rank, epilogue.as_ref())
             }
         }
     }

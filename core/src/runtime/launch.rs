@@ -8,7 +8,8 @@ use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
 use super::realize::ReadRequest;
 use crate::codegen::fused::{VEC, vectorizable};
-use crate::codegen::templates::{MATMUL_K_CHUNK, MATMUL_TILE, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
+use crate::codegen::matmul::MatmulConfig;
+use crate::codegen::templates::{MATMUL_K_CHUNK, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
 use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
@@ -239,12 +240,34 @@ impl Recording {
         self.dispatch(gpu, &key, meta, buffers, groups, numel(shape))
     }
 
-    /// `out = epilogue(a @ b)` (f32). `args` binds `a`'s and `b`'s buffers
-    /// first, then whatever the epilogue (a fused body) reads.
+    /// `out = epilogue(a @ b)` (f32), with the config the tuner picks.
+    /// `args` binds `a`'s and `b`'s buffers first, then whatever the
+    /// epilogue (a fused body) reads.
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &mut self,
         gpu: &Gpu,
+        op: &'static str,
+        a: &Layout,
+        b: &Layout,
+        operand_dtype: DType,
+        shape: &[usize],
+        out: &Arc<PooledBuffer>,
+        epilogue: Option<Sig>,
+        args: Args,
+    ) -> Result<()> {
+        let r = shape.len();
+        let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+        let config = gpu.matmul_config(operand_dtype, m, n, k)?;
+        self.matmul_with(gpu, config, op, a, b, operand_dtype, shape, out, epilogue, args)
+    }
+
+    /// `matmul` with the kernel `config`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_with(
+        &mut self,
+        gpu: &Gpu,
+        config: MatmulConfig,
         op: &'static str,
         a: &Layout,
         b: &Layout,
@@ -262,14 +285,16 @@ impl Recording {
             return Ok(());
         }
         let max = gpu.info.limits.max_compute_workgroups_per_dimension as usize;
-        let (gx, gy) = (n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE));
+        let (tile_m, tile_n) = config.tile();
+        let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
         if gx > max || gy > max {
             return Err(KilnError::Invalid { op, detail: format!("an output of {m}×{n} exceeds the adapter's grid") });
         }
         let sig = epilogue;
         let buffers: Vec<Arc<PooledBuffer>> =
             std::iter::once(out.clone()).chain(args.buffers.iter().cloned()).collect();
-        let key = KernelKey::Matmul { dtype: operand_dtype, batch_rank: batch_shape.len(), epilogue: sig.clone() };
+        let batch_rank = batch_shape.len();
+        let key = KernelKey::Matmul { dtype: operand_dtype, batch_rank, epilogue: sig.clone(), config };
         for b0 in (0..batch).step_by(max) {
             for k0 in (0..k.max(1)).step_by(MATMUL_K_CHUNK) {
                 let k1 = (k0 + MATMUL_K_CHUNK).min(k);

@@ -1,0 +1,205 @@
+//! The matmul kernel family: one generated kernel per [`MatmulConfig`]
+//! (register block per invocation, workgroup shape, subgroup sharing of A),
+//! each accepting f32 or packed-f16 operands through any strides, any
+//! batch dims, any shape (edges clamp their loads and skip their stores)
+//! and a fused epilogue. The runtime's autotuner picks the config per
+//! adapter; every config computes each output as one in-order k sum, so
+//! they agree to rounding.
+
+use super::templates::{MATMUL_SHAPE_BASE, matmul_epilogue_base};
+use super::{META_DECL, load_expr, storage_type, unravel};
+use crate::dtype::DType;
+use crate::sched::lower::Sig;
+use std::fmt::Write;
+
+/// One kernel of the family. An invocation owns `tm` consecutive rows and
+/// `tn` columns interleaved with stride `wx` (so the `wx` invocations of a
+/// workgroup row read consecutive B elements: vector loads on CPU adapters,
+/// coalesced loads on GPUs). With `share`, a subgroup of exactly `wx` lanes
+/// (checked at run time; otherwise the plain path runs) loads each A value
+/// once and passes it around with `subgroupBroadcast`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MatmulConfig {
+    pub tm: u32,
+    pub tn: u32,
+    pub wx: u32,
+    pub wy: u32,
+    pub share: bool,
+}
+
+const fn cfg(tm: u32, tn: u32, wx: u32, wy: u32, share: bool) -> MatmulConfig {
+    MatmulConfig { tm, tn, wx, wy, share }
+}
+
+impl MatmulConfig {
+    /// What the autotuner tries. CPU adapters like big register blocks and
+    /// workgroups of one SIMD width whose rows are uniform (A loads become
+    /// scalar loads); GPUs like more invocations per workgroup.
+    pub const CANDIDATES: [MatmulConfig; 7] = [
+        cfg(16, 8, 8, 1, false),
+        cfg(16, 8, 8, 1, true),
+        cfg(8, 8, 8, 1, false),
+        cfg(8, 8, 8, 8, false),
+        cfg(8, 8, 8, 8, true),
+        cfg(4, 4, 16, 16, false),
+        cfg(8, 4, 32, 4, true),
+    ];
+    /// Used for small products, and when tuning is off.
+    pub const DEFAULT: MatmulConfig = cfg(8, 8, 8, 1, false);
+
+    /// Output rows and columns one workgroup covers.
+    pub fn tile(&self) -> (usize, usize) {
+        ((self.tm * self.wy) as usize, (self.tn * self.wx) as usize)
+    }
+
+    /// e.g. `16x8/8x1+sg`.
+    pub fn name(&self) -> String {
+        let sg = if self.share { "+sg" } else { "" };
+        format!("{}x{}/{}x{}{sg}", self.tm, self.tn, self.wx, self.wy)
+    }
+
+    pub fn parse(s: &str) -> Option<MatmulConfig> {
+        MatmulConfig::CANDIDATES.into_iter().chain([MatmulConfig::DEFAULT]).find(|c| c.name() == s.trim())
+    }
+}
+
+/// WGSL of one family member; the epilogue is body 0 of `epilogue`,
+/// reading the accumulator as `acc`.
+/// Meta: 0 M, 1 K, 2 N, 3 k0, 4 k1, 5 accumulate, 6 first batch,
+/// 7 A row stride, 8 A col stride, 9 B row stride, 10 B col stride,
+/// 11 A offset, 12 B offset, 13 apply the epilogue (last k chunk), then
+/// the batch shape and A's and B's batch strides, then the epilogue's meta.
+/// The k loop runs over [k0, k1), which the runtime keeps at most
+/// `MATMUL_K_CHUNK` long (Mesa ends loops after 65,535 iterations).
+pub fn matmul_kernel(c: &MatmulConfig, dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
+    // No `enable subgroups;`: naga 30 rejects it (not implemented) and
+    // accepts subgroup builtins without it.
+    let mut s = String::from(META_DECL);
+    s += &preamble(dtype, batch_rank, epilogue);
+    s += &main_fn(c);
+    s + STORE_FN
+}
+
+/// Bindings, loads, batch offsets and the epilogue.
+fn preamble(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
+    let st = storage_type(dtype);
+    let mut s = String::from("@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n");
+    match epilogue {
+        Some(sig) => {
+            let e = super::fused::Emitter::new(sig, matmul_epilogue_base(batch_rank), false);
+            s += &e.input_decls(1);
+            s += "fn epilogue(f: u32, acc: f32) -> f32 {\n";
+            let v = e.body(0, "f", "", &mut s);
+            s += &format!("    return {};\n}}\n", v[0]);
+        }
+        None => {
+            s += &format!("@group(0) @binding(2) var<storage, read> in0: array<{st}>;\n");
+            s += &format!("@group(0) @binding(3) var<storage, read> in1: array<{st}>;\n");
+            s += "fn epilogue(f: u32, acc: f32) -> f32 { return acc; }\n";
+        }
+    }
+    s += &format!("fn load_a(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "in0", "u32(e)"));
+    s += &format!("fn load_b(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "in1", "u32(e)"));
+    let b = MATMUL_SHAPE_BASE;
+    s += "fn batch_offsets(batch: u32) -> vec2<i32> {\n";
+    s += &unravel(batch_rank, b, "batch");
+    s += "    var at_a = i32(m(11u));\n    var at_b = i32(m(12u));\n";
+    for d in 0..batch_rank {
+        s += &format!("    at_a += i32(c{d}) * bitcast<i32>(m({}u));\n", b + batch_rank + d);
+        s += &format!("    at_b += i32(c{d}) * bitcast<i32>(m({}u));\n", b + 2 * batch_rank + d);
+    }
+    s + "    return vec2<i32>(at_a, at_b);\n}\n"
+}
+
+/// The entry point. Accumulators are named scalars' vec4s, not arrays:
+/// naga 30 gives arrays an explicit layout, which Vulkan forbids in function
+/// memory (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
+fn main_fn(c: &MatmulConfig) -> String {
+    let (tm, tn, wx, wy) = (c.tm, c.tn, c.wx, c.wy);
+    // One-dimensional workgroups: naga allows subgroup lane ids only there.
+    let mut s = format!("@compute @workgroup_size({})\n", wx * wy);
+    s += "fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>";
+    if c.share {
+        s += ", @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_lane: u32";
+    }
+    s += ") {\n    let M = m(0u);\n    let N = m(2u);\n    let batch = wg.z + m(6u);\n";
+    s += "    let base = batch_offsets(batch);\n";
+    s += "    let sar = bitcast<i32>(m(7u));\n    let sac = bitcast<i32>(m(8u));\n";
+    s += "    let sbr = bitcast<i32>(m(9u));\n    let sbc = bitcast<i32>(m(10u));\n";
+    let _ = writeln!(s, "    let lx = li % {wx}u;");
+    let _ = writeln!(s, "    let row0 = (wg.y * {wy}u + li / {wx}u) * {tm}u;");
+    let _ = writeln!(s, "    let col0 = wg.x * {}u + lx;", wx * tn);
+    // Rows and columns past the edge read the last valid one; their
+    // results are never stored. No early return: subgroups stay whole.
+    for i in 0..tm {
+        let _ = writeln!(s, "    let ra{i} = base.x + i32(min(row0 + {i}u, M - 1u)) * sar;");
+    }
+    for j in 0..tn {
+        let _ = writeln!(s, "    let cb{j} = base.y + i32(min(col0 + {}u, N - 1u)) * sbc;", j * wx);
+    }
+    for i in 0..tm {
+        for v in 0..tn / 4 {
+            let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
+        }
+    }
+    let plain = k_loop(c, &|i| format!("load_a(ra{i} + ka)"), "");
+    if c.share {
+        // Lane l loads rows l, l + wx, ...; row i comes from lane i % wx.
+        let loads = tm.div_ceil(wx);
+        for q in 0..loads {
+            let _ = writeln!(s, "    let rs{q} = base.x + i32(min(row0 + min(lx + {}u, {}u), M - 1u)) * sar;", q * wx, tm - 1);
+        }
+        let mut pre = String::new();
+        for q in 0..loads {
+            let _ = writeln!(pre, "        let s{q} = load_a(rs{q} + ka);");
+        }
+        let shared = k_loop(c, &|i| format!("subgroupBroadcast(s{}, {}u)", i / wx, i % wx), &pre);
+        let _ = writeln!(s, "    if (subgroupAll(sg_size == {wx}u && sg_lane == lx)) {{\n{shared}    }} else {{\n{plain}    }}");
+    } else {
+        s += &plain;
+    }
+    for i in 0..tm {
+        for j in 0..tn {
+            let _ = writeln!(s, "    store(batch, row0 + {i}u, col0 + {}u, c{i}_{}[{}]);", j * wx, j / 4, j % 4);
+        }
+    }
+    s + "}\n"
+}
+
+/// The k loop over [k0, k1): A's value for row i is `a(i)`, computed after
+/// the statements `pre`.
+fn k_loop(c: &MatmulConfig, a: &dyn Fn(u32) -> String, pre: &str) -> String {
+    let mut s = String::from("    for (var k = m(3u); k < m(4u); k++) {\n");
+    s += "        let ka = i32(k) * sac;\n        let kb = i32(k) * sbr;\n";
+    s += pre;
+    for v in 0..c.tn / 4 {
+        let b: Vec<String> = (0..4).map(|e| format!("load_b(cb{} + kb)", 4 * v + e)).collect();
+        let _ = writeln!(s, "        let b{v} = vec4<f32>({});", b.join(", "));
+    }
+    for i in 0..c.tm {
+        let _ = writeln!(s, "        let a{i} = {};", a(i));
+        for v in 0..c.tn / 4 {
+            let _ = writeln!(s, "        c{i}_{v} += a{i} * b{v};");
+        }
+    }
+    s + "    }\n"
+}
+
+const STORE_FN: &str = "
+fn store(batch: u32, r: u32, c: u32, v: f32) {
+    let M = m(0u);
+    let N = m(2u);
+    if (r >= M || c >= N) {
+        return;
+    }
+    let at = (batch * M + r) * N + c;
+    var x = v;
+    if (m(5u) != 0u) {
+        x += out[at];
+    }
+    if (m(13u) != 0u) {
+        x = epilogue(at, x);
+    }
+    out[at] = x;
+}
+";
