@@ -35,10 +35,13 @@ impl MatmulConfig {
     /// What the autotuner tries. CPU adapters like big register blocks and
     /// workgroups of one SIMD width whose rows are uniform (A loads become
     /// scalar loads); GPUs like more invocations per workgroup.
-    pub const CANDIDATES: [MatmulConfig; 7] = [
+    pub const CANDIDATES: [MatmulConfig; 10] = [
         cfg(16, 8, 8, 1, false),
         cfg(16, 8, 8, 1, true),
         cfg(8, 8, 8, 1, false),
+        cfg(8, 8, 8, 1, true),
+        cfg(4, 8, 8, 1, false),
+        cfg(4, 4, 8, 1, false),
         cfg(8, 8, 8, 8, false),
         cfg(8, 8, 8, 8, true),
         cfg(4, 4, 16, 16, false),
@@ -60,6 +63,34 @@ impl MatmulConfig {
 
     pub fn parse(s: &str) -> Option<MatmulConfig> {
         MatmulConfig::CANDIDATES.into_iter().chain([MatmulConfig::DEFAULT]).find(|c| c.name() == s.trim())
+    }
+}
+
+/// Matmuls that likely share a best config: operand dtype and each of
+/// m, n, k bucketed as small (≤ 64), medium (≤ 512) or large.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShapeClass {
+    dtype: DType,
+    buckets: [u8; 3],
+}
+
+impl ShapeClass {
+    pub fn of(dtype: DType, m: usize, n: usize, k: usize) -> ShapeClass {
+        let b = |d: usize| if d <= 64 { 0 } else if d <= 512 { 1 } else { 2 };
+        ShapeClass { dtype, buckets: [b(m), b(n), b(k)] }
+    }
+
+    /// e.g. `f32:m2n2k2`.
+    pub fn name(&self) -> String {
+        let [m, n, k] = self.buckets;
+        format!("{}:m{m}n{n}k{k}", self.dtype.name())
+    }
+
+    pub fn parse(s: &str) -> Option<ShapeClass> {
+        let all = DType::ALL.into_iter().flat_map(|dtype| {
+            (0..27u8).map(move |i| ShapeClass { dtype, buckets: [i / 9, i / 3 % 3, i % 3] })
+        });
+        all.into_iter().find(|c| c.name() == s)
     }
 }
 
@@ -127,7 +158,12 @@ fn main_fn(c: &MatmulConfig) -> String {
     s += "    let sar = bitcast<i32>(m(7u));\n    let sac = bitcast<i32>(m(8u));\n";
     s += "    let sbr = bitcast<i32>(m(9u));\n    let sbc = bitcast<i32>(m(10u));\n";
     let _ = writeln!(s, "    let lx = li % {wx}u;");
-    let _ = writeln!(s, "    let row0 = (wg.y * {wy}u + li / {wx}u) * {tm}u;");
+    if wy == 1 {
+        // Rows uniform across the workgroup: CPU adapters load A as scalars.
+        let _ = writeln!(s, "    let row0 = wg.y * {tm}u;");
+    } else {
+        let _ = writeln!(s, "    let row0 = (wg.y * {wy}u + li / {wx}u) * {tm}u;");
+    }
     let _ = writeln!(s, "    let col0 = wg.x * {}u + lx;", wx * tn);
     // Rows and columns past the edge read the last valid one; their
     // results are never stored. No early return: subgroups stay whole.
@@ -179,7 +215,7 @@ fn k_loop(c: &MatmulConfig, a: &dyn Fn(u32) -> String, pre: &str) -> String {
     for i in 0..c.tm {
         let _ = writeln!(s, "        let a{i} = {};", a(i));
         for v in 0..c.tn / 4 {
-            let _ = writeln!(s, "        c{i}_{v} += a{i} * b{v};");
+            let _ = writeln!(s, "        c{i}_{v} = fma(vec4<f32>(a{i}), b{v}, c{i}_{v});");
         }
     }
     s + "    }\n"

@@ -8,7 +8,7 @@
 
 use super::Gpu;
 use super::launch::Recording;
-use crate::codegen::matmul::MatmulConfig;
+use crate::codegen::matmul::{MatmulConfig, ShapeClass};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::shape::Layout;
@@ -20,25 +20,6 @@ use std::sync::Mutex;
 const TUNE_MIN_WORK: usize = 1 << 21;
 /// Tuning runs a product of at most this size in each dimension.
 const TUNE_DIM: usize = 512;
-
-/// Matmuls that likely share a best config: operand dtype and each of
-/// m, n, k bucketed as small (≤ 64), medium (≤ 512) or large.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ShapeClass {
-    dtype: DType,
-    buckets: [u8; 3],
-}
-
-impl ShapeClass {
-    pub fn of(dtype: DType, m: usize, n: usize, k: usize) -> ShapeClass {
-        let b = |d: usize| if d <= 64 { 0 } else if d <= 512 { 1 } else { 2 };
-        ShapeClass { dtype, buckets: [b(m), b(n), b(k)] }
-    }
-
-    fn name(&self) -> String {
-        format!("{}:{}{}{}", self.dtype.name(), self.buckets[0], self.buckets[1], self.buckets[2])
-    }
-}
 
 #[derive(Debug, Default)]
 pub(super) struct Tuner {
@@ -132,17 +113,13 @@ impl Gpu {
         for line in text.lines() {
             let mut parts = line.split('\t');
             let (Some(k), Some(class), Some(cfg)) = (parts.next(), parts.next(), parts.next()) else { continue };
-            let class = DType::ALL.into_iter().flat_map(|d| all_classes(d)).find(|c| c.name() == class);
+            let class = ShapeClass::parse(class);
             let usable = |c: &MatmulConfig| !c.share || self.info.subgroups;
             if let (true, Some(class), Some(cfg)) = (k == key, class, MatmulConfig::parse(cfg).filter(usable)) {
                 chosen.insert(class, cfg);
             }
         }
     }
-}
-
-fn all_classes(dtype: DType) -> impl Iterator<Item = ShapeClass> {
-    (0..27u8).map(move |i| ShapeClass { dtype, buckets: [i / 9, i / 3 % 3, i % 3] })
 }
 
 fn tuning_on() -> bool {
