@@ -127,9 +127,14 @@ fn catalog() -> Vec<String> {
         for dtype in [DType::F32, DType::F16, DType::I32, DType::U32] {
             for contiguous in [true, false] {
                 let s = sig(3, &[(dtype, contiguous)], &[], vec![(Op::Unary(UnaryOp::Abs, LOAD), dtype)], vec![0]);
-                out.push(KernelKey::Reduce { monoid, prologue: Some(s), partials: dtype.wide() }.wgsl());
+                let vec4 = contiguous && matches!(monoid, Monoid::Reduce(_)) && dtype != DType::F16;
+                let key = |vec4| KernelKey::Reduce { monoid, prologue: Some(s.clone()), partials: dtype.wide(), vec4 };
+                out.push(key(false).wgsl());
+                if vec4 {
+                    out.push(key(true).wgsl());
+                }
             }
-            out.push(KernelKey::Reduce { monoid, prologue: None, partials: dtype.wide() }.wgsl());
+            out.push(KernelKey::Reduce { monoid, prologue: None, partials: dtype.wide(), vec4: false }.wgsl());
         }
     }
     // Row kernels: softmax's shape (max, then sum of exp, then divide).
@@ -158,13 +163,17 @@ fn catalog() -> Vec<String> {
                 roots: vec![5],
             },
         ];
-        let key =
-            KernelKey::Row { sig: s, stages: vec![ReduceOp::Max, ReduceOp::Sum], outputs: vec![DType::F32], per_row };
-        out.push(key.wgsl());
+        for vec4 in [false, !per_row] {
+            let stages = vec![ReduceOp::Max, ReduceOp::Sum];
+            let key = KernelKey::Row { sig: s.clone(), stages, outputs: vec![DType::F32], per_row, vec4 };
+            out.push(key.wgsl());
+        }
     }
     // Every member of the matmul family, plain and with an epilogue.
     let configs = MatmulConfig::CANDIDATES.into_iter().chain([MatmulConfig::DEFAULT]);
-    for (config, dtype) in configs.flat_map(|c| [(c, DType::F32), (c, DType::F16)]) {
+    let pairs = configs.flat_map(|c| [(c, DType::F32), (c, DType::F16)]);
+    // vec4 configs run on f32 operands only (the runtime falls back otherwise).
+    for (config, dtype) in pairs.filter(|(c, d)| !c.vec || *d == DType::F32) {
         for batch_rank in 0..4 {
             out.push(KernelKey::Matmul { dtype, batch_rank, epilogue: None, config }.wgsl());
             // relu(acc + bias): the bias is buffer 2, after A and B.

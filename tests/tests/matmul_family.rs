@@ -16,12 +16,19 @@ fn random(dev: &Device, shape: &[usize], seed: u64) -> Tensor {
 
 type Case = (&'static str, fn(&Device) -> Result<Tensor>);
 
-const CASES: [Case; 5] = [
+const CASES: [Case; 7] = [
     ("ragged 37x53 @ 53x29", |d| random(d, &[37, 53], 1).matmul(&random(d, &[53, 29], 2))),
     ("batched [2,3,19,70] @ [3,70,21]", |d| random(d, &[2, 3, 19, 70], 3).matmul(&random(d, &[3, 70, 21], 4))),
     ("transposed operands 45x33", |d| random(d, &[33, 45], 5).t()?.matmul(&random(d, &[40, 33], 6).t()?)),
     ("f16 operands 40x66 @ 66x70", |d| {
         random(d, &[40, 66], 7).cast(DType::F16)?.matmul(&random(d, &[66, 70], 8).cast(DType::F16)?)
+    }),
+    // K and N multiples of 4, contiguous: the vec4 configs run these.
+    ("vec4-eligible relu(x @ w + b) 37x52 @ 52x44", |d| {
+        random(d, &[37, 52], 12).matmul(&random(d, &[52, 44], 13))?.add(&random(d, &[44], 14))?.relu()
+    }),
+    ("vec4-eligible batched [2,3,19,68] @ [3,68,20]", |d| {
+        random(d, &[2, 3, 19, 68], 15).matmul(&random(d, &[3, 68, 20], 16))
     }),
     ("relu(x @ w + b) epilogue 130x72 @ 72x90", |d| {
         random(d, &[130, 72], 9).matmul(&random(d, &[72, 90], 10))?.add(&random(d, &[90], 11))?.relu()

@@ -17,7 +17,12 @@ use std::fmt::Write;
 /// workgroup row read consecutive B elements: vector loads on CPU adapters,
 /// coalesced loads on GPUs). With `share`, a subgroup of exactly `wx` lanes
 /// (checked at run time; otherwise the plain path runs) loads each A value
-/// once and passes it around with `subgroupBroadcast`.
+/// once and passes it around with `subgroupBroadcast`. With `vec` (f32
+/// operands contiguous along k and n, K and N multiples of 4, 4-aligned
+/// offsets and strides; the runtime falls back to the scalar twin
+/// otherwise) operands are read as vec4s: A four k at a time, B four
+/// consecutive columns, columns interleaved by vec4s. CPU adapters pay
+/// per load instruction, not per byte, so this cuts their cost 4×.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MatmulConfig {
     pub tm: u32,
@@ -25,17 +30,26 @@ pub struct MatmulConfig {
     pub wx: u32,
     pub wy: u32,
     pub share: bool,
+    pub vec: bool,
 }
 
 const fn cfg(tm: u32, tn: u32, wx: u32, wy: u32, share: bool) -> MatmulConfig {
-    MatmulConfig { tm, tn, wx, wy, share }
+    MatmulConfig { tm, tn, wx, wy, share, vec: false }
+}
+
+const fn vcfg(tm: u32, tn: u32, wx: u32, wy: u32) -> MatmulConfig {
+    MatmulConfig { tm, tn, wx, wy, share: false, vec: true }
 }
 
 impl MatmulConfig {
     /// What the autotuner tries. CPU adapters like big register blocks and
     /// workgroups of one SIMD width whose rows are uniform (A loads become
     /// scalar loads); GPUs like more invocations per workgroup.
-    pub const CANDIDATES: [MatmulConfig; 10] = [
+    pub const CANDIDATES: [MatmulConfig; 14] = [
+        vcfg(8, 8, 8, 1),
+        vcfg(16, 8, 8, 1),
+        vcfg(4, 8, 8, 1),
+        vcfg(4, 8, 16, 16),
         cfg(16, 8, 8, 1, false),
         cfg(16, 8, 8, 1, true),
         cfg(8, 8, 8, 1, false),
@@ -58,7 +72,8 @@ impl MatmulConfig {
     /// e.g. `16x8/8x1+sg`.
     pub fn name(&self) -> String {
         let sg = if self.share { "+sg" } else { "" };
-        format!("{}x{}/{}x{}{sg}", self.tm, self.tn, self.wx, self.wy)
+        let v = if self.vec { "+vec4" } else { "" };
+        format!("{}x{}/{}x{}{sg}{v}", self.tm, self.tn, self.wx, self.wy)
     }
 
     pub fn parse(s: &str) -> Option<MatmulConfig> {
@@ -107,7 +122,15 @@ pub fn matmul_kernel(c: &MatmulConfig, dtype: DType, batch_rank: usize, epilogue
     // accepts subgroup builtins without it.
     let mut s = String::from(META_DECL);
     s += &preamble(dtype, batch_rank, epilogue);
-    s += &main_fn(c);
+    if c.vec {
+        // Same bindings, read as vec4s (f32 only).
+        s = s.replace("in0: array<f32>", "in0: array<vec4<f32>>").replace("in1: array<f32>", "in1: array<vec4<f32>>");
+        s = s.replace("fn load_a(e: i32) -> f32 { return in0[u32(e)]; }\n", "");
+        s = s.replace("fn load_b(e: i32) -> f32 { return in1[u32(e)]; }\n", "");
+        s += &main_vec(c);
+    } else {
+        s += &main_fn(c);
+    }
     s + STORE_FN
 }
 
@@ -197,6 +220,61 @@ fn main_fn(c: &MatmulConfig) -> String {
     for i in 0..tm {
         for j in 0..tn {
             let _ = writeln!(s, "    store(batch, row0 + {i}u, col0 + {}u, c{i}_{}[{}]);", j * wx, j / 4, j % 4);
+        }
+    }
+    s + "}\n"
+}
+
+/// The vec4 entry point: loads by vec4 index (element index / 4).
+fn main_vec(c: &MatmulConfig) -> String {
+    let (tm, tn, wx, wy) = (c.tm, c.tn, c.wx, c.wy);
+    let nv = tn / 4;
+    let mut s = format!("@compute @workgroup_size({})\n", wx * wy);
+    s += "fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {\n";
+    s += "    let M = m(0u);\n    let N = m(2u);\n    let batch = wg.z + m(6u);\n";
+    s += "    let base = batch_offsets(batch) >> vec2<u32>(2u);\n";
+    s += "    let sar = bitcast<i32>(m(7u)) >> 2u;\n    let sbr = bitcast<i32>(m(9u)) >> 2u;\n";
+    let _ = writeln!(s, "    let lx = li % {wx}u;");
+    if wy == 1 {
+        let _ = writeln!(s, "    let row0 = wg.y * {tm}u;");
+    } else {
+        let _ = writeln!(s, "    let row0 = (wg.y * {wy}u + li / {wx}u) * {tm}u;");
+    }
+    let _ = writeln!(s, "    let nvec = N >> 2u;");
+    for i in 0..tm {
+        let _ = writeln!(s, "    let ra{i} = base.x + i32(min(row0 + {i}u, M - 1u)) * sar;");
+    }
+    for v in 0..nv {
+        let _ = writeln!(s, "    let cv{v} = wg.x * {}u + lx + {}u;", wx * nv, v * wx);
+        let _ = writeln!(s, "    let cb{v} = base.y + i32(min(cv{v}, nvec - 1u));");
+    }
+    for i in 0..tm {
+        for v in 0..nv {
+            let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
+        }
+    }
+    s += "    for (var k = m(3u); k < m(4u); k += 4u) {\n";
+    s += "        let ka = i32(k >> 2u);\n";
+    for kk in 0..4 {
+        for v in 0..nv {
+            let _ = writeln!(s, "        let b{kk}_{v} = in1[u32(cb{v} + i32(k + {kk}u) * sbr)];");
+        }
+    }
+    for i in 0..tm {
+        let _ = writeln!(s, "        let a{i} = in0[u32(ra{i} + ka)];");
+        for kk in 0..4 {
+            let comp = ["x", "y", "z", "w"][kk];
+            for v in 0..nv {
+                let _ = writeln!(s, "        c{i}_{v} = fma(vec4<f32>(a{i}.{comp}), b{kk}_{v}, c{i}_{v});");
+            }
+        }
+    }
+    s += "    }\n";
+    for i in 0..tm {
+        for v in 0..nv {
+            for e in 0..4 {
+                let _ = writeln!(s, "    store(batch, row0 + {i}u, cv{v} * 4u + {e}u, c{i}_{v}[{e}]);");
+            }
         }
     }
     s + "}\n"

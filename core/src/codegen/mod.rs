@@ -148,12 +148,14 @@ pub enum KernelKey {
         monoid: Monoid,
         prologue: Option<Sig>,
         partials: DType,
+        vec4: bool,
     },
     Row {
         sig: Sig,
         stages: Vec<ReduceOp>,
         outputs: Vec<DType>,
         per_row: bool,
+        vec4: bool,
     },
     Matmul {
         dtype: DType,
@@ -169,13 +171,15 @@ impl KernelKey {
             KernelKey::Elementwise { sig, outputs, out_strided, vec4 } => {
                 fused::elementwise_wgsl(sig, outputs, *out_strided, *vec4)
             }
-            KernelKey::Reduce { monoid, prologue: Some(sig), .. } => {
-                templates::reduce_wgsl(*monoid, ReduceSource::Prologue(sig))
+            KernelKey::Reduce { monoid, prologue: Some(sig), vec4, .. } => {
+                templates::reduce_wgsl(*monoid, ReduceSource::Prologue(sig), *vec4)
             }
-            KernelKey::Reduce { monoid, prologue: None, partials } => {
-                templates::reduce_wgsl(*monoid, ReduceSource::Partials { dtype: *partials })
+            KernelKey::Reduce { monoid, prologue: None, partials, .. } => {
+                templates::reduce_wgsl(*monoid, ReduceSource::Partials { dtype: *partials }, false)
             }
-            KernelKey::Row { sig, stages, outputs, per_row } => fused::row_wgsl(sig, stages, outputs, *per_row),
+            KernelKey::Row { sig, stages, outputs, per_row, vec4 } => {
+                fused::row_wgsl(sig, stages, outputs, *per_row, *vec4)
+            }
             KernelKey::Matmul { dtype, batch_rank, epilogue, config } => {
                 matmul::matmul_kernel(config, *dtype, *batch_rank, epilogue.as_ref())
             }

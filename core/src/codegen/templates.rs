@@ -31,7 +31,9 @@ pub enum ReduceSource<'a> {
     Partials { dtype: DType },
 }
 
-pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource) -> String {
+/// A reduce pass; with `vec4` (a contiguous prologue, rows a multiple of 4
+/// long, 4-aligned leaves) each invocation reads its run as vec4s.
+pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
     let value_dtype = match src {
         ReduceSource::Prologue(sig) => sig.bodies[0].ops[sig.bodies[0].roots[0]].1,
         ReduceSource::Partials { dtype } => dtype,
@@ -53,11 +55,16 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource) -> String {
     s += &format!("fn merge(a: {acc}, b: {acc}) -> {acc} {{ return {merge}; }}\n");
     match src {
         ReduceSource::Prologue(sig) => {
-            let e = Emitter::new(sig, 4, false);
+            let e = Emitter::new(sig, 4, vec4);
             s += &e.input_decls(value_out);
             s += &format!("fn load(row: u32, r: u32) -> {acc} {{\n    let f = row * m(1u) + r;\n");
             let v = e.body(0, "f", "", &mut s);
-            s += &format!("    return {};\n}}\n", v[0]);
+            if vec4 {
+                let x = &v[0];
+                s += &format!("    return merge(merge({x}.x, {x}.y), merge({x}.z, {x}.w));\n}}\n");
+            } else {
+                s += &format!("    return {};\n}}\n", v[0]);
+            }
             s += "fn load_index(row: u32, r: u32) -> u32 { return r; }\n";
         }
         ReduceSource::Partials { dtype } => {
@@ -77,6 +84,7 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource) -> String {
         s += "    out_i[slot] = i32(i);\n";
     }
     s += "}\n";
+    s += &format!("const STEP: u32 = {}u;\n", if vec4 { 4 } else { 1 });
     s + REDUCE_TEMPLATE
 }
 

@@ -7,7 +7,7 @@ use super::Gpu;
 use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
 use super::realize::ReadRequest;
-use crate::codegen::fused::{VEC, vectorizable};
+use crate::codegen::fused::{VEC, vectorizable, vectorizable_reading_rows};
 use crate::codegen::matmul::MatmulConfig;
 use crate::codegen::templates::{MATMUL_K_CHUNK, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
 use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
@@ -64,6 +64,19 @@ impl Gpu {
     pub(super) fn meta_room(rank: usize) -> usize {
         META_WORDS - matmul_epilogue_base(rank.saturating_sub(2)) - rank
     }
+}
+
+/// Whether every leaf of `sig` can be read four elements at a time.
+fn aligned4(sig: &Sig, args: &Args) -> bool {
+    sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| {
+        let (_, period) = Access::of(l);
+        match leaf.access {
+            Access::Contiguous => l.offset.is_multiple_of(VEC),
+            Access::Mod => l.offset.is_multiple_of(VEC) && period.is_multiple_of(VEC),
+            Access::Div => period.is_multiple_of(VEC),
+            Access::Strided => false,
+        }
+    })
 }
 
 impl Recording {
@@ -130,15 +143,7 @@ impl Recording {
             && n.is_multiple_of(VEC)
             && dtypes.iter().all(|&d| d != DType::F16)
             && vectorizable(&sig)
-            && sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| {
-                let (_, period) = Access::of(l);
-                match leaf.access {
-                    Access::Contiguous => l.offset.is_multiple_of(VEC),
-                    Access::Mod => l.offset.is_multiple_of(VEC) && period.is_multiple_of(VEC),
-                    Access::Div => period.is_multiple_of(VEC),
-                    Access::Strided => false,
-                }
-            });
+            && aligned4(&sig, &args);
         let per_thread = if vec4 {
             VEC
         } else if dtypes.contains(&DType::F16) {
@@ -176,10 +181,15 @@ impl Recording {
     ) -> Result<()> {
         let mut len = numel(view_shape) / rows.max(1);
         let value_dtype = sig.bodies[0].ops[sig.bodies[0].roots[0]].1.wide();
+        let vec4 = matches!(monoid, Monoid::Reduce(_))
+            && len.is_multiple_of(VEC)
+            && vectorizable(&sig)
+            && aligned4(&sig, &args);
         let mut prologue = Some((sig, args));
         let mut inputs: Vec<Arc<PooledBuffer>> = Vec::new();
         loop {
-            let groups = len.div_ceil(REDUCE_CHUNK);
+            let step = if vec4 && prologue.is_some() { VEC } else { 1 };
+            let groups = len.div_ceil(REDUCE_CHUNK * step);
             let last = groups == 1;
             let grid = gpu.grid(op, (rows * groups).div_ceil(WG as usize))?;
             let mut meta = Meta::default();
@@ -195,11 +205,11 @@ impl Recording {
                 Some((sig, args)) => {
                     Self::fused_meta(&mut meta, &sig, &args, view_shape);
                     let buffers = outputs.into_iter().chain(args.buffers).collect();
-                    (KernelKey::Reduce { monoid, prologue: Some(sig), partials: value_dtype }, buffers)
+                    (KernelKey::Reduce { monoid, prologue: Some(sig), partials: value_dtype, vec4 }, buffers)
                 }
                 None => {
                     let buffers = outputs.into_iter().chain(inputs.drain(..)).collect();
-                    (KernelKey::Reduce { monoid, prologue: None, partials: value_dtype }, buffers)
+                    (KernelKey::Reduce { monoid, prologue: None, partials: value_dtype, vec4: false }, buffers)
                 }
             };
             self.dispatch(gpu, &key, meta, buffers, grid, rows * len)?;
@@ -235,8 +245,14 @@ impl Recording {
         let mut meta = Meta::default();
         meta.u(rows).u(len).u(groups[0] as usize * WG as usize);
         Self::fused_meta(&mut meta, &sig, &args, shape);
+        let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
+        let vec4 = !per_row
+            && len.is_multiple_of(VEC)
+            && dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool)
+            && vectorizable_reading_rows(&sig)
+            && aligned4(&sig, &args);
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        let key = KernelKey::Row { sig, stages, outputs: outputs.iter().map(|o| o.0).collect(), per_row };
+        let key = KernelKey::Row { sig, stages, outputs: dtypes, per_row, vec4 };
         self.dispatch(gpu, &key, meta, buffers, groups, numel(shape))
     }
 
@@ -285,6 +301,13 @@ impl Recording {
             return Ok(());
         }
         let max = gpu.info.limits.max_compute_workgroups_per_dimension as usize;
+        let vec_ok = operand_dtype == DType::F32
+            && k.is_multiple_of(VEC)
+            && n.is_multiple_of(VEC)
+            && a.strides[r - 1] == 1
+            && b.strides[r - 1] == 1
+            && [a.offset as isize, b.offset as isize].iter().chain(&a.strides[..r - 1]).chain(&b.strides[..r - 1]).all(|s| s % VEC as isize == 0);
+        let config = MatmulConfig { vec: config.vec && vec_ok, ..config };
         let (tile_m, tile_n) = config.tile();
         let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
         if gx > max || gy > max {
