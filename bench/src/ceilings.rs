@@ -173,7 +173,13 @@ impl Gpu {
 
     /// Run `wgsl`'s main over `groups` with bindings (src, dst); the
     /// returned closure submits once and waits.
-    fn kernel(&self, wgsl: &str, src: &wgpu::Buffer, dst: &wgpu::Buffer, groups: [u32; 2]) -> impl Fn() -> Result<(), String> {
+    fn kernel(
+        &self,
+        wgsl: &str,
+        src: &wgpu::Buffer,
+        dst: &wgpu::Buffer,
+        groups: [u32; 2],
+    ) -> impl Fn() -> Result<(), String> {
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: None,
             source: wgpu::ShaderSource::Wgsl(wgsl.into()),

@@ -77,7 +77,8 @@ fn cold_start(sel: &str) -> Result<()> {
 }
 
 fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or("?".into(), |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or("?".into(), |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }
 
 fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
@@ -133,7 +134,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         })?;
         out(Record::duration("cold start (process → first result)", &name, t, 1e3, "ms"));
     }
-    let docs = args.docs.clone().or_else(|| (args.adapter.is_none() && args.only.is_none() && !args.quick).then(|| "docs/BENCHMARKS.md".into()));
+    let docs = args.docs.clone().or_else(|| {
+        (args.adapter.is_none() && args.only.is_none() && !args.quick).then(|| "docs/BENCHMARKS.md".into())
+    });
     if let Some(path) = docs {
         let header = format!(
             "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a 2-core machine shared with other sessions. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the same run's ceiling (FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves: 4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element over the chain's).",

@@ -19,7 +19,11 @@ pub fn wait(t: &Tensor) -> Result<()> {
 fn input(dev: &Device, shape: &[usize]) -> Result<Tensor> {
     let n: usize = shape.iter().product();
     let t = Tensor::arange(dev, 0.0, n as f64, 1.0, DType::F32)?.mul_scalar(0.618034)?;
-    let t = t.sub(&t.floor()?)?.mul_scalar(2.0)?.sub_scalar(1.0)?.reshape(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>())?;
+    let t = t
+        .sub(&t.floor()?)?
+        .mul_scalar(2.0)?
+        .sub_scalar(1.0)?
+        .reshape(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>())?;
     kiln::block_on(t.realize())?;
     Ok(t)
 }
@@ -57,14 +61,25 @@ impl Ctx<'_> {
             None => {
                 let class = ShapeClass::of(DType::F32, m, n, k).name();
                 let tuned = self.dev.matmul_choices().into_iter().find(|(c, _)| *c == class);
-                tuned.map_or_else(|| format!("default {}", MatmulConfig::DEFAULT.name()), |(c, cfg)| format!("{c} tuned: {cfg}"))
+                tuned.map_or_else(
+                    || format!("default {}", MatmulConfig::DEFAULT.name()),
+                    |(c, cfg)| format!("{c} tuned: {cfg}"),
+                )
             }
         };
-        Ok(Record::rate(bench, self.adapter, t, 2.0 * (m * n * k) as f64 / 1e9, "GFLOP/s").of(self.fma() / 1e9).note(chosen))
+        Ok(Record::rate(bench, self.adapter, t, 2.0 * (m * n * k) as f64 / 1e9, "GFLOP/s")
+            .of(self.fma() / 1e9)
+            .note(chosen))
     }
 
     /// GB/s of `f(x)` over `shape`, counting `bytes_per_elem` per input element.
-    fn memory(&self, bench: &str, shape: &[usize], bytes_per_elem: f64, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Record> {
+    fn memory(
+        &self,
+        bench: &str,
+        shape: &[usize],
+        bytes_per_elem: f64,
+        f: impl Fn(&Tensor) -> Result<Tensor>,
+    ) -> Result<Record> {
         let x = input(self.dev, shape)?;
         let n: usize = shape.iter().product();
         let t = time(self.reps, || wait(&f(&x)?))?;

@@ -12,9 +12,8 @@ pub fn validate_wgsl(source: &str) -> Result<(naga::Module, ModuleInfo)> {
     // naga; wgpu grants it on every backend kiln targets. Subgroup kernels
     // are only compiled where the device has the feature.
     let caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SUBGROUP;
-    let info = Validator::new(ValidationFlags::all(), caps)
-        .validate(&module)
-        .map_err(|e| fail(e.emit_to_string(source)))?;
+    let info =
+        Validator::new(ValidationFlags::all(), caps).validate(&module).map_err(|e| fail(e.emit_to_string(source)))?;
     Ok((module, info))
 }
 

@@ -289,10 +289,7 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
         let (init, fold) = if vec4 {
             let ct = compute_type(sig.bodies[k].ops[sig.bodies[k].roots[0]].1);
             let b = format!("b{k}");
-            (
-                format!("vec4<{ct}>(identity{k}())"),
-                format!("merge{k}(merge{k}({b}.x, {b}.y), merge{k}({b}.z, {b}.w))"),
-            )
+            (format!("vec4<{ct}>(identity{k}())"), format!("merge{k}(merge{k}({b}.x, {b}.y), merge{k}({b}.z, {b}.w))"))
         } else {
             (format!("identity{k}()"), format!("b{k}"))
         };

@@ -91,7 +91,15 @@ pub struct ShapeClass {
 
 impl ShapeClass {
     pub fn of(dtype: DType, m: usize, n: usize, k: usize) -> ShapeClass {
-        let b = |d: usize| if d <= 64 { 0 } else if d <= 512 { 1 } else { 2 };
+        let b = |d: usize| {
+            if d <= 64 {
+                0
+            } else if d <= 512 {
+                1
+            } else {
+                2
+            }
+        };
         ShapeClass { dtype, buckets: [b(m), b(n), b(k)] }
     }
 
@@ -102,9 +110,9 @@ impl ShapeClass {
     }
 
     pub fn parse(s: &str) -> Option<ShapeClass> {
-        let all = DType::ALL.into_iter().flat_map(|dtype| {
-            (0..27u8).map(move |i| ShapeClass { dtype, buckets: [i / 9, i / 3 % 3, i % 3] })
-        });
+        let all = DType::ALL
+            .into_iter()
+            .flat_map(|dtype| (0..27u8).map(move |i| ShapeClass { dtype, buckets: [i / 9, i / 3 % 3, i % 3] }));
         all.into_iter().find(|c| c.name() == s)
     }
 }
@@ -206,14 +214,22 @@ fn main_fn(c: &MatmulConfig) -> String {
         // Lane l loads rows l, l + wx, ...; row i comes from lane i % wx.
         let loads = tm.div_ceil(wx);
         for q in 0..loads {
-            let _ = writeln!(s, "    let rs{q} = base.x + i32(min(row0 + min(lx + {}u, {}u), M - 1u)) * sar;", q * wx, tm - 1);
+            let _ = writeln!(
+                s,
+                "    let rs{q} = base.x + i32(min(row0 + min(lx + {}u, {}u), M - 1u)) * sar;",
+                q * wx,
+                tm - 1
+            );
         }
         let mut pre = String::new();
         for q in 0..loads {
             let _ = writeln!(pre, "        let s{q} = load_a(rs{q} + ka);");
         }
         let shared = k_loop(c, &|i| format!("subgroupBroadcast(s{}, {}u)", i / wx, i % wx), &pre);
-        let _ = writeln!(s, "    if (subgroupAll(sg_size == {wx}u && sg_lane == lx)) {{\n{shared}    }} else {{\n{plain}    }}");
+        let _ = writeln!(
+            s,
+            "    if (subgroupAll(sg_size == {wx}u && sg_lane == lx)) {{\n{shared}    }} else {{\n{plain}    }}"
+        );
     } else {
         s += &plain;
     }

@@ -306,7 +306,11 @@ impl Recording {
             && n.is_multiple_of(VEC)
             && a.strides[r - 1] == 1
             && b.strides[r - 1] == 1
-            && [a.offset as isize, b.offset as isize].iter().chain(&a.strides[..r - 1]).chain(&b.strides[..r - 1]).all(|s| s % VEC as isize == 0);
+            && [a.offset as isize, b.offset as isize]
+                .iter()
+                .chain(&a.strides[..r - 1])
+                .chain(&b.strides[..r - 1])
+                .all(|s| s % VEC as isize == 0);
         let config = MatmulConfig { vec: config.vec && vec_ok, ..config };
         let (tile_m, tile_n) = config.tile();
         let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));

@@ -41,8 +41,7 @@ impl Gpu {
 
     /// What the tuner chose so far, as (shape class, config) names.
     pub(super) fn matmul_choices(&self) -> Vec<(String, String)> {
-        let mut v: Vec<_> =
-            self.tuner.chosen.lock().unwrap().iter().map(|(c, cfg)| (c.name(), cfg.name())).collect();
+        let mut v: Vec<_> = self.tuner.chosen.lock().unwrap().iter().map(|(c, cfg)| (c.name(), cfg.name())).collect();
         v.sort();
         v
     }
@@ -141,9 +140,10 @@ fn save_choice(key: &str, class: &ShapeClass, config: &MatmulConfig) {
     use std::io::Write;
     let Some(path) = cache_path() else { return };
     let line = format!("{key}\t{}\t{}\n", class.name(), config.name());
-    let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| {
-        std::fs::OpenOptions::new().create(true).append(true).open(&path)?.write_all(line.as_bytes())
-    });
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|_| std::fs::OpenOptions::new().create(true).append(true).open(&path)?.write_all(line.as_bytes()));
     if let Err(e) = written {
         log::warn!("kiln: cannot write the tuning cache {}: {e}", path.display());
     }
