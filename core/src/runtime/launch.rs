@@ -375,6 +375,20 @@ impl Gpu {
     /// Encode `rec` (and a readback copy) in one command encoder and submit
     /// it once; returns the staging buffer of the copy.
     pub(super) fn submit(&self, rec: &Recording, read: Option<ReadRequest>) -> Result<Option<Arc<PooledBuffer>>> {
+        let staging = self.submit_uncounted(rec, read)?;
+        if !rec.dispatches.is_empty() || staging.is_some() {
+            self.submits.fetch_add(1, Ordering::Relaxed);
+            self.kernels_launched.fetch_add(rec.dispatches.len() as u64, Ordering::Relaxed);
+        }
+        Ok(staging)
+    }
+
+    /// `submit` without counting it (the autotuner's trial runs).
+    pub(super) fn submit_uncounted(
+        &self,
+        rec: &Recording,
+        read: Option<ReadRequest>,
+    ) -> Result<Option<Arc<PooledBuffer>>> {
         self.check_errors()?;
         if rec.dispatches.is_empty() && read.is_none() {
             return Ok(None);
@@ -400,8 +414,6 @@ impl Gpu {
             staging
         });
         self.queue.submit([encoder.finish()]);
-        self.submits.fetch_add(1, Ordering::Relaxed);
-        self.kernels_launched.fetch_add(rec.dispatches.len() as u64, Ordering::Relaxed);
         self.check_errors()?;
         Ok(staging)
     }
