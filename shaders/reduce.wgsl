@@ -2,9 +2,11 @@
 //
 // Generated above this template: the meta block, bindings, `identity()`,
 // `merge(a, b)` (the monoid), `take(a, b)` (whether an arg reduction moves
-// to b's index), `load(row, r)`, `load_index(row, r)` and `store(slot, v, i)`.
-// Invocation `slot = row * groups + g` folds elements
-// [g*PER_THREAD, (g+1)*PER_THREAD) of its row into one partial, in order;
+// to b's index), `load(row, r)` (elements r..r+STEP folded), `load_index(row, r)`,
+// `store(slot, v, i)` and STEP (1, or 4 when a contiguous prologue is read
+// as vec4s). Invocation `slot = row * groups + g` folds elements
+// [g*PER_THREAD*STEP, (g+1)*PER_THREAD*STEP) of its row into one partial, in order
+// (a run of consecutive elements: on CPU adapters this beats interleaving);
 // the runtime repeats passes until one partial per row is left. The loop is
 // bounded (Mesa silently ends loops after 65,535 iterations) and the order
 // is fixed, so a result is bitwise stable from run to run. `combine` keeps
@@ -16,7 +18,7 @@
 //
 // No workgroup memory: naga 30 decorates workgroup arrays with an explicit
 // layout too, and barriers are costly on CPU adapters anyway. A workgroup-tree
-// variant for real GPUs is the benchmark issue's work.
+// variant for real GPUs waits for the naga fix (unmeasured: no GPU here yet).
 
 const PER_THREAD: u32 = 64u;
 
@@ -30,11 +32,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let row = slot / groups;
-    let start = (slot % groups) * PER_THREAD;
+    let start = (slot % groups) * PER_THREAD * STEP;
     var acc = identity();
     var acc_i = 0u;
     for (var k = 0u; k < PER_THREAD; k++) {
-        let r = start + k;
+        let r = start + k * STEP;
         if (r < len) {
             let v = load(row, r);
             acc_i = select(acc_i, load_index(row, r), take(acc, v));

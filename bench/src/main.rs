@@ -1,112 +1,170 @@
-//! First benchmark figures for the foundation's kernels on each adapter:
-//! median of 7 timed runs after a warm-up, each a full realization (one
-//! submit) plus a one-element readback to wait for the GPU. The full suite
-//! (ceilings, JSON output, autotuned kernels) is the benchmark issue's work.
+//! kiln's benchmarks on every adapter (or one): ceilings from WGSL
+//! microkernels, then matmul, reductions, softmax, layer norm, fused
+//! chains, dispatch overhead and cold start, each the median of several
+//! repetitions after a warm-up with its min–max spread. Prints a table,
+//! writes JSON lines (`--json`) and regenerates docs/BENCHMARKS.md.
 
+mod ceilings;
+mod measure;
+mod report;
+mod suites;
+
+use clap::Parser;
+use kiln::core::wgpu;
 use kiln::prelude::*;
+use measure::{Record, Reps};
 use std::time::Instant;
 
-fn median_secs(mut run: impl FnMut() -> Result<()>) -> Result<f64> {
-    run()?;
-    let mut times = Vec::new();
-    for _ in 0..7 {
-        let t = Instant::now();
-        run()?;
-        times.push(t.elapsed().as_secs_f64());
+#[derive(Parser, Debug)]
+#[command(about = "kiln benchmarks")]
+struct Args {
+    /// Only adapters whose name or backend contains this (e.g. `lavapipe`, `gl`, `swiftshader`).
+    #[arg(long)]
+    adapter: Option<String>,
+    /// Fewer repetitions, no per-config matmul table, docs left alone.
+    #[arg(long)]
+    quick: bool,
+    /// Write one JSON line per figure to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// The page to regenerate (default docs/BENCHMARKS.md on a full run).
+    #[arg(long)]
+    docs: Option<std::path::PathBuf>,
+    /// Internal: time to the first result in a fresh process on this adapter.
+    #[arg(long, hide = true)]
+    cold_start: Option<String>,
+    /// Only the figures whose name contains this (the ceilings always run).
+    #[arg(long)]
+    only: Option<String>,
+}
+
+/// A short label: lavapipe (Vulkan), llvmpipe (GL), SwiftShader (Vulkan).
+fn label(info: &wgpu::AdapterInfo) -> String {
+    let backend = match info.backend {
+        wgpu::Backend::Vulkan => "Vulkan",
+        wgpu::Backend::Gl => "GL",
+        b => b.to_str(),
+    };
+    let lower = info.name.to_lowercase();
+    let name = if lower.contains("swiftshader") {
+        "SwiftShader"
+    } else if lower.contains("llvmpipe") && info.backend == wgpu::Backend::Vulkan {
+        "lavapipe"
+    } else if lower.contains("llvmpipe") {
+        "llvmpipe"
+    } else {
+        &info.name
+    };
+    format!("{name} ({backend})")
+}
+
+/// What kiln's adapter selector needs to pick this adapter again.
+fn selector(info: &wgpu::AdapterInfo) -> String {
+    if info.name.to_lowercase().contains("swiftshader") { "swiftshader".into() } else { info.backend.to_str().into() }
+}
+
+/// The child side of the cold-start figure: open the device, run a small
+/// forward pass (matmul + bias + relu, softmax), read it back, exit.
+fn cold_start(sel: &str) -> Result<()> {
+    let backends = wgpu::Backends::VULKAN | wgpu::Backends::GL;
+    let dev = kiln::block_on(Device::with_options(DeviceOptions { adapter: Some(sel.into()), backends }))?;
+    let x = Tensor::ones(&dev, &[64, 96], DType::F32)?;
+    let w = Tensor::ones(&dev, &[96, 96], DType::F32)?.mul_scalar(0.01)?;
+    let b = Tensor::ones(&dev, &[96], DType::F32)?;
+    let y = x.matmul(&w)?.add(&b)?.relu()?.softmax(-1)?;
+    kiln::block_on(y.to_vec::<f32>())?;
+    Ok(())
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map_or("?".into(), |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+}
+
+fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    if let Some(sel) = &args.cold_start {
+        return Ok(cold_start(sel)?);
     }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
-}
-
-/// Compute all of `t`, then wait for the GPU by reading one element (a
-/// lazy read of one element alone would compute just that element).
-fn wait(t: &Tensor) -> Result<()> {
-    kiln::block_on(t.realize())?;
-    let first = t.reshape(&[-1])?.narrow(0, 0, 1)?;
-    kiln::block_on(first.to_vec::<f32>()).map(|_| ())
-}
-
-type Op<'a> = &'a dyn Fn(&Tensor) -> Result<Tensor>;
-
-/// Apply `ops` in turn, realizing each result at once when `eager`.
-fn chain(x: &Tensor, ops: &[Op], eager: bool) -> Result<Tensor> {
-    let mut t = x.clone();
-    for op in ops {
-        t = op(&t)?;
-        if eager {
-            kiln::block_on(t.realize())?;
+    let reps = Reps(if args.quick { 3 } else { 7 });
+    let backends = wgpu::Backends::VULKAN | wgpu::Backends::GL;
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends = backends;
+    let instance = wgpu::Instance::new(desc);
+    let mut adapters = kiln::block_on(instance.enumerate_adapters(backends));
+    adapters.sort_by_key(|a| label(&a.get_info()));
+    let mut json = args.json.as_ref().map(std::fs::File::create).transpose()?;
+    let mut records: Vec<Record> = Vec::new();
+    let load_before = load();
+    let started = Instant::now();
+    for adapter in adapters {
+        let info = adapter.get_info();
+        let name = label(&info);
+        let wanted = args.adapter.as_ref().is_none_or(|a| {
+            let a = a.to_lowercase();
+            name.to_lowercase().contains(&a) || info.name.to_lowercase().contains(&a)
+        });
+        if !wanted {
+            continue;
         }
+        println!("{name}: {} ({})", info.name, info.driver_info);
+        let mut out = |r: Record| {
+            println!("{}", r.line());
+            if let Some(f) = json.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(f, "{}", r.json());
+            }
+            records.push(r);
+        };
+        let c = ceilings::measure(&adapter, reps, 1 << 24)?;
+        out(Record::rate("ceiling: copy", &name, c.copy, c.copy_bytes / 1e9, "GB/s"));
+        out(Record::rate("ceiling: FMA", &name, c.fma, c.fma_flops / 1e9, "GFLOP/s"));
+        let dev = kiln::block_on(Device::from_adapter(adapter.clone()))?;
+        let cx = suites::Ctx { dev: &dev, adapter: &name, reps, ceilings: &c, only: args.only.as_deref() };
+        suites::run(&cx, args.quick, &mut out)?;
+        if !cx.wants("cold start") {
+            continue;
+        }
+        // Cold start: this binary in a new process, spawn to exit.
+        let exe = std::env::current_exe()?;
+        let sel = selector(&info);
+        let t = measure::time(Reps(if args.quick { 1 } else { 3 }), || {
+            let status = std::process::Command::new(&exe).args(["--cold-start", &sel]).status()?;
+            if status.success() { Ok(()) } else { Err(std::io::Error::other(format!("cold start child: {status}"))) }
+        })?;
+        out(Record::duration("cold start (process → first result)", &name, t, 1e3, "ms"));
     }
-    Ok(t)
-}
-
-fn bench(dev: &Device) -> Result<()> {
-    let n = 1 << 24;
-    let m = Tensor::ones(dev, &[4096, 4096], DType::F32)?.mul_scalar(0.25)?;
-    let b = Tensor::ones(dev, &[4096], DType::F32)?;
-    kiln::block_on(Tensor::realize_all(&[&m, &b]))?;
-    // The ceiling: a vec4 WGSL kernel that reads and writes each element once.
-    let copy = median_secs(|| wait(&m.neg()?))?;
-    let copy_gbs = 8.0 * n as f64 / copy / 1e9;
-    println!("  copy 16M f32:        {:8.2} ms  {copy_gbs:6.2} GB/s (ceiling)", copy * 1e3);
-    // Two 8-op chains with a broadcast add: cheap arithmetic (memory-bound
-    // on any adapter) and one with three transcendentals (compute-bound on
-    // CPU adapters, whose tanh/exp/sqrt are long instruction sequences).
-    let cheap: [Op; 8] = [
-        &|t| t.add(&b),
-        &|t| t.mul_scalar(0.5),
-        &|t| t.sub_scalar(1.0),
-        &|t| t.abs(),
-        &|t| t.relu(),
-        &|t| t.neg(),
-        &|t| t.add_scalar(2.0),
-        &|t| t.mul_scalar(3.0),
-    ];
-    let transcendental: [Op; 8] = [
-        &|t| t.add(&b),
-        &|t| t.mul_scalar(0.5),
-        &|t| t.tanh(),
-        &|t| t.exp(),
-        &|t| t.sub_scalar(1.0),
-        &|t| t.abs(),
-        &|t| t.sqrt(),
-        &|t| t.neg(),
-    ];
-    for (name, ops) in [("arithmetic", &cheap), ("transcendental", &transcendental)] {
-        let fused = median_secs(|| wait(&chain(&m, ops, false)?))?;
-        let fused_gbs = 8.0 * n as f64 / fused / 1e9;
-        let unfused = median_secs(|| wait(&chain(&m, ops, true)?))?;
-        println!(
-            "  8-op {name:<14} fused {:7.2} ms {fused_gbs:6.2} GB/s = {:.2} of copy; unfused {:7.2} ms ({:.1}x)",
-            fused * 1e3,
-            fused_gbs / copy_gbs,
-            unfused * 1e3,
-            unfused / fused
+    let docs = args.docs.clone().or_else(|| {
+        (args.adapter.is_none() && args.only.is_none() && !args.quick).then(|| "docs/BENCHMARKS.md".into())
+    });
+    if let Some(path) = docs {
+        let header = format!(
+            "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a 2-core machine shared with other sessions. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the same run's ceiling (FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves: 4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element over the chain's).",
+            utc_now(),
+            started.elapsed().as_secs_f64(),
+            load_before,
+            load(),
+            reps.0
         );
+        let page = std::fs::read_to_string(&path).unwrap_or_default();
+        std::fs::write(&path, report::splice(&page, &report::markdown(&records, &header)))?;
+        println!("wrote {}", path.display());
     }
-    let x = Tensor::ones(dev, &[n], DType::F32)?.mul_scalar(0.5)?;
-    let y = Tensor::ones(dev, &[n], DType::F32)?;
-    kiln::block_on(Tensor::realize_all(&[&x, &y]))?;
-    let add = median_secs(|| wait(&x.add(&y)?))?;
-    println!("  add 16M f32:         {:8.2} ms  {:6.2} GB/s", add * 1e3, 12.0 * n as f64 / add / 1e9);
-    let sum = median_secs(|| wait(&x.sum(&[], false)?))?;
-    println!("  sum 16M f32:         {:8.2} ms  {:6.2} GB/s", sum * 1e3, 4.0 * n as f64 / sum / 1e9);
-    let s = 1024;
-    let a = Tensor::ones(dev, &[s, s], DType::F32)?.mul_scalar(0.5)?;
-    kiln::block_on(a.realize())?;
-    let mm = median_secs(|| wait(&a.matmul(&a)?))?;
-    println!("  matmul 1024³ f32:    {:8.2} ms  {:6.2} GFLOP/s", mm * 1e3, 2.0 * (s * s * s) as f64 / mm / 1e9);
     Ok(())
 }
 
-fn main() -> Result<()> {
-    let backends = kiln::core::wgpu::Backends::VULKAN | kiln::core::wgpu::Backends::GL;
-    for (name, dev) in kiln::block_on(Device::all(backends)) {
-        println!("{name}");
-        match dev {
-            Ok(dev) => bench(&dev)?,
-            Err(e) => println!("  skipped: {e}"),
-        }
-    }
-    Ok(())
+/// `YYYY-MM-DD HH:MM` from the system clock (civil-from-days, no deps).
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", rem / 3600, rem % 3600 / 60)
 }

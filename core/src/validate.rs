@@ -9,10 +9,11 @@ pub fn validate_wgsl(source: &str) -> Result<(naga::Module, ModuleInfo)> {
     let fail = |message: String| KilnError::Shader { message, wgsl: source.to_string() };
     let module = naga::front::wgsl::parse_str(source).map_err(|e| fail(e.emit_to_string(source)))?;
     // pack2x16float/unpack2x16float (f16 storage) need this capability in
-    // naga; wgpu grants it on every backend kiln targets.
-    let info = Validator::new(ValidationFlags::all(), Capabilities::SHADER_FLOAT16_IN_FLOAT32)
-        .validate(&module)
-        .map_err(|e| fail(e.emit_to_string(source)))?;
+    // naga; wgpu grants it on every backend kiln targets. Subgroup kernels
+    // are only compiled where the device has the feature.
+    let caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SUBGROUP;
+    let info =
+        Validator::new(ValidationFlags::all(), caps).validate(&module).map_err(|e| fail(e.emit_to_string(source)))?;
     Ok((module, info))
 }
 
@@ -31,8 +32,10 @@ pub fn translate_all(source: &str) -> Result<Translations> {
     use naga::back::{glsl, hlsl, msl, spv};
     let (module, info) = validate_wgsl(source)?;
     let fail = |lang: &str, e: String| KilnError::Shader { message: format!("{lang}: {e}"), wgsl: source.to_string() };
-    let spirv =
-        spv::write_vec(&module, &info, &spv::Options::default(), None).map_err(|e| fail("SPIR-V", e.to_string()))?;
+    // Subgroup operations need SPIR-V 1.3 (Vulkan 1.1), as wgpu emits them.
+    let lang_version = if source.contains("subgroup") { (1, 3) } else { (1, 0) };
+    let spv_options = spv::Options { lang_version, ..Default::default() };
+    let spirv = spv::write_vec(&module, &info, &spv_options, None).map_err(|e| fail("SPIR-V", e.to_string()))?;
     let (msl, _) = msl::write_string(&module, &info, &msl::Options::default(), &msl::PipelineOptions::default())
         .map_err(|e| fail("MSL", e.to_string()))?;
     let mut hlsl = String::new();

@@ -5,6 +5,7 @@
 use kiln_core::DType;
 use kiln_core::codegen::KernelKey;
 use kiln_core::codegen::fused::Walk;
+use kiln_core::codegen::matmul::MatmulConfig;
 use kiln_core::codegen::templates::Monoid;
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
 use kiln_core::sched::lower::{Access, Body, LeafDesc, Op, Sig};
@@ -133,9 +134,14 @@ fn catalog() -> Vec<String> {
         for dtype in [DType::F32, DType::F16, DType::I32, DType::U32] {
             for contiguous in [true, false] {
                 let s = sig(3, &[(dtype, contiguous)], &[], vec![(Op::Unary(UnaryOp::Abs, LOAD), dtype)], vec![0]);
-                out.push(KernelKey::Reduce { monoid, prologue: Some(s), partials: dtype.wide() }.wgsl());
+                let vec4 = contiguous && matches!(monoid, Monoid::Reduce(_)) && dtype != DType::F16;
+                let key = |vec4| KernelKey::Reduce { monoid, prologue: Some(s.clone()), partials: dtype.wide(), vec4 };
+                out.push(key(false).wgsl());
+                if vec4 {
+                    out.push(key(true).wgsl());
+                }
             }
-            out.push(KernelKey::Reduce { monoid, prologue: None, partials: dtype.wide() }.wgsl());
+            out.push(KernelKey::Reduce { monoid, prologue: None, partials: dtype.wide(), vec4: false }.wgsl());
         }
     }
     // Row kernels: softmax's shape (max, then sum of exp, then divide).
@@ -164,13 +170,19 @@ fn catalog() -> Vec<String> {
                 roots: vec![5],
             },
         ];
-        let key =
-            KernelKey::Row { sig: s, stages: vec![ReduceOp::Max, ReduceOp::Sum], outputs: vec![DType::F32], per_row };
-        out.push(key.wgsl());
+        for vec4 in [false, !per_row] {
+            let stages = vec![ReduceOp::Max, ReduceOp::Sum];
+            let key = KernelKey::Row { sig: s.clone(), stages, outputs: vec![DType::F32], per_row, vec4 };
+            out.push(key.wgsl());
+        }
     }
-    for dtype in [DType::F32, DType::F16] {
+    // Every member of the matmul family, plain and with an epilogue.
+    let configs = MatmulConfig::CANDIDATES.into_iter().chain([MatmulConfig::DEFAULT]);
+    let pairs = configs.flat_map(|c| [(c, DType::F32), (c, DType::F16)]);
+    // vec4 configs run on f32 operands only (the runtime falls back otherwise).
+    for (config, dtype) in pairs.filter(|(c, d)| !c.vec || *d == DType::F32) {
         for batch_rank in 0..4 {
-            out.push(KernelKey::Matmul { dtype, batch_rank, epilogue: None }.wgsl());
+            out.push(KernelKey::Matmul { dtype, batch_rank, epilogue: None, config }.wgsl());
             // relu(acc + bias): the bias is buffer 2, after A and B.
             let mut s = sig(batch_rank + 2, &[(DType::F32, false)], &[], vec![], vec![]);
             s.buffers = vec![dtype, dtype, DType::F32];
@@ -184,17 +196,17 @@ fn catalog() -> Vec<String> {
                 ],
                 roots: vec![3],
             };
-            out.push(KernelKey::Matmul { dtype, batch_rank, epilogue: Some(s) }.wgsl());
+            out.push(KernelKey::Matmul { dtype, batch_rank, epilogue: Some(s), config }.wgsl());
         }
     }
     out
 }
 
-fn spirv_val(words: &[u32]) -> Option<Result<(), String>> {
+fn spirv_val(words: &[u32], env: &str) -> Option<Result<(), String>> {
     let path = std::env::temp_dir().join(format!("kiln-core-{}.spv", std::process::id()));
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     std::fs::write(&path, bytes).ok()?;
-    let out = std::process::Command::new("spirv-val").args(["--target-env", "vulkan1.0"]).arg(&path).output().ok()?;
+    let out = std::process::Command::new("spirv-val").args(["--target-env", env]).arg(&path).output().ok()?;
     let _ = std::fs::remove_file(&path);
     Some(if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) })
 }
@@ -206,7 +218,8 @@ fn every_kernel_kind_validates_and_translates() {
     for source in &kernels {
         let t = translate_all(source).unwrap_or_else(|e| panic!("{e}"));
         assert!(!t.msl.is_empty() && !t.hlsl.is_empty() && !t.glsl.is_empty());
-        match spirv_val(&t.spirv) {
+        let env = if source.contains("subgroup") { "vulkan1.1" } else { "vulkan1.0" };
+        match spirv_val(&t.spirv, env) {
             Some(Err(e)) => panic!("spirv-val rejected:\n{e}\n{source}"),
             Some(Ok(())) => checked += 1,
             None => {}

@@ -152,6 +152,7 @@ impl<'a> Emitter<'a> {
                     };
                     format!("{} + {idx} * {}", self.param(d, *start), self.param(d, *step))
                 }
+                Op::Row(k) if self.vec4 => format!("{}(s{k})", self.ty(d)),
                 Op::Row(k) => format!("s{k}"),
                 Op::Acc => "acc".to_string(),
                 Op::Param(p) => self.param(d, *p),
@@ -217,11 +218,15 @@ impl<'a> Emitter<'a> {
 /// Whether a body can run four elements at a time: only contiguous
 /// 4-byte leaves, no gather, no pow.
 pub fn vectorizable(sig: &Sig) -> bool {
+    vectorizable_reading_rows(sig) && !sig.bodies.iter().any(|b| b.ops.iter().any(|(op, _)| matches!(op, Op::Row(_))))
+}
+
+/// `vectorizable`, except that the bodies may read row stages (splat).
+pub fn vectorizable_reading_rows(sig: &Sig) -> bool {
     sig.leaves.iter().all(|l| l.access != Access::Strided && l.dtype != DType::F16)
         && sig.bodies.iter().all(|b| {
             b.ops.iter().all(|(op, d)| {
-                *d != DType::F16
-                    && !matches!(op, Op::Gather { .. } | Op::Binary(BinaryOp::Pow, ..) | Op::Row(_) | Op::Acc)
+                *d != DType::F16 && !matches!(op, Op::Gather { .. } | Op::Binary(BinaryOp::Pow, ..) | Op::Acc)
             })
         })
 }
@@ -331,13 +336,17 @@ const ROW_BLOCK: usize = 64;
 /// The row kernel: one invocation per row of `[rows.., len]`. Bodies
 /// `0..stages.len()` are the stages' inputs, each folded over the row in
 /// order; the last body computes the outputs, for every element of the row
-/// or (with `per_row`) once per row at `j = 0`.
+/// or (with `per_row`) once per row at `j = 0`. With `vec4` (rows a multiple
+/// of 4 long, 4-aligned leaves, not `per_row`) every loop reads and writes
+/// runs of four elements: vector loads on CPU adapters.
 /// Meta: 0 rows, 1 len, 2 threads per grid row, shape at 3.
-pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool) -> String {
-    let e = Emitter::new(sig, 3, false);
+pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool, vec4: bool) -> String {
+    let e = Emitter::new(sig, 3, vec4);
+    let step = if vec4 { VEC } else { 1 };
     let mut s = String::from(META_DECL);
     for (k, &d) in outputs.iter().enumerate() {
-        s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{}>;\n", k + 1, storage_type(d));
+        let elem = if vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
+        s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{elem}>;\n", k + 1);
     }
     s += &e.input_decls(outputs.len());
     for (k, &op) in stages.iter().enumerate() {
@@ -346,17 +355,28 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
         let ct = compute_type(d);
         s += &format!("fn merge{k}(a: {ct}, b: {ct}) -> {ct} {{ return {merge}; }}\n");
         s += &format!("fn identity{k}() -> {ct} {{ return {id}; }}\n");
+        if vec4 {
+            s += &format!("fn merge{k}v(a: vec4<{ct}>, b: vec4<{ct}>) -> vec4<{ct}> {{ return {merge}; }}\n");
+        }
     }
     s += &format!("@compute @workgroup_size({WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n");
     s += "    let row = gid.y * m(2u) + gid.x;\n    if (row >= m(0u)) { return; }\n    let len = m(1u);\n";
     // Each stage folds blocks of ROW_BLOCK elements, then the blocks: a sum's
     // rounding error grows with len / ROW_BLOCK + ROW_BLOCK, not len.
     for k in 0..stages.len() {
+        let (init, fold) = if vec4 {
+            let ct = compute_type(sig.bodies[k].ops[sig.bodies[k].roots[0]].1);
+            let b = format!("b{k}");
+            (format!("vec4<{ct}>(identity{k}())"), format!("merge{k}(merge{k}({b}.x, {b}.y), merge{k}({b}.z, {b}.w))"))
+        } else {
+            (format!("identity{k}()"), format!("b{k}"))
+        };
+        let m = if vec4 { format!("merge{k}v") } else { format!("merge{k}") };
         s += &format!("    var s{k} = identity{k}();\n    for (var j0 = 0u; j0 < len; j0 += {ROW_BLOCK}u) {{\n");
-        s += &format!("    var b{k} = identity{k}();\n    let j1 = min(j0 + {ROW_BLOCK}u, len);\n");
-        s += "    for (var j = j0; j < j1; j++) {\n    let f = row * len + j;\n";
+        s += &format!("    var b{k} = {init};\n    let j1 = min(j0 + {ROW_BLOCK}u, len);\n");
+        s += &format!("    for (var j = j0; j < j1; j += {step}u) {{\n    let f = row * len + j;\n");
         let r = e.body(k, "f", "", &mut s);
-        s += &format!("    b{k} = merge{k}(b{k}, {});\n    }}\n    s{k} = merge{k}(s{k}, b{k});\n    }}\n", r[0]);
+        s += &format!("    b{k} = {m}(b{k}, {});\n    }}\n    s{k} = merge{k}(s{k}, {fold});\n    }}\n", r[0]);
     }
     let last = stages.len();
     if per_row {
@@ -366,10 +386,11 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
             s += &format!("    out{k}[row] = {};\n", store_expr(d, r));
         }
     } else {
-        s += "    for (var j = 0u; j < len; j++) {\n    let f = row * len + j;\n";
+        s += &format!("    for (var j = 0u; j < len; j += {step}u) {{\n    let f = row * len + j;\n");
         let roots = e.body(last, "f", "", &mut s);
+        let at = if vec4 { "f >> 2u" } else { "f" };
         for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
-            s += &format!("    out{k}[f] = {};\n", store_expr(d, r));
+            s += &format!("    out{k}[{at}] = {};\n", store_expr(d, r));
         }
         s += "    }\n";
     }

@@ -4,6 +4,7 @@
 //! serves every shape.
 
 pub mod fused;
+pub mod matmul;
 pub mod templates;
 
 use crate::dtype::DType;
@@ -149,17 +150,20 @@ pub enum KernelKey {
         monoid: Monoid,
         prologue: Option<Sig>,
         partials: DType,
+        vec4: bool,
     },
     Row {
         sig: Sig,
         stages: Vec<ReduceOp>,
         outputs: Vec<DType>,
         per_row: bool,
+        vec4: bool,
     },
     Matmul {
         dtype: DType,
         batch_rank: usize,
         epilogue: Option<Sig>,
+        config: matmul::MatmulConfig,
     },
 }
 
@@ -169,15 +173,17 @@ impl KernelKey {
             KernelKey::Elementwise { sig, outputs, out_strided, walk } => {
                 fused::elementwise_wgsl(sig, outputs, *out_strided, *walk)
             }
-            KernelKey::Reduce { monoid, prologue: Some(sig), .. } => {
-                templates::reduce_wgsl(*monoid, ReduceSource::Prologue(sig))
+            KernelKey::Reduce { monoid, prologue: Some(sig), vec4, .. } => {
+                templates::reduce_wgsl(*monoid, ReduceSource::Prologue(sig), *vec4)
             }
-            KernelKey::Reduce { monoid, prologue: None, partials } => {
-                templates::reduce_wgsl(*monoid, ReduceSource::Partials { dtype: *partials })
+            KernelKey::Reduce { monoid, prologue: None, partials, .. } => {
+                templates::reduce_wgsl(*monoid, ReduceSource::Partials { dtype: *partials }, false)
             }
-            KernelKey::Row { sig, stages, outputs, per_row } => fused::row_wgsl(sig, stages, outputs, *per_row),
-            KernelKey::Matmul { dtype, batch_rank, epilogue } => {
-                templates::matmul_wgsl(*dtype, *batch_rank, epilogue.as_ref())
+            KernelKey::Row { sig, stages, outputs, per_row, vec4 } => {
+                fused::row_wgsl(sig, stages, outputs, *per_row, *vec4)
+            }
+            KernelKey::Matmul { dtype, batch_rank, epilogue, config } => {
+                matmul::matmul_kernel(config, *dtype, *batch_rank, epilogue.as_ref())
             }
         }
     }

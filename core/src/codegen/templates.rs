@@ -2,20 +2,17 @@
 //! functions (loads for the input dtype and layout, the reduction's monoid).
 
 use super::fused::{Emitter, reduce_monoid};
-use super::{META_DECL, compute_type, load_expr, storage_type, unravel};
+use super::{META_DECL, compute_type, storage_type};
 use crate::dtype::DType;
 use crate::ir::{ArgOp, ReduceOp};
 use crate::sched::lower::Sig;
 
 pub const REDUCE_TEMPLATE: &str = include_str!("../../../shaders/reduce.wgsl");
-pub const MATMUL_TEMPLATE: &str = include_str!("../../../shaders/matmul.wgsl");
 
 /// Elements one reduce invocation folds (PER_THREAD in reduce.wgsl).
 pub const REDUCE_CHUNK: usize = 64;
 /// Longest k range of one matmul dispatch.
 pub const MATMUL_K_CHUNK: usize = 16384;
-/// Output tile of one matmul workgroup (8×8 invocations × 4×4 each).
-pub const MATMUL_TILE: usize = 32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Monoid {
@@ -34,7 +31,9 @@ pub enum ReduceSource<'a> {
     Partials { dtype: DType },
 }
 
-pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource) -> String {
+/// A reduce pass; with `vec4` (a contiguous prologue, rows a multiple of 4
+/// long, 4-aligned leaves) each invocation reads its run as vec4s.
+pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
     let value_dtype = match src {
         ReduceSource::Prologue(sig) => sig.bodies[0].ops[sig.bodies[0].roots[0]].1,
         ReduceSource::Partials { dtype } => dtype,
@@ -56,11 +55,16 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource) -> String {
     s += &format!("fn merge(a: {acc}, b: {acc}) -> {acc} {{ return {merge}; }}\n");
     match src {
         ReduceSource::Prologue(sig) => {
-            let e = Emitter::new(sig, 4, false);
+            let e = Emitter::new(sig, 4, vec4);
             s += &e.input_decls(value_out);
             s += &format!("fn load(row: u32, r: u32) -> {acc} {{\n    let f = row * m(1u) + r;\n");
             let v = e.body(0, "f", "", &mut s);
-            s += &format!("    return {};\n}}\n", v[0]);
+            if vec4 {
+                let x = &v[0];
+                s += &format!("    return merge(merge({x}.x, {x}.y), merge({x}.z, {x}.w));\n}}\n");
+            } else {
+                s += &format!("    return {};\n}}\n", v[0]);
+            }
             s += "fn load_index(row: u32, r: u32) -> u32 { return r; }\n";
         }
         ReduceSource::Partials { dtype } => {
@@ -80,6 +84,7 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource) -> String {
         s += "    out_i[slot] = i32(i);\n";
     }
     s += "}\n";
+    s += &format!("const STEP: u32 = {}u;\n", if vec4 { 4 } else { 1 });
     s + REDUCE_TEMPLATE
 }
 
@@ -101,46 +106,14 @@ fn monoid_code(monoid: Monoid, d: DType) -> (String, String, String) {
 }
 
 /// Meta word where the matmul's batch shape starts.
-const MATMUL_SHAPE_BASE: usize = 14;
+pub(crate) const MATMUL_SHAPE_BASE: usize = 14;
 
 /// Meta word where an epilogue's shape starts, past the batch layout.
 pub fn matmul_epilogue_base(batch_rank: usize) -> usize {
     MATMUL_SHAPE_BASE + 3 * batch_rank
 }
 
-/// Matmul for f32 or packed-f16 operands with `batch_rank` batch dimensions,
-/// and an epilogue (body 0 of `epilogue`, reading the accumulator as `acc`)
-/// applied to each output element after the last k chunk.
-/// Meta past slot 10: 11 A offset, 12 B offset, 13 apply epilogue, then the
-/// batch shape and A's and B's batch strides, then the epilogue's meta.
+/// The default member of the matmul family (see `codegen::matmul`).
 pub fn matmul_wgsl(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
-    let st = storage_type(dtype);
-    let mut s = String::from(META_DECL);
-    s += "@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n";
-    match epilogue {
-        Some(sig) => {
-            let e = Emitter::new(sig, matmul_epilogue_base(batch_rank), false);
-            s += &e.input_decls(1);
-            s += "fn epilogue(f: u32, acc: f32) -> f32 {\n";
-            let v = e.body(0, "f", "", &mut s);
-            s += &format!("    return {};\n}}\n", v[0]);
-        }
-        None => {
-            s += &format!("@group(0) @binding(2) var<storage, read> in0: array<{st}>;\n");
-            s += &format!("@group(0) @binding(3) var<storage, read> in1: array<{st}>;\n");
-            s += "fn epilogue(f: u32, acc: f32) -> f32 { return acc; }\n";
-        }
-    }
-    s += &format!("fn load_a(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "in0", "u32(e)"));
-    s += &format!("fn load_b(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "in1", "u32(e)"));
-    let shape_base = MATMUL_SHAPE_BASE;
-    s += "fn batch_offsets(batch: u32) -> vec2<i32> {\n";
-    s += &unravel(batch_rank, shape_base, "batch");
-    s += "    var at_a = i32(m(11u));\n    var at_b = i32(m(12u));\n";
-    for d in 0..batch_rank {
-        s += &format!("    at_a += i32(c{d}) * bitcast<i32>(m({}u));\n", shape_base + batch_rank + d);
-        s += &format!("    at_b += i32(c{d}) * bitcast<i32>(m({}u));\n", shape_base + 2 * batch_rank + d);
-    }
-    s += "    return vec2<i32>(at_a, at_b);\n}\n";
-    s + MATMUL_TEMPLATE
+    super::matmul::matmul_kernel(&super::matmul::MatmulConfig::DEFAULT, dtype, batch_rank, epilogue)
 }

@@ -7,8 +7,9 @@ use super::Gpu;
 use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
 use super::realize::ReadRequest;
-use crate::codegen::fused::{ROWS_PER_INVOCATION, VEC, Walk, vectorizable};
-use crate::codegen::templates::{MATMUL_K_CHUNK, MATMUL_TILE, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
+use crate::codegen::fused::{ROWS_PER_INVOCATION, VEC, Walk, vectorizable, vectorizable_reading_rows};
+use crate::codegen::matmul::MatmulConfig;
+use crate::codegen::templates::{MATMUL_K_CHUNK, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
 use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
@@ -63,6 +64,19 @@ impl Gpu {
     pub(super) fn meta_room(rank: usize) -> usize {
         META_WORDS - matmul_epilogue_base(rank.saturating_sub(2)) - rank
     }
+}
+
+/// Whether every leaf of `sig` can be read four elements at a time.
+fn aligned4(sig: &Sig, args: &Args) -> bool {
+    sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| {
+        let (_, period) = Access::of(l);
+        match leaf.access {
+            Access::Contiguous => l.offset.is_multiple_of(VEC),
+            Access::Mod => l.offset.is_multiple_of(VEC) && period.is_multiple_of(VEC),
+            Access::Div => period.is_multiple_of(VEC),
+            Access::Strided => false,
+        }
+    })
 }
 
 impl Recording {
@@ -129,15 +143,7 @@ impl Recording {
             && n.is_multiple_of(VEC)
             && dtypes.iter().all(|&d| d != DType::F16)
             && vectorizable(&sig)
-            && sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| {
-                let (_, period) = Access::of(l);
-                match leaf.access {
-                    Access::Contiguous => l.offset.is_multiple_of(VEC),
-                    Access::Mod => l.offset.is_multiple_of(VEC) && period.is_multiple_of(VEC),
-                    Access::Div => period.is_multiple_of(VEC),
-                    Access::Strided => false,
-                }
-            });
+            && aligned4(&sig, &args);
         let walk = if !vec4 {
             Walk::Flat
         } else if rows_walk(&sig, &args, n) {
@@ -186,10 +192,15 @@ impl Recording {
     ) -> Result<()> {
         let mut len = numel(view_shape) / rows.max(1);
         let value_dtype = sig.bodies[0].ops[sig.bodies[0].roots[0]].1.wide();
+        let vec4 = matches!(monoid, Monoid::Reduce(_))
+            && len.is_multiple_of(VEC)
+            && vectorizable(&sig)
+            && aligned4(&sig, &args);
         let mut prologue = Some((sig, args));
         let mut inputs: Vec<Arc<PooledBuffer>> = Vec::new();
         loop {
-            let groups = len.div_ceil(REDUCE_CHUNK);
+            let step = if vec4 && prologue.is_some() { VEC } else { 1 };
+            let groups = len.div_ceil(REDUCE_CHUNK * step);
             let last = groups == 1;
             let grid = gpu.grid(op, (rows * groups).div_ceil(WG as usize))?;
             let mut meta = Meta::default();
@@ -205,11 +216,11 @@ impl Recording {
                 Some((sig, args)) => {
                     Self::fused_meta(&mut meta, &sig, &args, view_shape);
                     let buffers = outputs.into_iter().chain(args.buffers).collect();
-                    (KernelKey::Reduce { monoid, prologue: Some(sig), partials: value_dtype }, buffers)
+                    (KernelKey::Reduce { monoid, prologue: Some(sig), partials: value_dtype, vec4 }, buffers)
                 }
                 None => {
                     let buffers = outputs.into_iter().chain(inputs.drain(..)).collect();
-                    (KernelKey::Reduce { monoid, prologue: None, partials: value_dtype }, buffers)
+                    (KernelKey::Reduce { monoid, prologue: None, partials: value_dtype, vec4: false }, buffers)
                 }
             };
             self.dispatch(gpu, &key, meta, buffers, grid, rows * len)?;
@@ -245,17 +256,45 @@ impl Recording {
         let mut meta = Meta::default();
         meta.u(rows).u(len).u(groups[0] as usize * WG as usize);
         Self::fused_meta(&mut meta, &sig, &args, shape);
+        let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
+        let vec4 = !per_row
+            && len.is_multiple_of(VEC)
+            && dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool)
+            && vectorizable_reading_rows(&sig)
+            && aligned4(&sig, &args);
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        let key = KernelKey::Row { sig, stages, outputs: outputs.iter().map(|o| o.0).collect(), per_row };
+        let key = KernelKey::Row { sig, stages, outputs: dtypes, per_row, vec4 };
         self.dispatch(gpu, &key, meta, buffers, groups, numel(shape))
     }
 
-    /// `out = epilogue(a @ b)` (f32). `args` binds `a`'s and `b`'s buffers
-    /// first, then whatever the epilogue (a fused body) reads.
+    /// `out = epilogue(a @ b)` (f32), with the config the tuner picks.
+    /// `args` binds `a`'s and `b`'s buffers first, then whatever the
+    /// epilogue (a fused body) reads.
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &mut self,
         gpu: &Gpu,
+        op: &'static str,
+        a: &Layout,
+        b: &Layout,
+        operand_dtype: DType,
+        shape: &[usize],
+        out: &Arc<PooledBuffer>,
+        epilogue: Option<Sig>,
+        args: Args,
+    ) -> Result<()> {
+        let r = shape.len();
+        let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+        let config = gpu.matmul_config(operand_dtype, m, n, k)?;
+        self.matmul_with(gpu, config, op, a, b, operand_dtype, shape, out, epilogue, args)
+    }
+
+    /// `matmul` with the kernel `config`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_with(
+        &mut self,
+        gpu: &Gpu,
+        config: MatmulConfig,
         op: &'static str,
         a: &Layout,
         b: &Layout,
@@ -273,14 +312,27 @@ impl Recording {
             return Ok(());
         }
         let max = gpu.info.limits.max_compute_workgroups_per_dimension as usize;
-        let (gx, gy) = (n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE));
+        let vec_ok = operand_dtype == DType::F32
+            && k.is_multiple_of(VEC)
+            && n.is_multiple_of(VEC)
+            && a.strides[r - 1] == 1
+            && b.strides[r - 1] == 1
+            && [a.offset as isize, b.offset as isize]
+                .iter()
+                .chain(&a.strides[..r - 1])
+                .chain(&b.strides[..r - 1])
+                .all(|s| s % VEC as isize == 0);
+        let config = MatmulConfig { vec: config.vec && vec_ok, ..config };
+        let (tile_m, tile_n) = config.tile();
+        let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
         if gx > max || gy > max {
             return Err(KilnError::Invalid { op, detail: format!("an output of {m}×{n} exceeds the adapter's grid") });
         }
         let sig = epilogue;
         let buffers: Vec<Arc<PooledBuffer>> =
             std::iter::once(out.clone()).chain(args.buffers.iter().cloned()).collect();
-        let key = KernelKey::Matmul { dtype: operand_dtype, batch_rank: batch_shape.len(), epilogue: sig.clone() };
+        let batch_rank = batch_shape.len();
+        let key = KernelKey::Matmul { dtype: operand_dtype, batch_rank, epilogue: sig.clone(), config };
         for b0 in (0..batch).step_by(max) {
             for k0 in (0..k.max(1)).step_by(MATMUL_K_CHUNK) {
                 let k1 = (k0 + MATMUL_K_CHUNK).min(k);
@@ -345,6 +397,20 @@ impl Gpu {
     /// Encode `rec` (and a readback copy) in one command encoder and submit
     /// it once; returns the staging buffer of the copy.
     pub(super) fn submit(&self, rec: &Recording, read: Option<ReadRequest>) -> Result<Option<Arc<PooledBuffer>>> {
+        let staging = self.submit_uncounted(rec, read)?;
+        if !rec.dispatches.is_empty() || staging.is_some() {
+            self.submits.fetch_add(1, Ordering::Relaxed);
+            self.kernels_launched.fetch_add(rec.dispatches.len() as u64, Ordering::Relaxed);
+        }
+        Ok(staging)
+    }
+
+    /// `submit` without counting it (the autotuner's trial runs).
+    pub(super) fn submit_uncounted(
+        &self,
+        rec: &Recording,
+        read: Option<ReadRequest>,
+    ) -> Result<Option<Arc<PooledBuffer>>> {
         self.check_errors()?;
         if rec.dispatches.is_empty() && read.is_none() {
             return Ok(None);
@@ -370,8 +436,6 @@ impl Gpu {
             staging
         });
         self.queue.submit([encoder.finish()]);
-        self.submits.fetch_add(1, Ordering::Relaxed);
-        self.kernels_launched.fetch_add(rec.dispatches.len() as u64, Ordering::Relaxed);
         self.check_errors()?;
         Ok(staging)
     }

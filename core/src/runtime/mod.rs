@@ -8,8 +8,10 @@ mod pipelines;
 pub mod pool;
 mod readback;
 mod realize;
+mod tune;
 
 use crate::DType;
+use crate::codegen::matmul::MatmulConfig;
 use crate::error::{KilnError, Result};
 use crate::interp::{self, HostArray};
 use crate::ir::{Node, Realized};
@@ -82,6 +84,7 @@ pub(crate) struct Gpu {
     lost: Arc<Mutex<Option<String>>>,
     kernels_launched: AtomicU64,
     submits: AtomicU64,
+    tuner: tune::Tuner,
 }
 
 enum Backend {
@@ -148,7 +151,8 @@ impl Device {
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("kiln"),
-                required_features: wgpu::Features::empty(),
+                // Subgroup operations where offered: some matmul kernels use them.
+                required_features: features & wgpu::Features::SUBGROUP,
                 required_limits: limits.clone(),
                 ..Default::default()
             })
@@ -182,7 +186,32 @@ impl Device {
             lost,
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
+            tuner: tune::Tuner::default(),
         })))))
+    }
+
+    /// Make every matmul use `config` (`None`: the autotuner's choice), to
+    /// test or benchmark one member of the kernel family. No-op on the CPU.
+    /// Errors when `config` shares through subgroups the device lacks.
+    pub fn set_matmul_config(&self, config: Option<MatmulConfig>) -> Result<()> {
+        if let Backend::Gpu(g) = &*self.0 {
+            if config.is_some_and(|c| c.share && !g.info.subgroups) {
+                return Err(KilnError::Invalid {
+                    op: "set_matmul_config",
+                    detail: format!("{} uses subgroups, which {} lacks", config.unwrap().name(), g.info.name),
+                });
+            }
+            g.force_matmul_config(config);
+        }
+        Ok(())
+    }
+
+    /// The autotuner's choices so far: (shape class, config name).
+    pub fn matmul_choices(&self) -> Vec<(String, String)> {
+        match &*self.0 {
+            Backend::Cpu => Vec::new(),
+            Backend::Gpu(g) => g.matmul_choices(),
+        }
     }
 
     /// A number identifying this device while it lives (for caches).

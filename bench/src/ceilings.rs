@@ -1,0 +1,237 @@
+//! The ceilings every other figure is compared with, measured by WGSL
+//! microkernels on a device of their own on the same adapter: copy
+//! bandwidth (a vec4 copy, bytes read + written) and FMA throughput
+//! (independent `acc = acc * a + b` chains in registers, the same
+//! multiply-add form the matmul kernels use).
+
+use crate::measure::{Reps, Timing, time};
+use kiln::core::wgpu;
+
+const COPY_WGSL: &str = "
+@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.y * 65535u * 256u + gid.x;
+    if (i < arrayLength(&dst)) {
+        dst[i] = src[i];
+    }
+}
+";
+
+/// `12` independent f32 chains of fused multiply-adds (`fma`, the form the
+/// matmul kernels use), unrolled `8`× per loop iteration: enough chains to
+/// hide FMA latency, few enough to stay in registers on CPU adapters (more
+/// chains, or vec4 chains, measured slower on lavapipe: spills).
+const FMA_WGSL: &str = "
+@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let a = src[0].x;
+    let b = src[1].x;
+    let iters = u32(src[2].x);
+    var c0 = f32(gid.x) + 0.0;
+    var c1 = f32(gid.x) + 1.0;
+    var c2 = f32(gid.x) + 2.0;
+    var c3 = f32(gid.x) + 3.0;
+    var c4 = f32(gid.x) + 4.0;
+    var c5 = f32(gid.x) + 5.0;
+    var c6 = f32(gid.x) + 6.0;
+    var c7 = f32(gid.x) + 7.0;
+    var c8 = f32(gid.x) + 8.0;
+    var c9 = f32(gid.x) + 9.0;
+    var c10 = f32(gid.x) + 10.0;
+    var c11 = f32(gid.x) + 11.0;
+    for (var k = 0u; k < iters; k += 8u) {
+        c0 = fma(c0, a, b);
+        c1 = fma(c1, a, b);
+        c2 = fma(c2, a, b);
+        c3 = fma(c3, a, b);
+        c4 = fma(c4, a, b);
+        c5 = fma(c5, a, b);
+        c6 = fma(c6, a, b);
+        c7 = fma(c7, a, b);
+        c8 = fma(c8, a, b);
+        c9 = fma(c9, a, b);
+        c10 = fma(c10, a, b);
+        c11 = fma(c11, a, b);
+        c0 = fma(c0, a, b);
+        c1 = fma(c1, a, b);
+        c2 = fma(c2, a, b);
+        c3 = fma(c3, a, b);
+        c4 = fma(c4, a, b);
+        c5 = fma(c5, a, b);
+        c6 = fma(c6, a, b);
+        c7 = fma(c7, a, b);
+        c8 = fma(c8, a, b);
+        c9 = fma(c9, a, b);
+        c10 = fma(c10, a, b);
+        c11 = fma(c11, a, b);
+        c0 = fma(c0, a, b);
+        c1 = fma(c1, a, b);
+        c2 = fma(c2, a, b);
+        c3 = fma(c3, a, b);
+        c4 = fma(c4, a, b);
+        c5 = fma(c5, a, b);
+        c6 = fma(c6, a, b);
+        c7 = fma(c7, a, b);
+        c8 = fma(c8, a, b);
+        c9 = fma(c9, a, b);
+        c10 = fma(c10, a, b);
+        c11 = fma(c11, a, b);
+        c0 = fma(c0, a, b);
+        c1 = fma(c1, a, b);
+        c2 = fma(c2, a, b);
+        c3 = fma(c3, a, b);
+        c4 = fma(c4, a, b);
+        c5 = fma(c5, a, b);
+        c6 = fma(c6, a, b);
+        c7 = fma(c7, a, b);
+        c8 = fma(c8, a, b);
+        c9 = fma(c9, a, b);
+        c10 = fma(c10, a, b);
+        c11 = fma(c11, a, b);
+        c0 = fma(c0, a, b);
+        c1 = fma(c1, a, b);
+        c2 = fma(c2, a, b);
+        c3 = fma(c3, a, b);
+        c4 = fma(c4, a, b);
+        c5 = fma(c5, a, b);
+        c6 = fma(c6, a, b);
+        c7 = fma(c7, a, b);
+        c8 = fma(c8, a, b);
+        c9 = fma(c9, a, b);
+        c10 = fma(c10, a, b);
+        c11 = fma(c11, a, b);
+        c0 = fma(c0, a, b);
+        c1 = fma(c1, a, b);
+        c2 = fma(c2, a, b);
+        c3 = fma(c3, a, b);
+        c4 = fma(c4, a, b);
+        c5 = fma(c5, a, b);
+        c6 = fma(c6, a, b);
+        c7 = fma(c7, a, b);
+        c8 = fma(c8, a, b);
+        c9 = fma(c9, a, b);
+        c10 = fma(c10, a, b);
+        c11 = fma(c11, a, b);
+        c0 = fma(c0, a, b);
+        c1 = fma(c1, a, b);
+        c2 = fma(c2, a, b);
+        c3 = fma(c3, a, b);
+        c4 = fma(c4, a, b);
+        c5 = fma(c5, a, b);
+        c6 = fma(c6, a, b);
+        c7 = fma(c7, a, b);
+        c8 = fma(c8, a, b);
+        c9 = fma(c9, a, b);
+        c10 = fma(c10, a, b);
+        c11 = fma(c11, a, b);
+        c0 = fma(c0, a, b);
+        c1 = fma(c1, a, b);
+        c2 = fma(c2, a, b);
+        c3 = fma(c3, a, b);
+        c4 = fma(c4, a, b);
+        c5 = fma(c5, a, b);
+        c6 = fma(c6, a, b);
+        c7 = fma(c7, a, b);
+        c8 = fma(c8, a, b);
+        c9 = fma(c9, a, b);
+        c10 = fma(c10, a, b);
+        c11 = fma(c11, a, b);
+    }
+    dst[gid.x] = vec4<f32>(c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11);
+}
+";
+/// Multiply-adds per invocation per loop count.
+const FMA_PER_ITER: f64 = 12.0;
+const FMA_ITERS: u32 = 4096;
+const FMA_INVOCATIONS: u32 = 64 * 512;
+
+pub struct Ceilings {
+    pub copy: Timing,
+    pub copy_bytes: f64,
+    pub fma: Timing,
+    pub fma_flops: f64,
+}
+
+struct Gpu {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+}
+
+impl Gpu {
+    fn buffer(&self, bytes: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: bytes,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Run `wgsl`'s main over `groups` with bindings (src, dst); the
+    /// returned closure submits once and waits.
+    fn kernel(
+        &self,
+        wgsl: &str,
+        src: &wgpu::Buffer,
+        dst: &wgpu::Buffer,
+        groups: [u32; 2],
+    ) -> impl Fn() -> Result<(), String> {
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: None,
+            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: None,
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: src.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
+            ],
+        });
+        move || {
+            let mut enc = self.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(0, &bind, &[]);
+                pass.dispatch_workgroups(groups[0], groups[1], 1);
+            }
+            self.queue.submit([enc.finish()]);
+            self.device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| e.to_string())
+        }
+    }
+}
+
+pub fn measure(adapter: &wgpu::Adapter, reps: Reps, elements: usize) -> Result<Ceilings, String> {
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("kiln-bench ceilings"),
+        required_limits: adapter.limits(),
+        ..Default::default()
+    }))
+    .map_err(|e| e.to_string())?;
+    let gpu = Gpu { device, queue };
+    let bytes = (elements * 4) as u64;
+    let (src, dst) = (gpu.buffer(bytes), gpu.buffer(bytes));
+    let groups = (elements / 4).div_ceil(256) as u32;
+    let copy = time(reps, gpu.kernel(COPY_WGSL, &src, &dst, [groups.min(65535), groups.div_ceil(65535)]))?;
+    let params: [f32; 12] = [0.999, 0.999, 0.999, 0.999, 1e-3, 1e-3, 1e-3, 1e-3, FMA_ITERS as f32, 0.0, 0.0, 0.0];
+    let fsrc = gpu.buffer(48);
+    let words: Vec<u8> = params.iter().flat_map(|x| x.to_ne_bytes()).collect();
+    gpu.queue.write_buffer(&fsrc, 0, &words);
+    let fdst = gpu.buffer(FMA_INVOCATIONS as u64 * 16);
+    let fma = time(reps, gpu.kernel(FMA_WGSL, &fsrc, &fdst, [FMA_INVOCATIONS / 64, 1]))?;
+    let fma_flops = FMA_INVOCATIONS as f64 * FMA_ITERS as f64 * FMA_PER_ITER * 2.0;
+    Ok(Ceilings { copy, copy_bytes: 2.0 * bytes as f64, fma, fma_flops })
+}

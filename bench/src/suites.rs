@@ -1,0 +1,201 @@
+//! The kiln figures: matmul, reductions and row kernels, the fused chains,
+//! dispatch overhead. Every timing is a realization (one submit) plus a
+//! one-element readback that waits for the device.
+
+use crate::ceilings::Ceilings;
+use crate::measure::{Record, Reps, time};
+use kiln::core::codegen::matmul::{MatmulConfig, ShapeClass};
+use kiln::prelude::*;
+
+/// Compute all of `t`, then wait for the device by reading one element
+/// (a lazy read of one element alone would compute just that element).
+pub fn wait(t: &Tensor) -> Result<()> {
+    kiln::block_on(t.realize())?;
+    let first = t.reshape(&[-1])?.narrow(0, 0, 1)?;
+    kiln::block_on(first.to_vec::<f32>()).map(|_| ())
+}
+
+/// A realized f32 tensor of values in [-1, 1) that vary along every axis.
+fn input(dev: &Device, shape: &[usize]) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let t = Tensor::arange(dev, 0.0, n as f64, 1.0, DType::F32)?.mul_scalar(0.618034)?;
+    let t = t
+        .sub(&t.floor()?)?
+        .mul_scalar(2.0)?
+        .sub_scalar(1.0)?
+        .reshape(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>())?;
+    kiln::block_on(t.realize())?;
+    Ok(t)
+}
+
+pub struct Ctx<'a> {
+    pub dev: &'a Device,
+    pub adapter: &'a str,
+    pub reps: Reps,
+    pub ceilings: &'a Ceilings,
+    pub only: Option<&'a str>,
+}
+
+impl Ctx<'_> {
+    pub fn wants(&self, bench: &str) -> bool {
+        self.only.is_none_or(|o| bench.contains(o))
+    }
+
+    fn fma(&self) -> f64 {
+        self.ceilings.fma_flops / self.ceilings.fma.median
+    }
+    fn copy(&self) -> f64 {
+        self.ceilings.copy_bytes / self.ceilings.copy.median
+    }
+
+    /// GFLOP/s of an m×k @ k×n f32 product with the tuned config (or `config`).
+    fn matmul(&self, bench: &str, m: usize, k: usize, n: usize, config: Option<MatmulConfig>) -> Result<Record> {
+        let (a, b) = (input(self.dev, &[m, k])?, input(self.dev, &[k, n])?);
+        self.dev.set_matmul_config(config)?;
+        wait(&a.matmul(&b)?)?; // tunes this shape class if needed
+        let t = time(self.reps, || wait(&a.matmul(&b)?));
+        self.dev.set_matmul_config(None)?;
+        let t = t?;
+        let chosen = match config {
+            Some(c) => c.name(),
+            None => {
+                let class = ShapeClass::of(DType::F32, m, n, k).name();
+                let tuned = self.dev.matmul_choices().into_iter().find(|(c, _)| *c == class);
+                tuned.map_or_else(
+                    || format!("default {}", MatmulConfig::DEFAULT.name()),
+                    |(c, cfg)| format!("{c} tuned: {cfg}"),
+                )
+            }
+        };
+        Ok(Record::rate(bench, self.adapter, t, 2.0 * (m * n * k) as f64 / 1e9, "GFLOP/s")
+            .of(self.fma() / 1e9)
+            .note(chosen))
+    }
+
+    /// GB/s of `f(x)` over `shape`, counting `bytes_per_elem` per input element.
+    fn memory(
+        &self,
+        bench: &str,
+        shape: &[usize],
+        bytes_per_elem: f64,
+        f: impl Fn(&Tensor) -> Result<Tensor>,
+    ) -> Result<Record> {
+        let x = input(self.dev, shape)?;
+        let n: usize = shape.iter().product();
+        let t = time(self.reps, || wait(&f(&x)?))?;
+        Ok(Record::rate(bench, self.adapter, t, bytes_per_elem * n as f64 / 1e9, "GB/s").of(self.copy() / 1e9))
+    }
+}
+
+type Op<'a> = &'a dyn Fn(&Tensor) -> Result<Tensor>;
+
+/// Apply `ops` in turn, realizing each result at once when `eager`.
+fn chain(x: &Tensor, ops: &[Op], eager: bool) -> Result<Tensor> {
+    let mut t = x.clone();
+    for op in ops {
+        t = op(&t)?;
+        if eager {
+            kiln::block_on(t.realize())?;
+        }
+    }
+    Ok(t)
+}
+
+pub fn layer_norm(x: &Tensor) -> Result<Tensor> {
+    let d = x.sub(&x.mean(&[-1], true)?)?;
+    d.mul(&d.mul(&d)?.mean(&[-1], true)?.add_scalar(1e-5)?.rsqrt()?)
+}
+
+pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
+    for (bench, m, k, n) in [
+        ("matmul 256³", 256, 256, 256),
+        ("matmul 1024³", 1024, 1024, 1024),
+        ("matmul 2048³", 2048, 2048, 2048),
+        ("matmul 8192×256×256", 8192, 256, 256),
+    ] {
+        if cx.wants(bench) {
+            out(cx.matmul(bench, m, k, n, None)?);
+        }
+    }
+    // Every kernel version at one size, so progress is visible.
+    if !quick {
+        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| !c.share || cx.dev.info().subgroups);
+        for c in usable.filter(|c| cx.wants(&format!("matmul 1024³ {}", c.name()))) {
+            out(cx.matmul(&format!("matmul 1024³ {}", c.name()), 1024, 1024, 1024, Some(c))?);
+        }
+    }
+    let n = 1 << 24;
+    if cx.wants("sum 16M f32") {
+        out(cx.memory("sum 16M f32", &[n], 4.0, |x| x.sum(&[], false))?);
+    }
+    if cx.wants("softmax [4096,1024]") {
+        out(cx.memory("softmax [4096,1024]", &[4096, 1024], 8.0, |x| x.softmax(-1))?);
+    }
+    if cx.wants("layer norm [4096,1024]") {
+        out(cx.memory("layer norm [4096,1024]", &[4096, 1024], 8.0, layer_norm)?);
+    }
+    if cx.wants("8-op") {
+        chains(cx, out)?;
+    }
+    if !cx.wants("dispatch overhead") {
+        return training_steps(cx, out);
+    }
+    // Dispatch overhead: tiny ops realized one by one (one kernel and one
+    // submit each), one readback at the end.
+    let x = input(cx.dev, &[64])?;
+    let ops = 50;
+    let t = time(cx.reps, || {
+        let mut y = x.clone();
+        for _ in 0..ops {
+            y = y.add_scalar(1.0)?;
+            kiln::block_on(y.realize())?;
+        }
+        wait(&y)
+    })?;
+    out(Record::duration("dispatch overhead", cx.adapter, t, 1e6 / ops as f64, "µs/op"));
+    training_steps(cx, out)
+}
+
+/// The two 8-op chains on [4096, 4096] with a broadcast add, fused (one
+/// kernel) and unfused (one kernel per op): ms per chain.
+fn chains(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
+    let m = input(cx.dev, &[4096, 4096])?;
+    let b = input(cx.dev, &[4096])?;
+    let cheap: [Op; 8] = [
+        &|t| t.add(&b),
+        &|t| t.mul_scalar(0.5),
+        &|t| t.sub_scalar(1.0),
+        &|t| t.abs(),
+        &|t| t.relu(),
+        &|t| t.neg(),
+        &|t| t.add_scalar(2.0),
+        &|t| t.mul_scalar(3.0),
+    ];
+    let transcendental: [Op; 8] = [
+        &|t| t.add(&b),
+        &|t| t.mul_scalar(0.5),
+        &|t| t.tanh(),
+        &|t| t.exp(),
+        &|t| t.sub_scalar(1.0),
+        &|t| t.abs(),
+        &|t| t.sqrt(),
+        &|t| t.neg(),
+    ];
+    let copy_s = cx.ceilings.copy.median * (4096.0 * 4096.0) / (cx.ceilings.copy_bytes / 8.0);
+    for (name, ops) in [("arithmetic", &cheap), ("transcendental", &transcendental)] {
+        for (how, eager) in [("fused", false), ("unfused", true)] {
+            let t = time(cx.reps, || wait(&chain(&m, ops, eager)?))?;
+            // Fraction: the copy ceiling's time for the same 8 B/element over this one.
+            let r = Record::duration(&format!("8-op {name} chain {how}"), cx.adapter, t, 1e3, "ms");
+            let frac = copy_s / t.median;
+            out(Record { ceiling_fraction: Some(frac), ..r });
+        }
+    }
+    Ok(())
+}
+
+/// HOOK for the lead: MLP and CNN training steps (ms per step) need the nn
+/// crate; add them here as `out(Record::duration("mlp train step", ...))`.
+fn training_steps(_cx: &Ctx, _out: &mut dyn FnMut(Record)) -> Result<()> {
+    Ok(())
+}

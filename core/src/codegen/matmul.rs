@@ -1,0 +1,335 @@
+//! The matmul kernel family: one generated kernel per [`MatmulConfig`]
+//! (register block per invocation, workgroup shape, subgroup sharing of A),
+//! each accepting f32 or packed-f16 operands through any strides, any
+//! batch dims, any shape (edges clamp their loads and skip their stores)
+//! and a fused epilogue. The runtime's autotuner picks the config per
+//! adapter; every config computes each output as one in-order k sum, so
+//! they agree to rounding.
+
+use super::templates::{MATMUL_SHAPE_BASE, matmul_epilogue_base};
+use super::{META_DECL, load_expr, storage_type, unravel};
+use crate::dtype::DType;
+use crate::sched::lower::Sig;
+use std::fmt::Write;
+
+/// One kernel of the family. An invocation owns `tm` consecutive rows and
+/// `tn` columns interleaved with stride `wx` (so the `wx` invocations of a
+/// workgroup row read consecutive B elements: vector loads on CPU adapters,
+/// coalesced loads on GPUs). With `share`, a subgroup of exactly `wx` lanes
+/// (checked at run time; otherwise the plain path runs) loads each A value
+/// once and passes it around with `subgroupBroadcast`. With `vec` (f32
+/// operands contiguous along k and n, K and N multiples of 4, 4-aligned
+/// offsets and strides; the runtime falls back to the scalar twin
+/// otherwise) operands are read as vec4s: A four k at a time, B four
+/// consecutive columns, columns interleaved by vec4s. CPU adapters pay
+/// per load instruction, not per byte, so this cuts their cost 4×.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MatmulConfig {
+    pub tm: u32,
+    pub tn: u32,
+    pub wx: u32,
+    pub wy: u32,
+    pub share: bool,
+    pub vec: bool,
+}
+
+const fn cfg(tm: u32, tn: u32, wx: u32, wy: u32, share: bool) -> MatmulConfig {
+    MatmulConfig { tm, tn, wx, wy, share, vec: false }
+}
+
+const fn vcfg(tm: u32, tn: u32, wx: u32, wy: u32) -> MatmulConfig {
+    MatmulConfig { tm, tn, wx, wy, share: false, vec: true }
+}
+
+impl MatmulConfig {
+    /// What the autotuner tries. CPU adapters like big register blocks and
+    /// workgroups of one SIMD width whose rows are uniform (A loads become
+    /// scalar loads); GPUs like more invocations per workgroup.
+    pub const CANDIDATES: [MatmulConfig; 14] = [
+        vcfg(8, 8, 8, 1),
+        vcfg(16, 8, 8, 1),
+        vcfg(4, 8, 8, 1),
+        vcfg(4, 8, 16, 16),
+        cfg(16, 8, 8, 1, false),
+        cfg(16, 8, 8, 1, true),
+        cfg(8, 8, 8, 1, false),
+        cfg(8, 8, 8, 1, true),
+        cfg(4, 8, 8, 1, false),
+        cfg(4, 4, 8, 1, false),
+        cfg(8, 8, 8, 8, false),
+        cfg(8, 8, 8, 8, true),
+        cfg(4, 4, 16, 16, false),
+        cfg(8, 4, 32, 4, true),
+    ];
+    /// Used for small products, and when tuning is off.
+    pub const DEFAULT: MatmulConfig = cfg(8, 8, 8, 1, false);
+
+    /// Output rows and columns one workgroup covers.
+    pub fn tile(&self) -> (usize, usize) {
+        ((self.tm * self.wy) as usize, (self.tn * self.wx) as usize)
+    }
+
+    /// e.g. `16x8/8x1+sg`.
+    pub fn name(&self) -> String {
+        let sg = if self.share { "+sg" } else { "" };
+        let v = if self.vec { "+vec4" } else { "" };
+        format!("{}x{}/{}x{}{sg}{v}", self.tm, self.tn, self.wx, self.wy)
+    }
+
+    pub fn parse(s: &str) -> Option<MatmulConfig> {
+        MatmulConfig::CANDIDATES.into_iter().chain([MatmulConfig::DEFAULT]).find(|c| c.name() == s.trim())
+    }
+}
+
+/// Matmuls that likely share a best config: operand dtype and each of
+/// m, n, k bucketed as small (≤ 64), medium (≤ 512) or large.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShapeClass {
+    dtype: DType,
+    buckets: [u8; 3],
+}
+
+impl ShapeClass {
+    pub fn of(dtype: DType, m: usize, n: usize, k: usize) -> ShapeClass {
+        let b = |d: usize| {
+            if d <= 64 {
+                0
+            } else if d <= 512 {
+                1
+            } else {
+                2
+            }
+        };
+        ShapeClass { dtype, buckets: [b(m), b(n), b(k)] }
+    }
+
+    /// e.g. `f32:m2n2k2`.
+    pub fn name(&self) -> String {
+        let [m, n, k] = self.buckets;
+        format!("{}:m{m}n{n}k{k}", self.dtype.name())
+    }
+
+    pub fn parse(s: &str) -> Option<ShapeClass> {
+        let all = DType::ALL
+            .into_iter()
+            .flat_map(|dtype| (0..27u8).map(move |i| ShapeClass { dtype, buckets: [i / 9, i / 3 % 3, i % 3] }));
+        all.into_iter().find(|c| c.name() == s)
+    }
+}
+
+/// WGSL of one family member; the epilogue is body 0 of `epilogue`,
+/// reading the accumulator as `acc`.
+/// Meta: 0 M, 1 K, 2 N, 3 k0, 4 k1, 5 accumulate, 6 first batch,
+/// 7 A row stride, 8 A col stride, 9 B row stride, 10 B col stride,
+/// 11 A offset, 12 B offset, 13 apply the epilogue (last k chunk), then
+/// the batch shape and A's and B's batch strides, then the epilogue's meta.
+/// The k loop runs over [k0, k1), which the runtime keeps at most
+/// `MATMUL_K_CHUNK` long (Mesa ends loops after 65,535 iterations).
+pub fn matmul_kernel(c: &MatmulConfig, dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
+    // No `enable subgroups;`: naga 30 rejects it (not implemented) and
+    // accepts subgroup builtins without it.
+    let mut s = String::from(META_DECL);
+    s += &preamble(dtype, batch_rank, epilogue);
+    if c.vec {
+        // Same bindings, read as vec4s (f32 only).
+        s = s.replace("in0: array<f32>", "in0: array<vec4<f32>>").replace("in1: array<f32>", "in1: array<vec4<f32>>");
+        s = s.replace("fn load_a(e: i32) -> f32 { return in0[u32(e)]; }\n", "");
+        s = s.replace("fn load_b(e: i32) -> f32 { return in1[u32(e)]; }\n", "");
+        s += &main_vec(c);
+    } else {
+        s += &main_fn(c);
+    }
+    s + STORE_FN
+}
+
+/// Bindings, loads, batch offsets and the epilogue.
+fn preamble(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
+    let st = storage_type(dtype);
+    let mut s = String::from("@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n");
+    match epilogue {
+        Some(sig) => {
+            let e = super::fused::Emitter::new(sig, matmul_epilogue_base(batch_rank), false);
+            s += &e.input_decls(1);
+            s += "fn epilogue(f: u32, acc: f32) -> f32 {\n";
+            let v = e.body(0, "f", "", &mut s);
+            s += &format!("    return {};\n}}\n", v[0]);
+        }
+        None => {
+            s += &format!("@group(0) @binding(2) var<storage, read> in0: array<{st}>;\n");
+            s += &format!("@group(0) @binding(3) var<storage, read> in1: array<{st}>;\n");
+            s += "fn epilogue(f: u32, acc: f32) -> f32 { return acc; }\n";
+        }
+    }
+    s += &format!("fn load_a(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "in0", "u32(e)"));
+    s += &format!("fn load_b(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "in1", "u32(e)"));
+    let b = MATMUL_SHAPE_BASE;
+    s += "fn batch_offsets(batch: u32) -> vec2<i32> {\n";
+    s += &unravel(batch_rank, b, "batch");
+    s += "    var at_a = i32(m(11u));\n    var at_b = i32(m(12u));\n";
+    for d in 0..batch_rank {
+        s += &format!("    at_a += i32(c{d}) * bitcast<i32>(m({}u));\n", b + batch_rank + d);
+        s += &format!("    at_b += i32(c{d}) * bitcast<i32>(m({}u));\n", b + 2 * batch_rank + d);
+    }
+    s + "    return vec2<i32>(at_a, at_b);\n}\n"
+}
+
+/// The entry point. Accumulators are named scalars' vec4s, not arrays:
+/// naga 30 gives arrays an explicit layout, which Vulkan forbids in function
+/// memory (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
+fn main_fn(c: &MatmulConfig) -> String {
+    let (tm, tn, wx, wy) = (c.tm, c.tn, c.wx, c.wy);
+    // One-dimensional workgroups: naga allows subgroup lane ids only there.
+    let mut s = format!("@compute @workgroup_size({})\n", wx * wy);
+    s += "fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>";
+    if c.share {
+        s += ", @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_lane: u32";
+    }
+    s += ") {\n    let M = m(0u);\n    let N = m(2u);\n    let batch = wg.z + m(6u);\n";
+    s += "    let base = batch_offsets(batch);\n";
+    s += "    let sar = bitcast<i32>(m(7u));\n    let sac = bitcast<i32>(m(8u));\n";
+    s += "    let sbr = bitcast<i32>(m(9u));\n    let sbc = bitcast<i32>(m(10u));\n";
+    let _ = writeln!(s, "    let lx = li % {wx}u;");
+    if wy == 1 {
+        // Rows uniform across the workgroup: CPU adapters load A as scalars.
+        let _ = writeln!(s, "    let row0 = wg.y * {tm}u;");
+    } else {
+        let _ = writeln!(s, "    let row0 = (wg.y * {wy}u + li / {wx}u) * {tm}u;");
+    }
+    let _ = writeln!(s, "    let col0 = wg.x * {}u + lx;", wx * tn);
+    // Rows and columns past the edge read the last valid one; their
+    // results are never stored. No early return: subgroups stay whole.
+    for i in 0..tm {
+        let _ = writeln!(s, "    let ra{i} = base.x + i32(min(row0 + {i}u, M - 1u)) * sar;");
+    }
+    for j in 0..tn {
+        let _ = writeln!(s, "    let cb{j} = base.y + i32(min(col0 + {}u, N - 1u)) * sbc;", j * wx);
+    }
+    for i in 0..tm {
+        for v in 0..tn / 4 {
+            let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
+        }
+    }
+    let plain = k_loop(c, &|i| format!("load_a(ra{i} + ka)"), "");
+    if c.share {
+        // Lane l loads rows l, l + wx, ...; row i comes from lane i % wx.
+        let loads = tm.div_ceil(wx);
+        for q in 0..loads {
+            let _ = writeln!(
+                s,
+                "    let rs{q} = base.x + i32(min(row0 + min(lx + {}u, {}u), M - 1u)) * sar;",
+                q * wx,
+                tm - 1
+            );
+        }
+        let mut pre = String::new();
+        for q in 0..loads {
+            let _ = writeln!(pre, "        let s{q} = load_a(rs{q} + ka);");
+        }
+        let shared = k_loop(c, &|i| format!("subgroupBroadcast(s{}, {}u)", i / wx, i % wx), &pre);
+        let _ = writeln!(
+            s,
+            "    if (subgroupAll(sg_size == {wx}u && sg_lane == lx)) {{\n{shared}    }} else {{\n{plain}    }}"
+        );
+    } else {
+        s += &plain;
+    }
+    for i in 0..tm {
+        for j in 0..tn {
+            let _ = writeln!(s, "    store(batch, row0 + {i}u, col0 + {}u, c{i}_{}[{}]);", j * wx, j / 4, j % 4);
+        }
+    }
+    s + "}\n"
+}
+
+/// The vec4 entry point: loads by vec4 index (element index / 4).
+fn main_vec(c: &MatmulConfig) -> String {
+    let (tm, tn, wx, wy) = (c.tm, c.tn, c.wx, c.wy);
+    let nv = tn / 4;
+    let mut s = format!("@compute @workgroup_size({})\n", wx * wy);
+    s += "fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {\n";
+    s += "    let M = m(0u);\n    let N = m(2u);\n    let batch = wg.z + m(6u);\n";
+    s += "    let base = batch_offsets(batch) >> vec2<u32>(2u);\n";
+    s += "    let sar = bitcast<i32>(m(7u)) >> 2u;\n    let sbr = bitcast<i32>(m(9u)) >> 2u;\n";
+    let _ = writeln!(s, "    let lx = li % {wx}u;");
+    if wy == 1 {
+        let _ = writeln!(s, "    let row0 = wg.y * {tm}u;");
+    } else {
+        let _ = writeln!(s, "    let row0 = (wg.y * {wy}u + li / {wx}u) * {tm}u;");
+    }
+    let _ = writeln!(s, "    let nvec = N >> 2u;");
+    for i in 0..tm {
+        let _ = writeln!(s, "    let ra{i} = base.x + i32(min(row0 + {i}u, M - 1u)) * sar;");
+    }
+    for v in 0..nv {
+        let _ = writeln!(s, "    let cv{v} = wg.x * {}u + lx + {}u;", wx * nv, v * wx);
+        let _ = writeln!(s, "    let cb{v} = base.y + i32(min(cv{v}, nvec - 1u));");
+    }
+    for i in 0..tm {
+        for v in 0..nv {
+            let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
+        }
+    }
+    s += "    for (var k = m(3u); k < m(4u); k += 4u) {\n";
+    s += "        let ka = i32(k >> 2u);\n";
+    for kk in 0..4 {
+        for v in 0..nv {
+            let _ = writeln!(s, "        let b{kk}_{v} = in1[u32(cb{v} + i32(k + {kk}u) * sbr)];");
+        }
+    }
+    for i in 0..tm {
+        let _ = writeln!(s, "        let a{i} = in0[u32(ra{i} + ka)];");
+        for kk in 0..4 {
+            let comp = ["x", "y", "z", "w"][kk];
+            for v in 0..nv {
+                let _ = writeln!(s, "        c{i}_{v} = fma(vec4<f32>(a{i}.{comp}), b{kk}_{v}, c{i}_{v});");
+            }
+        }
+    }
+    s += "    }\n";
+    for i in 0..tm {
+        for v in 0..nv {
+            for e in 0..4 {
+                let _ = writeln!(s, "    store(batch, row0 + {i}u, cv{v} * 4u + {e}u, c{i}_{v}[{e}]);");
+            }
+        }
+    }
+    s + "}\n"
+}
+
+/// The k loop over [k0, k1): A's value for row i is `a(i)`, computed after
+/// the statements `pre`.
+fn k_loop(c: &MatmulConfig, a: &dyn Fn(u32) -> String, pre: &str) -> String {
+    let mut s = String::from("    for (var k = m(3u); k < m(4u); k++) {\n");
+    s += "        let ka = i32(k) * sac;\n        let kb = i32(k) * sbr;\n";
+    s += pre;
+    for v in 0..c.tn / 4 {
+        let b: Vec<String> = (0..4).map(|e| format!("load_b(cb{} + kb)", 4 * v + e)).collect();
+        let _ = writeln!(s, "        let b{v} = vec4<f32>({});", b.join(", "));
+    }
+    for i in 0..c.tm {
+        let _ = writeln!(s, "        let a{i} = {};", a(i));
+        for v in 0..c.tn / 4 {
+            let _ = writeln!(s, "        c{i}_{v} = fma(vec4<f32>(a{i}), b{v}, c{i}_{v});");
+        }
+    }
+    s + "    }\n"
+}
+
+const STORE_FN: &str = "
+fn store(batch: u32, r: u32, c: u32, v: f32) {
+    let M = m(0u);
+    let N = m(2u);
+    if (r >= M || c >= N) {
+        return;
+    }
+    let at = (batch * M + r) * N + c;
+    var x = v;
+    if (m(5u) != 0u) {
+        x += out[at];
+    }
+    if (m(13u) != 0u) {
+        x = epilogue(at, x);
+    }
+    out[at] = x;
+}
+";

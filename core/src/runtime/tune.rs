@@ -1,0 +1,164 @@
+//! The matmul autotuner: on the first matmul of a shape class, time each
+//! candidate of the kernel family on this adapter and keep the fastest.
+//! Choices are cached per adapter (name, driver, backend) in memory and,
+//! natively, in a text file: env `KILN_TUNE_CACHE` names it, else
+//! `$XDG_CACHE_HOME/kiln/matmul-tune.txt` or `~/.cache/kiln/…`.
+//! `KILN_TUNE=off` uses the default config. Every config sums k in the
+//! same order, so results do not depend on which one won.
+
+use super::Gpu;
+use super::launch::Recording;
+use crate::codegen::matmul::{MatmulConfig, ShapeClass};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::shape::Layout;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Products smaller than this (m·n·k) use the default without tuning:
+/// they take microseconds whichever config runs.
+const TUNE_MIN_WORK: usize = 1 << 21;
+/// Tuning runs a product of at most this size in each dimension.
+const TUNE_DIM: usize = 512;
+
+#[derive(Debug, Default)]
+pub(super) struct Tuner {
+    chosen: Mutex<HashMap<ShapeClass, MatmulConfig>>,
+    forced: Mutex<Option<MatmulConfig>>,
+    loaded: std::sync::OnceLock<()>,
+}
+
+impl Gpu {
+    /// Identifies this adapter in the tuning cache.
+    fn tune_key(&self) -> String {
+        let i = &self.info;
+        format!("{} | {} {} | {}", i.name, i.driver, i.driver_info, i.backend).replace(['\t', '\n'], " ")
+    }
+
+    pub(super) fn force_matmul_config(&self, config: Option<MatmulConfig>) {
+        *self.tuner.forced.lock().unwrap() = config;
+    }
+
+    /// What the tuner chose so far, as (shape class, config) names.
+    pub(super) fn matmul_choices(&self) -> Vec<(String, String)> {
+        let mut v: Vec<_> = self.tuner.chosen.lock().unwrap().iter().map(|(c, cfg)| (c.name(), cfg.name())).collect();
+        v.sort();
+        v
+    }
+
+    /// The config for an m×k @ k×n product of `dtype` operands.
+    pub(super) fn matmul_config(&self, dtype: DType, m: usize, n: usize, k: usize) -> Result<MatmulConfig> {
+        if let Some(c) = *self.tuner.forced.lock().unwrap() {
+            return Ok(c);
+        }
+        if m * n * k < TUNE_MIN_WORK || !tuning_on() {
+            return Ok(MatmulConfig::DEFAULT);
+        }
+        self.tuner.loaded.get_or_init(|| self.load_cache());
+        let class = ShapeClass::of(dtype, m, n, k);
+        if let Some(c) = self.tuner.chosen.lock().unwrap().get(&class) {
+            return Ok(*c);
+        }
+        let best = self.tune(dtype, m.min(TUNE_DIM), n.min(TUNE_DIM), k.min(TUNE_DIM))?;
+        log::info!("kiln: matmul {} on {} tuned to {}", class.name(), self.info.name, best.name());
+        self.tuner.chosen.lock().unwrap().insert(class, best);
+        save_choice(&self.tune_key(), &class, &best);
+        Ok(best)
+    }
+
+    /// Time every candidate on zero-filled operands; the fastest of three
+    /// runs after a warm-up (which compiles the pipeline) counts.
+    fn tune(&self, dtype: DType, m: usize, n: usize, k: usize) -> Result<MatmulConfig> {
+        let (a, b) = (self.alloc("matmul", dtype, &[m, k])?, self.alloc("matmul", dtype, &[k, n])?);
+        let out = self.alloc("matmul", DType::F32, &[m, n])?;
+        let mut encoder = self.device.create_command_encoder(&Default::default());
+        encoder.clear_buffer(a.buffer(), 0, None);
+        encoder.clear_buffer(b.buffer(), 0, None);
+        self.queue.submit([encoder.finish()]);
+        let (la, lb) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
+        let args = crate::sched::lower::Args { buffers: vec![a, b], ..Default::default() };
+        let mut best = (f64::INFINITY, MatmulConfig::DEFAULT);
+        for config in MatmulConfig::CANDIDATES.into_iter().filter(|c| !c.share || self.info.subgroups) {
+            let mut rec = Recording::default();
+            rec.matmul_with(self, config, "matmul", &la, &lb, dtype, &[m, n], &out, None, args.clone())?;
+            let mut fastest = f64::INFINITY;
+            for run in 0..4 {
+                let t = web_time::now();
+                self.submit_uncounted(&rec, None)?;
+                self.wait()?;
+                if run > 0 {
+                    fastest = fastest.min(web_time::now() - t);
+                }
+            }
+            if fastest < best.0 {
+                best = (fastest, config);
+            }
+        }
+        Ok(best.1)
+    }
+
+    fn wait(&self) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| crate::error::KilnError::Gpu(e.to_string()))
+    }
+
+    fn load_cache(&self) {
+        let Some(path) = cache_path() else { return };
+        let Ok(text) = std::fs::read_to_string(&path) else { return };
+        let key = self.tune_key();
+        let mut chosen = self.tuner.chosen.lock().unwrap();
+        for line in text.lines() {
+            let mut parts = line.split('\t');
+            let (Some(k), Some(class), Some(cfg)) = (parts.next(), parts.next(), parts.next()) else { continue };
+            let class = ShapeClass::parse(class);
+            let usable = |c: &MatmulConfig| !c.share || self.info.subgroups;
+            if let (true, Some(class), Some(cfg)) = (k == key, class, MatmulConfig::parse(cfg).filter(usable)) {
+                chosen.insert(class, cfg);
+            }
+        }
+    }
+}
+
+fn tuning_on() -> bool {
+    cfg!(not(target_arch = "wasm32")) && !std::env::var("KILN_TUNE").is_ok_and(|v| v == "off" || v == "0")
+}
+
+fn cache_path() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("KILN_TUNE_CACHE") {
+        return Some(p.into());
+    }
+    let dir = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?;
+    Some(dir.join("kiln").join("matmul-tune.txt"))
+}
+
+/// Append one choice to the cache file; a failure only costs a re-tune.
+fn save_choice(key: &str, class: &ShapeClass, config: &MatmulConfig) {
+    use std::io::Write;
+    let Some(path) = cache_path() else { return };
+    let line = format!("{key}\t{}\t{}\n", class.name(), config.name());
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|_| std::fs::OpenOptions::new().create(true).append(true).open(&path)?.write_all(line.as_bytes()));
+    if let Err(e) = written {
+        log::warn!("kiln: cannot write the tuning cache {}: {e}", path.display());
+    }
+}
+
+/// Seconds on a monotonic clock (`Instant` is unavailable on the web,
+/// where tuning is off anyway).
+mod web_time {
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn now() -> f64 {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
+    }
+    #[cfg(target_arch = "wasm32")]
+    pub fn now() -> f64 {
+        0.0
+    }
+}
