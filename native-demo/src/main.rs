@@ -123,7 +123,7 @@ async fn train(trainer: &mut Trainer, args: &Args) -> Result<()> {
             done / started.elapsed().as_secs_f64()
         ));
         bar.set_position(trainer.steps());
-        if trainer.steps() % per_epoch == 0 {
+        if trainer.steps().is_multiple_of(per_epoch) {
             let (test_loss, acc) = trainer.evaluate().await?;
             accuracy.push((losses.len() as u64, acc));
             bar.println(format!(

@@ -50,6 +50,8 @@ pub async fn discover() -> (Vec<Found>, Vec<String>) {
 
 /// Every adapter found, opened once per test process (skipped ones are
 /// printed by name). Tests hold the lock so launch counts don't mix.
+/// Native only: devices are not `Send` on the web.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn shared() -> std::sync::MutexGuard<'static, Vec<(String, Device)>> {
     use std::sync::{Mutex, OnceLock};
     static DEVICES: OnceLock<Mutex<Vec<(String, Device)>>> = OnceLock::new();

@@ -86,7 +86,7 @@ async function main() {
     check(first > 2.0 && last < 0.6 * first, `loss falls: ${first.toFixed(4)} -> ${last.toFixed(4)} (mean of the last 5 chunks)`);
     const accuracy = demo.accuracies.at(-1)[1];
     check(accuracy >= MIN_ACCURACY, `test accuracy ${(100 * accuracy).toFixed(1)}% >= ${100 * MIN_ACCURACY}%`);
-    console.log(`steps/s: ${demo.stepsPerSecond.toFixed(1)} (batch 64, 784-128-10 MLP, headless Chromium on SwiftShader)`);
+    console.log(`steps/s: ${demo.stepsPerSecond.toFixed(1)} (batch 64, 784-512-10 MLP, headless Chromium on SwiftShader)`);
 
     // Draw a "1" on the pad with the mouse.
     const box = await page.locator('#pad').boundingBox();
