@@ -105,16 +105,7 @@ impl Record {
     }
 }
 
-/// A JSON string literal.
+/// A JSON string literal (serde_json escapes it).
 pub fn quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out += "\\\"",
-            '\\' => out += "\\\\",
-            c if (c as u32) < 0x20 => out += &format!("\\u{:04x}", c as u32),
-            c => out.push(c),
-        }
-    }
-    out + "\""
+    serde_json::Value::from(s).to_string()
 }

@@ -31,6 +31,8 @@ pub struct Trainer {
     leaves: Vec<Tensor>,
     step_fn: Jit<StepFn>,
     steps: u64,
+    /// The current epoch and its order of training images (drawn once per epoch).
+    order: Option<(u64, Vec<usize>)>,
 }
 
 /// Mean cross-entropy of `logits` against integer labels, and the number
@@ -91,6 +93,7 @@ impl Trainer {
             leaves,
             step_fn: kiln::jit(step),
             steps,
+            order: None,
         })
     }
 
@@ -127,11 +130,14 @@ impl Trainer {
 
     /// The training images of step `step`: epoch `e` visits the training set
     /// in the order `Key(seed).fold_in(e).shuffled_indices(n)`.
-    fn batch(&self, step: u64) -> Result<(Tensor, Tensor)> {
-        let (bs, train) = (self.config.batch_size, &self.data.train);
+    fn batch(&mut self, step: u64) -> Result<(Tensor, Tensor)> {
         let (epoch, at) = (step / self.steps_per_epoch(), (step % self.steps_per_epoch()) as usize);
         let key = Key::new(self.config.seed).fold_in(epoch as u32);
-        let order = key.shuffled_indices(train.len());
+        if self.order.as_ref().is_none_or(|(e, _)| *e != epoch) {
+            self.order = Some((epoch, key.shuffled_indices(self.data.train.len())));
+        }
+        let (bs, train) = (self.config.batch_size, &self.data.train);
+        let order = &self.order.as_ref().expect("drawn above").1;
         let (mut pixels, labels) = gather(train, &order[at * bs..(at + 1) * bs]);
         crate::augment::shift_images(&mut pixels, train.rows, train.cols, key.fold_in(1 + at as u32));
         to_device(&self.device, train, pixels, labels, self.config.model.layout())

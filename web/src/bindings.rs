@@ -17,18 +17,9 @@ fn js_err(e: impl std::fmt::Display) -> JsValue {
     JsError::new(&e.to_string()).into()
 }
 
-/// A JSON string literal.
+/// A JSON string literal (serde_json escapes it).
 fn quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out += "\\\"",
-            '\\' => out += "\\\\",
-            c if (c as u32) < 0x20 => out += &format!("\\u{:04x}", c as u32),
-            c => out.push(c),
-        }
-    }
-    out + "\""
+    serde_json::Value::from(s).to_string()
 }
 
 /// A kiln device on the browser's WebGPU adapter, opened with the adapter's
