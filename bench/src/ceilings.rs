@@ -19,133 +19,34 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 ";
 
-/// `12` independent f32 chains of fused multiply-adds (`fma`, the form the
-/// matmul kernels use), unrolled `8`× per loop iteration: enough chains to
-/// hide FMA latency, few enough to stay in registers on CPU adapters (more
-/// chains, or vec4 chains, measured slower on lavapipe: spills).
-const FMA_WGSL: &str = "
-@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+/// `FMA_CHAINS` independent f32 chains of fused multiply-adds (`fma`, the
+/// form the matmul kernels use), unrolled `FMA_UNROLL`× per loop iteration:
+/// enough chains to hide FMA latency, few enough to stay in registers on CPU
+/// adapters (more chains, or vec4 chains, measured slower on lavapipe: spills).
+fn fma_wgsl() -> String {
+    let chains = 0..FMA_CHAINS;
+    let mut s = String::from(
+        "@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let a = src[0].x;
     let b = src[1].x;
     let iters = u32(src[2].x);
-    var c0 = f32(gid.x) + 0.0;
-    var c1 = f32(gid.x) + 1.0;
-    var c2 = f32(gid.x) + 2.0;
-    var c3 = f32(gid.x) + 3.0;
-    var c4 = f32(gid.x) + 4.0;
-    var c5 = f32(gid.x) + 5.0;
-    var c6 = f32(gid.x) + 6.0;
-    var c7 = f32(gid.x) + 7.0;
-    var c8 = f32(gid.x) + 8.0;
-    var c9 = f32(gid.x) + 9.0;
-    var c10 = f32(gid.x) + 10.0;
-    var c11 = f32(gid.x) + 11.0;
-    for (var k = 0u; k < iters; k += 8u) {
-        c0 = fma(c0, a, b);
-        c1 = fma(c1, a, b);
-        c2 = fma(c2, a, b);
-        c3 = fma(c3, a, b);
-        c4 = fma(c4, a, b);
-        c5 = fma(c5, a, b);
-        c6 = fma(c6, a, b);
-        c7 = fma(c7, a, b);
-        c8 = fma(c8, a, b);
-        c9 = fma(c9, a, b);
-        c10 = fma(c10, a, b);
-        c11 = fma(c11, a, b);
-        c0 = fma(c0, a, b);
-        c1 = fma(c1, a, b);
-        c2 = fma(c2, a, b);
-        c3 = fma(c3, a, b);
-        c4 = fma(c4, a, b);
-        c5 = fma(c5, a, b);
-        c6 = fma(c6, a, b);
-        c7 = fma(c7, a, b);
-        c8 = fma(c8, a, b);
-        c9 = fma(c9, a, b);
-        c10 = fma(c10, a, b);
-        c11 = fma(c11, a, b);
-        c0 = fma(c0, a, b);
-        c1 = fma(c1, a, b);
-        c2 = fma(c2, a, b);
-        c3 = fma(c3, a, b);
-        c4 = fma(c4, a, b);
-        c5 = fma(c5, a, b);
-        c6 = fma(c6, a, b);
-        c7 = fma(c7, a, b);
-        c8 = fma(c8, a, b);
-        c9 = fma(c9, a, b);
-        c10 = fma(c10, a, b);
-        c11 = fma(c11, a, b);
-        c0 = fma(c0, a, b);
-        c1 = fma(c1, a, b);
-        c2 = fma(c2, a, b);
-        c3 = fma(c3, a, b);
-        c4 = fma(c4, a, b);
-        c5 = fma(c5, a, b);
-        c6 = fma(c6, a, b);
-        c7 = fma(c7, a, b);
-        c8 = fma(c8, a, b);
-        c9 = fma(c9, a, b);
-        c10 = fma(c10, a, b);
-        c11 = fma(c11, a, b);
-        c0 = fma(c0, a, b);
-        c1 = fma(c1, a, b);
-        c2 = fma(c2, a, b);
-        c3 = fma(c3, a, b);
-        c4 = fma(c4, a, b);
-        c5 = fma(c5, a, b);
-        c6 = fma(c6, a, b);
-        c7 = fma(c7, a, b);
-        c8 = fma(c8, a, b);
-        c9 = fma(c9, a, b);
-        c10 = fma(c10, a, b);
-        c11 = fma(c11, a, b);
-        c0 = fma(c0, a, b);
-        c1 = fma(c1, a, b);
-        c2 = fma(c2, a, b);
-        c3 = fma(c3, a, b);
-        c4 = fma(c4, a, b);
-        c5 = fma(c5, a, b);
-        c6 = fma(c6, a, b);
-        c7 = fma(c7, a, b);
-        c8 = fma(c8, a, b);
-        c9 = fma(c9, a, b);
-        c10 = fma(c10, a, b);
-        c11 = fma(c11, a, b);
-        c0 = fma(c0, a, b);
-        c1 = fma(c1, a, b);
-        c2 = fma(c2, a, b);
-        c3 = fma(c3, a, b);
-        c4 = fma(c4, a, b);
-        c5 = fma(c5, a, b);
-        c6 = fma(c6, a, b);
-        c7 = fma(c7, a, b);
-        c8 = fma(c8, a, b);
-        c9 = fma(c9, a, b);
-        c10 = fma(c10, a, b);
-        c11 = fma(c11, a, b);
-        c0 = fma(c0, a, b);
-        c1 = fma(c1, a, b);
-        c2 = fma(c2, a, b);
-        c3 = fma(c3, a, b);
-        c4 = fma(c4, a, b);
-        c5 = fma(c5, a, b);
-        c6 = fma(c6, a, b);
-        c7 = fma(c7, a, b);
-        c8 = fma(c8, a, b);
-        c9 = fma(c9, a, b);
-        c10 = fma(c10, a, b);
-        c11 = fma(c11, a, b);
+",
+    );
+    chains.clone().for_each(|c| s += &format!("    var c{c} = f32(gid.x) + {c}.0;\n"));
+    s += &format!("    for (var k = 0u; k < iters; k += {FMA_UNROLL}u) {{\n");
+    for _ in 0..FMA_UNROLL {
+        chains.clone().for_each(|c| s += &format!("        c{c} = fma(c{c}, a, b);\n"));
     }
-    dst[gid.x] = vec4<f32>(c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11);
+    let sum: Vec<String> = chains.map(|c| format!("c{c}")).collect();
+    s + &format!("    }}\n    dst[gid.x] = vec4<f32>({});\n}}\n", sum.join(" + "))
 }
-";
+const FMA_CHAINS: usize = 12;
+const FMA_UNROLL: usize = 8;
 /// Multiply-adds per invocation per loop count.
-const FMA_PER_ITER: f64 = 12.0;
+const FMA_PER_ITER: f64 = FMA_CHAINS as f64;
 const FMA_ITERS: u32 = 4096;
 const FMA_INVOCATIONS: u32 = 64 * 512;
 
@@ -231,7 +132,20 @@ pub fn measure(adapter: &wgpu::Adapter, reps: Reps, elements: usize) -> Result<C
     let words: Vec<u8> = params.iter().flat_map(|x| x.to_ne_bytes()).collect();
     gpu.queue.write_buffer(&fsrc, 0, &words);
     let fdst = gpu.buffer(FMA_INVOCATIONS as u64 * 16);
-    let fma = time(reps, gpu.kernel(FMA_WGSL, &fsrc, &fdst, [FMA_INVOCATIONS / 64, 1]))?;
+    let fma = time(reps, gpu.kernel(&fma_wgsl(), &fsrc, &fdst, [FMA_INVOCATIONS / 64, 1]))?;
     let fma_flops = FMA_INVOCATIONS as f64 * FMA_ITERS as f64 * FMA_PER_ITER * 2.0;
     Ok(Ceilings { copy, copy_bytes: 2.0 * bytes as f64, fma, fma_flops })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_microkernels_validate() {
+        for (name, source) in [("copy", COPY_WGSL.to_string()), ("fma", fma_wgsl())] {
+            kiln::core::validate::translate_all(&source).unwrap_or_else(|e| panic!("{name}: {e}\n{source}"));
+        }
+        assert_eq!(fma_wgsl().matches("fma(").count(), FMA_CHAINS * FMA_UNROLL);
+    }
 }
