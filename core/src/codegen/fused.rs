@@ -6,7 +6,7 @@
 //! the prologue of a tree reduction, the row kernel (reductions along the
 //! last axis and what consumes them) and the matmul epilogue.
 
-use super::{META_DECL, WG, compute_type, literal, load_expr, storage_type, store_expr, unravel};
+use super::{META_DECL, WG, compute_type, literal, load_expr, math, storage_type, store_expr, unravel};
 use crate::dtype::DType;
 use crate::ir::{BinaryOp, ReduceOp, UnaryOp};
 use crate::sched::lower::{Access, Body, Op, Sig, meta_bases};
@@ -208,10 +208,19 @@ impl<'a> Emitter<'a> {
             let elem = if self.vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
             s += &format!("@group(0) @binding({}) var<storage, read> in{b}: array<{elem}>;\n", outputs + 1 + b);
         }
-        if self.sig.bodies.iter().any(|b| b.ops.iter().any(|(op, _)| matches!(op, Op::Binary(BinaryOp::Pow, ..)))) {
-            s += POW_FN;
+        s + &math::helpers(self.math_needs(), self.vec4)
+    }
+
+    fn math_needs(&self) -> math::Needs {
+        let uses = |f: &dyn Fn(&Op) -> bool| self.sig.bodies.iter().any(|b| b.ops.iter().any(|(op, _)| f(op)));
+        let unary = |ops: &[UnaryOp]| uses(&|op| matches!(op, Op::Unary(u, _) if ops.contains(u)));
+        math::Needs {
+            exp: unary(&[UnaryOp::Exp, UnaryOp::Sigmoid]),
+            log: unary(&[UnaryOp::Log]),
+            sin_cos: unary(&[UnaryOp::Sin, UnaryOp::Cos]),
+            tanh: unary(&[UnaryOp::Tanh, UnaryOp::Gelu]),
+            pow: uses(&|op| matches!(op, Op::Binary(BinaryOp::Pow, ..))),
         }
-        s
     }
 }
 
@@ -406,38 +415,26 @@ pub fn scalar_param(dtype: DType, slot: usize) -> String {
     }
 }
 
-/// WGSL's `pow` is undefined for negative bases; NumPy's is defined when
-/// the exponent is an integer.
-const POW_FN: &str = "fn kiln_pow(a: f32, b: f32) -> f32 {
-    if (b == 0.0) { return 1.0; }
-    let p = pow(abs(a), b);
-    if (a >= 0.0) { return p; }
-    if (floor(b) != b) { return f32_bits(0x7fc00000u); }
-    return select(p, -p, floor(b * 0.5) * 2.0 != b);
-}
-";
-
-/// tanh is clamped because some drivers compute it as a ratio of exps that
-/// overflows to NaN for |x| > ~44; tanh(±15) is ±1 in f32 anyway.
+/// Transcendentals are kiln's own (`math`), so every adapter computes the
+/// same bits; `rsqrt` is `1 / sqrt`, both correctly rounded everywhere
+/// (`inverseSqrt` is not).
 fn unary(op: UnaryOp, d: DType, v: &str, lit: &dyn Fn(DType, f64) -> String) -> String {
     match op {
         UnaryOp::Neg => format!("-{v}"),
         UnaryOp::Abs | UnaryOp::Relu if d == DType::U32 => v.to_string(),
         UnaryOp::Abs => format!("abs({v})"),
         UnaryOp::Relu => format!("max({v}, {})", lit(d, 0.0)),
-        UnaryOp::Exp => format!("exp({v})"),
-        UnaryOp::Log => format!("log({v})"),
+        UnaryOp::Exp => format!("kiln_exp({v})"),
+        UnaryOp::Log => format!("kiln_log({v})"),
         UnaryOp::Sqrt => format!("sqrt({v})"),
-        UnaryOp::Rsqrt => format!("inverseSqrt({v})"),
-        UnaryOp::Sin => format!("sin({v})"),
-        UnaryOp::Cos => format!("cos({v})"),
-        UnaryOp::Tanh => format!("tanh(clamp({v}, {}, {}))", lit(d, -15.0), lit(d, 15.0)),
-        UnaryOp::Sigmoid => format!("1.0 / (1.0 + exp(-{v}))"),
-        UnaryOp::Gelu => format!(
-            "0.5 * {v} * (1.0 + tanh(clamp(0.7978845608028654 * ({v} + 0.044715 * {v} * {v} * {v}), {}, {})))",
-            lit(d, -15.0),
-            lit(d, 15.0)
-        ),
+        UnaryOp::Rsqrt => format!("1.0 / sqrt({v})"),
+        UnaryOp::Sin => format!("kiln_sin_cos({v}, {})", lit(DType::I32, 0.0)),
+        UnaryOp::Cos => format!("kiln_sin_cos({v}, {})", lit(DType::I32, 1.0)),
+        UnaryOp::Tanh => format!("kiln_tanh({v})"),
+        UnaryOp::Sigmoid => format!("1.0 / (1.0 + kiln_exp(-{v}))"),
+        UnaryOp::Gelu => {
+            format!("0.5 * {v} * (1.0 + kiln_tanh(0.7978845608028654 * ({v} + 0.044715 * {v} * {v} * {v})))")
+        }
         UnaryOp::Floor => format!("floor({v})"),
         UnaryOp::Round => format!("round({v})"),
         UnaryOp::Not => format!("!{v}"),

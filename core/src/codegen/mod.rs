@@ -4,6 +4,7 @@
 //! serves every shape.
 
 pub mod fused;
+pub mod math;
 pub mod matmul;
 pub mod templates;
 
