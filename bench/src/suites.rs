@@ -6,6 +6,10 @@ use crate::ceilings::Ceilings;
 use crate::measure::{Record, Reps, time};
 use kiln::core::codegen::matmul::{MatmulConfig, ShapeClass};
 use kiln::prelude::*;
+use kiln_mnist::{ModelKind, Trainer};
+use kiln_nn::data::Mnist;
+use kiln_nn::{Conv2d, Conv2dConfig, ConvAlgorithm};
+use std::sync::Arc;
 
 /// Compute all of `t`, then wait for the device by reading one element
 /// (a lazy read of one element alone would compute just that element).
@@ -194,8 +198,48 @@ fn chains(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
     Ok(())
 }
 
-/// HOOK for the lead: MLP and CNN training steps (ms per step) need the nn
-/// crate; add them here as `out(Record::duration("mlp train step", ...))`.
-fn training_steps(_cx: &Ctx, _out: &mut dyn FnMut(Record)) -> Result<()> {
+/// The demo's training steps (jit-captured, one submit each; batch 64) and
+/// one conv layer both ways (forward, and forward with its gradients): ms
+/// per step, and kernels per training step in the note.
+fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
+    let data = || Mnist::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist-10k"));
+    for model in [ModelKind::Mlp, ModelKind::Cnn] {
+        let bench = format!("{model} train step (batch 64)");
+        if !cx.wants(&bench) {
+            continue;
+        }
+        let mut trainer = Trainer::new(cx.dev, Arc::new(data()?), model.default_config())?;
+        wait(&kiln::block_on(trainer.step())?)?; // captures the step
+        let before = cx.dev.stats().kernels_launched;
+        wait(&kiln::block_on(trainer.step())?)?;
+        let kernels = cx.dev.stats().kernels_launched - before;
+        let t = time(cx.reps, || wait(&kiln::block_on(trainer.step())?))?;
+        out(Record::duration(&bench, cx.adapter, t, 1e3, "ms").note(format!("{kernels} kernels per step")));
+    }
+    // The CNN's second layer: [64, 16, 12, 12] * [32, 16, 5, 5].
+    for algorithm in [ConvAlgorithm::Im2col, ConvAlgorithm::Direct] {
+        let name = format!("{algorithm:?}").to_lowercase();
+        let x = input(cx.dev, &[64, 16, 12, 12])?;
+        let conv = Conv2d {
+            weight: input(cx.dev, &[32, 16, 5, 5])?,
+            bias: Some(input(cx.dev, &[32])?),
+            config: Conv2dConfig { algorithm, ..Conv2dConfig::default() },
+        };
+        let bench = format!("conv2d {name} [64,16,12,12]*[32,16,5,5]");
+        if cx.wants(&bench) {
+            let t = time(cx.reps, || wait(&conv.forward(&x)?))?;
+            out(Record::duration(&bench, cx.adapter, t, 1e3, "ms"));
+        }
+        let bench = format!("conv2d {name} with gradients");
+        if cx.wants(&bench) {
+            let step = || {
+                let (loss, g) = value_and_grad(|c: &Conv2d| c.forward(&x)?.sum(&[], false))(&conv)?;
+                kiln::block_on(Tensor::realize_all(&[&loss, &g.weight]))?;
+                wait(&g.weight)
+            };
+            let t = time(cx.reps, step)?;
+            out(Record::duration(&bench, cx.adapter, t, 1e3, "ms"));
+        }
+    }
     Ok(())
 }

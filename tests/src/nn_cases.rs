@@ -8,7 +8,9 @@ use crate::grad_cases::{Check, GradCase};
 use crate::{Case, Tol};
 use kiln::prelude::*;
 use kiln::random;
-use kiln_nn::{AvgPool2d, Conv2d, Conv2dConfig, Dropout, Embedding, Layer, LayerNorm, Linear, MaxPool2d, Sequential};
+use kiln_nn::{
+    AvgPool2d, Conv2d, Conv2dConfig, ConvAlgorithm, Dropout, Embedding, Layer, LayerNorm, Linear, MaxPool2d, Sequential,
+};
 use kiln_nn::{init, loss, metrics};
 
 /// Layers of matmul size: a sum over k products in f32.
@@ -27,16 +29,23 @@ fn conv(w: &Tensor, b: Option<&Tensor>, config: Conv2dConfig) -> Conv2d {
     Conv2d { weight: w.clone(), bias: b.cloned(), config }
 }
 
-/// (detail, input shape, weight shape, config) of the conv cases.
-fn conv_configs() -> Vec<(&'static str, [usize; 4], [usize; 4], Conv2dConfig)> {
+/// (detail, input shape, weight shape, config) of the conv cases, each
+/// with both algorithms.
+fn conv_configs() -> Vec<(String, [usize; 4], [usize; 4], Conv2dConfig)> {
     let c = Conv2dConfig::default();
-    vec![
+    let base = vec![
         ("[2, 3, 9, 9] * [4, 3, 3, 3]", [2, 3, 9, 9], [4, 3, 3, 3], c),
         ("stride 2, padding 1", [2, 3, 9, 8], [4, 3, 3, 3], Conv2dConfig { stride: 2, padding: 1, ..c }),
         ("dilation 2, no bias", [1, 2, 9, 9], [3, 2, 3, 3], Conv2dConfig { dilation: 2, bias: false, ..c }),
         ("groups 2", [2, 4, 6, 6], [6, 2, 3, 3], Conv2dConfig { groups: 2, ..c }),
         ("5×5, MNIST-like [4, 1, 28, 28] → 8", [4, 1, 28, 28], [8, 1, 5, 5], c),
-    ]
+    ];
+    let direct = |config| Conv2dConfig { algorithm: ConvAlgorithm::Direct, ..config };
+    base.into_iter()
+        .flat_map(|(d, xs, ws, config)| {
+            [(d.to_string(), xs, ws, config), (format!("{d}, direct"), xs, ws, direct(config))]
+        })
+        .collect()
 }
 
 fn conv_forward(x: &Tensor, w: &Tensor, b: &Tensor, config: Conv2dConfig) -> Result<Tensor> {
@@ -72,7 +81,7 @@ pub fn cases() -> Vec<Case> {
         l.forward(&input(d, 3005, &[2, 5, 784], DType::F32, 0.0, 1.0)?)
     }));
     for (detail, xs, ws, config) in conv_configs() {
-        s.push(case("Conv2d", detail, LAYER, move |d| {
+        s.push(case("Conv2d", &detail, LAYER, move |d| {
             let x = input(d, 3010, &xs, DType::F32, -1.0, 1.0)?;
             conv_forward(
                 &x,
@@ -285,12 +294,13 @@ pub fn grads() -> Vec<GradCase> {
             loss::binary_cross_entropy_with_logits(&x[0], &x[1])
         }),
     ];
-    for (i, (detail, xs, ws, config)) in conv_configs().into_iter().enumerate().take(4) {
+    let small = conv_configs().into_iter().filter(|(d, ..)| !d.starts_with("5×5"));
+    for (i, (detail, xs, ws, config)) in small.enumerate() {
         // Smaller spatial sizes keep finite differences quick.
         let xs = [xs[0].min(2), xs[1], xs[2].min(7), xs[3].min(7)];
         s.push(grad_case(
             "Conv2d",
-            detail,
+            &detail,
             4200 + 10 * i as u64,
             &[(&xs, -1.0, 1.0), (&ws, -0.5, 0.5), (&[ws[0]], -0.5, 0.5)],
             move |x| conv_forward(&x[0], &x[1], &x[2], config),

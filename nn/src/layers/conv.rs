@@ -1,7 +1,12 @@
-//! 2-D convolution (NCHW) as im2col + one matmul: each kernel offset is a
-//! strided view of the zero-padded input; the views are stacked into
-//! patches `[N, C·KH·KW, OH·OW]` and multiplied by the weight `[O, C·KH·KW]`
-//! (a direct convolution would need a primitive or a hand kernel).
+//! 2-D convolution (NCHW). Each kernel offset is a strided view of the
+//! zero-padded input, and the views are stacked into patches
+//! `[N, C, KH, KW, OH, OW]`. Two ways on from there ([`ConvAlgorithm`]):
+//! im2col materializes the patches as `[N, C·KH·KW, OH·OW]` and multiplies
+//! by the weight `[O, C·KH·KW]` (one matmul); direct leaves them lazy and
+//! multiplies them by the weight broadcast, summed over `(C, KH, KW)`, which
+//! the scheduler fuses into one reduction that reads the input in place.
+//! im2col is the default: it measured faster on every adapter
+//! (docs/BENCHMARKS.md, `conv2d` rows).
 
 use super::{bad_input, out_len};
 use crate::init;
@@ -14,11 +19,22 @@ pub struct Conv2dConfig {
     pub dilation: usize,
     pub groups: usize,
     pub bias: bool,
+    pub algorithm: ConvAlgorithm,
+}
+
+/// How [`Conv2d`] computes; both give the same values and gradients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ConvAlgorithm {
+    /// Patches in a buffer, then one matmul.
+    #[default]
+    Im2col,
+    /// One fused reduction over the lazy patches times the weight.
+    Direct,
 }
 
 impl Default for Conv2dConfig {
     fn default() -> Self {
-        Conv2dConfig { stride: 1, padding: 0, dilation: 1, groups: 1, bias: true }
+        Conv2dConfig { stride: 1, padding: 0, dilation: 1, groups: 1, bias: true, algorithm: ConvAlgorithm::Im2col }
     }
 }
 
@@ -115,7 +131,7 @@ impl Conv2d {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let Conv2dConfig { stride, padding, dilation, groups, .. } = self.config;
+        let Conv2dConfig { stride, padding, dilation, groups, algorithm, .. } = self.config;
         let w = self.weight.shape();
         let (o, cg, kh, kw) = (w[0], w[1], w[2], w[3]);
         let expects = || {
@@ -135,11 +151,20 @@ impl Conv2d {
         let mut outs = Vec::with_capacity(groups);
         for g in 0..groups {
             let xg = if groups == 1 { xp.clone() } else { xp.narrow(1, g * cg, cg)? };
-            // [N, C, KH, KW, OH, OW] → [N, C·KH·KW, OH·OW], the weight's order.
             let patches = patches(&xg, [kh, kw], [oh, ow], stride, dilation)?;
-            let patches = patches.reshape(&[n as isize, (cg * kh * kw) as isize, (oh * ow) as isize])?;
             let wg = if groups == 1 { self.weight.clone() } else { self.weight.narrow(0, g * og, og)? };
-            outs.push(wg.reshape(&[og as isize, (cg * kh * kw) as isize])?.matmul(&patches)?);
+            outs.push(match algorithm {
+                ConvAlgorithm::Im2col => {
+                    // [N, C, KH, KW, OH, OW] → [N, C·KH·KW, OH·OW], the weight's order.
+                    let p = patches.reshape(&[n as isize, (cg * kh * kw) as isize, (oh * ow) as isize])?;
+                    wg.reshape(&[og as isize, (cg * kh * kw) as isize])?.matmul(&p)?
+                }
+                ConvAlgorithm::Direct => {
+                    // [N, 1, C, KH, KW, OH, OW] · [1, O, C, KH, KW, 1, 1], summed over (C, KH, KW).
+                    let w = wg.reshape(&[1, og as isize, cg as isize, kh as isize, kw as isize, 1, 1])?;
+                    patches.unsqueeze(1)?.mul(&w)?.sum(&[2, 3, 4], false)?
+                }
+            });
         }
         let y = if groups == 1 {
             outs.pop().expect("one group")

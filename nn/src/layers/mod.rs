@@ -8,7 +8,7 @@ mod norm;
 mod pool;
 mod sequential;
 
-pub use conv::{Conv2d, Conv2dConfig};
+pub use conv::{Conv2d, Conv2dConfig, ConvAlgorithm};
 pub use dense::{Embedding, Linear};
 pub use dropout::Dropout;
 pub use norm::LayerNorm;
