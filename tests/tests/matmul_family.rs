@@ -48,6 +48,12 @@ fn every_matmul_config_matches_the_reference() {
         for found in &found {
             let dev = &found.device;
             for config in configs.clone() {
+                // A vec4 config runs its scalar twin on other shapes; one
+                // ragged case checks that fallback (the full set is slow
+                // to compile on SwiftShader).
+                if config.vec && !what.contains("vec4") && !what.starts_with("ragged") {
+                    continue;
+                }
                 if dev.set_matmul_config(Some(config)).is_err() {
                     assert!(config.share && !dev.info().subgroups, "{} refused {}", found.label, config.name());
                     continue;

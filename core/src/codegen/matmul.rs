@@ -37,19 +37,23 @@ const fn cfg(tm: u32, tn: u32, wx: u32, wy: u32, share: bool) -> MatmulConfig {
     MatmulConfig { tm, tn, wx, wy, share, vec: false }
 }
 
-const fn vcfg(tm: u32, tn: u32, wx: u32, wy: u32) -> MatmulConfig {
-    MatmulConfig { tm, tn, wx, wy, share: false, vec: true }
+const fn vcfg(tm: u32, tn: u32, wx: u32, wy: u32, share: bool) -> MatmulConfig {
+    MatmulConfig { tm, tn, wx, wy, share, vec: true }
 }
 
 impl MatmulConfig {
     /// What the autotuner tries. CPU adapters like big register blocks and
     /// workgroups of one SIMD width whose rows are uniform (A loads become
     /// scalar loads); GPUs like more invocations per workgroup.
-    pub const CANDIDATES: [MatmulConfig; 14] = [
-        vcfg(8, 8, 8, 1),
-        vcfg(16, 8, 8, 1),
-        vcfg(4, 8, 8, 1),
-        vcfg(4, 8, 16, 16),
+    pub const CANDIDATES: [MatmulConfig; 18] = [
+        vcfg(32, 8, 8, 1, true),
+        vcfg(16, 8, 8, 1, true),
+        vcfg(32, 8, 8, 1, false),
+        vcfg(16, 16, 8, 1, false),
+        vcfg(8, 8, 8, 1, false),
+        vcfg(16, 8, 8, 1, false),
+        vcfg(4, 8, 8, 1, false),
+        vcfg(4, 8, 16, 16, false),
         cfg(16, 8, 8, 1, false),
         cfg(16, 8, 8, 1, true),
         cfg(8, 8, 8, 1, false),
@@ -74,6 +78,14 @@ impl MatmulConfig {
         let sg = if self.share { "+sg" } else { "" };
         let v = if self.vec { "+vec4" } else { "" };
         format!("{}x{}/{}x{}{sg}{v}", self.tm, self.tn, self.wx, self.wy)
+    }
+
+    /// Identifies the candidate set, so a tuning cache written for another
+    /// set of candidates is not trusted (FNV-1a of their names).
+    pub fn family_fingerprint() -> String {
+        let names: Vec<String> = MatmulConfig::CANDIDATES.iter().map(MatmulConfig::name).collect();
+        let hash = names.join(",").bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193));
+        format!("{hash:08x}")
     }
 
     pub fn parse(s: &str) -> Option<MatmulConfig> {
@@ -178,13 +190,7 @@ fn preamble(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
 /// memory (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
 fn main_fn(c: &MatmulConfig) -> String {
     let (tm, tn, wx, wy) = (c.tm, c.tn, c.wx, c.wy);
-    // One-dimensional workgroups: naga allows subgroup lane ids only there.
-    let mut s = format!("@compute @workgroup_size({})\n", wx * wy);
-    s += "fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>";
-    if c.share {
-        s += ", @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_lane: u32";
-    }
-    s += ") {\n    let M = m(0u);\n    let N = m(2u);\n    let batch = wg.z + m(6u);\n";
+    let mut s = entry(c);
     s += "    let base = batch_offsets(batch);\n";
     s += "    let sar = bitcast<i32>(m(7u));\n    let sac = bitcast<i32>(m(8u));\n";
     s += "    let sbr = bitcast<i32>(m(9u));\n    let sbc = bitcast<i32>(m(10u));\n";
@@ -210,29 +216,7 @@ fn main_fn(c: &MatmulConfig) -> String {
         }
     }
     let plain = k_loop(c, &|i| format!("load_a(ra{i} + ka)"), "");
-    if c.share {
-        // Lane l loads rows l, l + wx, ...; row i comes from lane i % wx.
-        let loads = tm.div_ceil(wx);
-        for q in 0..loads {
-            let _ = writeln!(
-                s,
-                "    let rs{q} = base.x + i32(min(row0 + min(lx + {}u, {}u), M - 1u)) * sar;",
-                q * wx,
-                tm - 1
-            );
-        }
-        let mut pre = String::new();
-        for q in 0..loads {
-            let _ = writeln!(pre, "        let s{q} = load_a(rs{q} + ka);");
-        }
-        let shared = k_loop(c, &|i| format!("subgroupBroadcast(s{}, {}u)", i / wx, i % wx), &pre);
-        let _ = writeln!(
-            s,
-            "    if (subgroupAll(sg_size == {wx}u && sg_lane == lx)) {{\n{shared}    }} else {{\n{plain}    }}"
-        );
-    } else {
-        s += &plain;
-    }
+    s += &share_or_plain(c, &|at| format!("load_a({at})"), &|pre| k_loop(c, &shared_a(c), pre), plain);
     for i in 0..tm {
         for j in 0..tn {
             let _ = writeln!(s, "    store(batch, row0 + {i}u, col0 + {}u, c{i}_{}[{}]);", j * wx, j / 4, j % 4);
@@ -245,9 +229,7 @@ fn main_fn(c: &MatmulConfig) -> String {
 fn main_vec(c: &MatmulConfig) -> String {
     let (tm, tn, wx, wy) = (c.tm, c.tn, c.wx, c.wy);
     let nv = tn / 4;
-    let mut s = format!("@compute @workgroup_size({})\n", wx * wy);
-    s += "fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {\n";
-    s += "    let M = m(0u);\n    let N = m(2u);\n    let batch = wg.z + m(6u);\n";
+    let mut s = entry(c);
     s += "    let base = batch_offsets(batch) >> vec2<u32>(2u);\n";
     s += "    let sar = bitcast<i32>(m(7u)) >> 2u;\n    let sbr = bitcast<i32>(m(9u)) >> 2u;\n";
     let _ = writeln!(s, "    let lx = li % {wx}u;");
@@ -269,23 +251,8 @@ fn main_vec(c: &MatmulConfig) -> String {
             let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
         }
     }
-    s += "    for (var k = m(3u); k < m(4u); k += 4u) {\n";
-    s += "        let ka = i32(k >> 2u);\n";
-    for kk in 0..4 {
-        for v in 0..nv {
-            let _ = writeln!(s, "        let b{kk}_{v} = in1[u32(cb{v} + i32(k + {kk}u) * sbr)];");
-        }
-    }
-    for i in 0..tm {
-        let _ = writeln!(s, "        let a{i} = in0[u32(ra{i} + ka)];");
-        for kk in 0..4 {
-            let comp = ["x", "y", "z", "w"][kk];
-            for v in 0..nv {
-                let _ = writeln!(s, "        c{i}_{v} = fma(vec4<f32>(a{i}.{comp}), b{kk}_{v}, c{i}_{v});");
-            }
-        }
-    }
-    s += "    }\n";
+    let plain = vec_k_loop(c, &|i| format!("in0[u32(ra{i} + ka)]"), "");
+    s += &share_or_plain(c, &|at| format!("in0[u32({at})]"), &|pre| vec_k_loop(c, &shared_a(c), pre), plain);
     for i in 0..tm {
         for v in 0..nv {
             for e in 0..4 {
@@ -294,6 +261,71 @@ fn main_vec(c: &MatmulConfig) -> String {
         }
     }
     s + "}\n"
+}
+
+/// `@compute` and `fn main(` with the builtins `c` reads, through the
+/// common lets. One-dimensional workgroups: naga allows subgroup lane ids
+/// only there.
+fn entry(c: &MatmulConfig) -> String {
+    let mut s = format!("@compute @workgroup_size({})\n", c.wx * c.wy);
+    s += "fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>";
+    if c.share {
+        s += ", @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_lane: u32";
+    }
+    s + ") {\n    let M = m(0u);\n    let N = m(2u);\n    let batch = wg.z + m(6u);\n"
+}
+
+/// Row i of A as the lanes share it: lane i % wx loaded it.
+fn shared_a(c: &MatmulConfig) -> impl Fn(u32) -> String {
+    let wx = c.wx;
+    move |i| format!("subgroupBroadcast(s{}, {}u)", i / wx, i % wx)
+}
+
+/// Without `share`, `plain` (the k loop). With it, lane l loads rows l,
+/// l + wx, … of A (`load(offset)`, before each k step) and the k loop
+/// `shared(loads)` reads the others' rows by broadcast, when the workgroup
+/// row is one whole subgroup of wx lanes; otherwise `plain` runs.
+fn share_or_plain(
+    c: &MatmulConfig,
+    load: &dyn Fn(&str) -> String,
+    shared: &dyn Fn(&str) -> String,
+    plain: String,
+) -> String {
+    if !c.share {
+        return plain;
+    }
+    let (mut s, mut loads) = (String::new(), String::new());
+    for q in 0..c.tm.div_ceil(c.wx) {
+        let (first, last) = (q * c.wx, c.tm - 1);
+        let _ = writeln!(s, "    let rs{q} = base.x + i32(min(row0 + min(lx + {first}u, {last}u), M - 1u)) * sar;");
+        let _ = writeln!(loads, "        let s{q} = {};", load(&format!("rs{q} + ka")));
+    }
+    let wx = c.wx;
+    let shared = shared(&loads);
+    s + &format!("    if (subgroupAll(sg_size == {wx}u && sg_lane == lx)) {{\n{shared}    }} else {{\n{plain}    }}\n")
+}
+
+/// The vec4 k loop, four k at a time: A's vec4 for row i is `a(i)`,
+/// computed after the statements `pre`.
+fn vec_k_loop(c: &MatmulConfig, a: &dyn Fn(u32) -> String, pre: &str) -> String {
+    let nv = c.tn / 4;
+    let mut s = String::from("    for (var k = m(3u); k < m(4u); k += 4u) {\n        let ka = i32(k >> 2u);\n");
+    s += pre;
+    for kk in 0..4 {
+        for v in 0..nv {
+            let _ = writeln!(s, "        let b{kk}_{v} = in1[u32(cb{v} + i32(k + {kk}u) * sbr)];");
+        }
+    }
+    for i in 0..c.tm {
+        let _ = writeln!(s, "        let a{i} = {};", a(i));
+        for kk in 0..4 {
+            let comp = ["x", "y", "z", "w"][kk];
+            for v in 0..nv {
+                let _ = writeln!(s, "        c{i}_{v} = fma(vec4<f32>(a{i}.{comp}), b{kk}_{v}, c{i}_{v});");
+            }
+        }
+    }
+    s + "    }\n"
 }
 
 /// The k loop over [k0, k1): A's value for row i is `a(i)`, computed after

@@ -29,10 +29,12 @@ pub(super) struct Tuner {
 }
 
 impl Gpu {
-    /// Identifies this adapter in the tuning cache.
+    /// Identifies this adapter and the kernel family in the tuning cache.
     fn tune_key(&self) -> String {
         let i = &self.info;
-        format!("{} | {} {} | {}", i.name, i.driver, i.driver_info, i.backend).replace(['\t', '\n'], " ")
+        let family = MatmulConfig::family_fingerprint();
+        format!("{} | {} {} | {} | family {family}", i.name, i.driver, i.driver_info, i.backend)
+            .replace(['\t', '\n'], " ")
     }
 
     pub(super) fn force_matmul_config(&self, config: Option<MatmulConfig>) {
