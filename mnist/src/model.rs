@@ -59,7 +59,7 @@ impl ModelKind {
     pub fn default_config(self) -> Config {
         match self {
             ModelKind::Mlp => Config { model: self, epochs: 12, batch_size: 64, lr: 3e-3, seed: 0 },
-            ModelKind::Cnn => Config { model: self, epochs: 4, batch_size: 64, lr: 3e-3, seed: 0 },
+            ModelKind::Cnn => Config { model: self, epochs: 6, batch_size: 64, lr: 3e-3, seed: 0 },
         }
     }
 }

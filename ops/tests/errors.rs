@@ -112,6 +112,21 @@ fn unknown_adapter_selector_lists_the_available_ones() {
 }
 
 #[test]
+fn lavapipe_selects_mesas_vulkan_driver() {
+    let opts = DeviceOptions { adapter: Some("lavapipe".into()), ..Default::default() };
+    match pollster::block_on(Device::with_options(opts)) {
+        Ok(dev) => {
+            let info = dev.info();
+            assert!(info.name.contains("llvmpipe") && info.backend.to_lowercase() == "vulkan", "{info:?}");
+        }
+        Err(KilnError::AdapterNotFound { available, .. }) => {
+            eprintln!("skipped: lavapipe (Vulkan) not found on this machine (found {available})")
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
 fn a_tensor_over_the_binding_limit_is_an_error() {
     let Ok(dev) = pollster::block_on(Device::gpu()) else {
         eprintln!("skipped: no GPU adapter on this machine");

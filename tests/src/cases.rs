@@ -440,6 +440,15 @@ fn softmax(s: &mut Suite) {
         s.add(name, "f16 [7, 1023] axis -1", Tol { abs: 2e-3, rel: 1e-2 }, move |d| {
             f(input(d, 94, &[7, 1023], DType::F16, -5.0, 5.0)?, -1)
         });
+        // The online max/sum pass must skip −∞ (a mask), also as a row's
+        // first elements; [9, 1024] takes the vec4 path.
+        s.add(name, "f32 [9, 1024] masked to −∞ (first 8 and values < −3)", tol, move |d| {
+            let x = input(d, 95, &[9, 1024], DType::F32, -5.0, 5.0)?;
+            let col = Tensor::arange(d, 0.0, 1024.0, 1.0, DType::F32)?;
+            let below = |t: &Tensor, v: f64| t.lt(&Tensor::scalar(d, v, DType::F32)?);
+            let masked = below(&x, -3.0)?.logical_or(&below(&col, 8.0)?)?;
+            f(Tensor::where_cond(&masked, &Tensor::scalar(d, f64::NEG_INFINITY, DType::F32)?, &x)?, -1)
+        });
     }
 }
 

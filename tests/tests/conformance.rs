@@ -90,10 +90,12 @@ const NOT_DIFFERENTIABLE: [&str; 19] = [
     "threefry",
 ];
 
-fn spirv_val(words: &[u32]) -> Option<Result<(), String>> {
+/// `env`: vulkan1.0, or vulkan1.1 for kernels with subgroup operations
+/// (SPIR-V 1.3, as `translate_all` and wgpu emit them).
+fn spirv_val(words: &[u32], env: &str) -> Option<Result<(), String>> {
     let path = std::env::temp_dir().join(format!("kiln-{}.spv", std::process::id()));
     std::fs::write(&path, bytemuck_words(words)).ok()?;
-    let out = std::process::Command::new("spirv-val").arg("--target-env").arg("vulkan1.0").arg(&path).output().ok()?;
+    let out = std::process::Command::new("spirv-val").arg("--target-env").arg(env).arg(&path).output().ok()?;
     let _ = std::fs::remove_file(&path);
     Some(if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) })
 }
@@ -138,7 +140,7 @@ fn main() {
         }
         match kiln::core::validate::translate_all(source) {
             Err(e) => failures.push(format!("translation failed: {e}")),
-            Ok(t) => match spirv_val(&t.spirv) {
+            Ok(t) => match spirv_val(&t.spirv, if source.contains("subgroup") { "vulkan1.1" } else { "vulkan1.0" }) {
                 Some(Err(e)) => failures.push(format!("spirv-val rejected a kernel: {e}\n{source}")),
                 Some(Ok(())) => spirv_checked += 1,
                 None => {}

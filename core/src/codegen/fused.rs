@@ -372,7 +372,13 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
     s += "    let row = gid.y * m(2u) + gid.x;\n    if (row >= m(0u)) { return; }\n    let len = m(1u);\n";
     // Each stage folds blocks of ROW_BLOCK elements, then the blocks: a sum's
     // rounding error grows with len / ROW_BLOCK + ROW_BLOCK, not len.
-    for k in 0..stages.len() {
+    let mut k = 0;
+    while k < stages.len() {
+        if sums_exp_of_shifted_max(sig, stages, k) {
+            s += &online_max_and_exp_sum(&e, k, vec4);
+            k += 2;
+            continue;
+        }
         let (init, fold) = if vec4 {
             let ct = compute_type(sig.bodies[k].ops[sig.bodies[k].roots[0]].1);
             let b = format!("b{k}");
@@ -386,6 +392,7 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
         s += &format!("    for (var j = j0; j < j1; j += {step}u) {{\n    let f = row * len + j;\n");
         let r = e.body(k, "f", "", &mut s);
         s += &format!("    b{k} = {m}(b{k}, {});\n    }}\n    s{k} = merge{k}(s{k}, {fold});\n    }}\n", r[0]);
+        k += 1;
     }
     let last = stages.len();
     if per_row {
@@ -404,6 +411,60 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
         s += "    }\n";
     }
     s + "}\n"
+}
+
+/// Whether stage `k + 1` sums `exp(x − m)` where stage `k` is the max `m`
+/// of the same f32 `x` (softmax, log-softmax, cross-entropy): body `k + 1`
+/// is body `k`'s ops, then `Row(k)`, the subtraction and the exp.
+fn sums_exp_of_shifted_max(sig: &Sig, stages: &[ReduceOp], k: usize) -> bool {
+    let (Some(ReduceOp::Max), Some(ReduceOp::Sum)) = (stages.get(k), stages.get(k + 1)) else {
+        return false;
+    };
+    let (x, e) = (&sig.bodies[k], &sig.bodies[k + 1]);
+    let n = x.ops.len();
+    let f32_op = |op: Op| (op, DType::F32);
+    x.roots.len() == 1
+        && x.ops[x.roots[0]].1 == DType::F32
+        && e.roots == [n + 2]
+        && e.ops.len() == n + 3
+        && e.ops[..n] == x.ops[..]
+        && e.ops[n] == f32_op(Op::Row(k))
+        && e.ops[n + 1] == f32_op(Op::Binary(BinaryOp::Sub, x.roots[0], n))
+        && e.ops[n + 2] == f32_op(Op::Unary(UnaryOp::Exp, n + 1))
+}
+
+/// Stages `k` (max of x) and `k + 1` (sum of exp(x − max)) in one pass over
+/// the row, the online softmax normalizer: the running sum is rescaled by
+/// exp(old max − new max) whenever the max grows (rarely, past the first
+/// elements), so the row is read once instead of twice. Lanes keep their
+/// own (max, sum) per block; blocks fold into the row's in order, so the
+/// result is deterministic. Guards keep all-−∞ prefixes at a sum of 0.
+fn online_max_and_exp_sum(e: &Emitter, k: usize, vec4: bool) -> String {
+    let (j, step) = (k + 1, if vec4 { VEC } else { 1 });
+    let splat = |x: &str| if vec4 { format!("vec4<f32>({x})") } else { x.to_string() };
+    let (zero, one, ninf) = (splat("0.0"), splat("1.0"), splat("f32_bits(0xff800000u)"));
+    let mut s = format!("    var s{k} = f32_bits(0xff800000u);\n    var s{j} = 0.0;\n");
+    s += &format!(
+        "    for (var j0 = 0u; j0 < len; j0 += {ROW_BLOCK}u) {{\n    var b{k} = {ninf};\n    var b{j} = {zero};\n"
+    );
+    s += &format!("    let j1 = min(j0 + {ROW_BLOCK}u, len);\n");
+    s += &format!("    for (var j = j0; j < j1; j += {step}u) {{\n    let f = row * len + j;\n");
+    let x = e.body(k, "f", "", &mut s).remove(0);
+    s += &format!("    if (any({x} > b{k})) {{\n        let grown = max(b{k}, {x});\n");
+    s += &format!(
+        "        b{j} = b{j} * select(kiln_exp(b{k} - grown), {one}, b{k} == grown);\n        b{k} = grown;\n    }}\n"
+    );
+    s += &format!("    b{j} = b{j} + select(kiln_exp({x} - b{k}), {zero}, b{k} == {ninf});\n    }}\n");
+    let block_max = if vec4 { format!("max(max(b{k}.x, b{k}.y), max(b{k}.z, b{k}.w))") } else { format!("b{k}") };
+    s += &format!("    let row_max = max(s{k}, {block_max});\n");
+    let rm = splat("row_max");
+    s += &format!("    let lanes = b{j} * select(kiln_exp(b{k} - {rm}), {one}, b{k} == {rm});\n");
+    let lanes = if vec4 { "(lanes.x + lanes.y) + (lanes.z + lanes.w)" } else { "lanes" };
+    let old = splat(&format!("s{k} - row_max"));
+    let rescale = if vec4 { format!("kiln_exp({old}).x") } else { format!("kiln_exp({old})") };
+    s +=
+        &format!("    s{j} = s{j} * select({rescale}, 1.0, s{k} == row_max) + {lanes};\n    s{k} = row_max;\n    }}\n");
+    s
 }
 
 pub fn scalar_param(dtype: DType, slot: usize) -> String {

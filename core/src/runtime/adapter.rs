@@ -1,6 +1,6 @@
 //! Adapter discovery over every backend, and the choice among adapters: by
-//! a selector (env `KILN_ADAPTER`: a backend name or a piece of the adapter
-//! name), else the fastest kind found.
+//! a selector (env `KILN_ADAPTER`: a backend name, `lavapipe`, or a piece of
+//! the adapter name), else the fastest kind found.
 
 use crate::error::{KilnError, Result};
 
@@ -36,12 +36,17 @@ fn rank(info: &wgpu::AdapterInfo) -> (u8, u8) {
     (kind, backend)
 }
 
-/// Whether `selector` picks this adapter.
+/// Whether `selector` picks this adapter. `lavapipe` (Mesa's Vulkan on the
+/// CPU) names itself `llvmpipe`, like Mesa's GL driver, so it has an alias.
 pub fn matches(selector: &str, info: &wgpu::AdapterInfo) -> bool {
     let s = selector.trim().to_lowercase();
+    let name = info.name.to_lowercase();
+    if s == "lavapipe" {
+        return name.contains("llvmpipe") && info.backend == wgpu::Backend::Vulkan;
+    }
     match BACKEND_NAMES.iter().find(|(name, _)| *name == s) {
         Some((_, backend)) => info.backend == *backend,
-        None => info.name.to_lowercase().contains(&s),
+        None => name.contains(&s),
     }
 }
 
