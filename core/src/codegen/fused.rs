@@ -439,31 +439,33 @@ fn sums_exp_of_shifted_max(sig: &Sig, stages: &[ReduceOp], k: usize) -> bool {
 /// elements), so the row is read once instead of twice. Lanes keep their
 /// own (max, sum) per block; blocks fold into the row's in order, so the
 /// result is deterministic. Guards keep all-−∞ prefixes at a sum of 0.
-fn online_max_and_exp_sum(e: &Emitter, k: usize, vec4: bool) -> String {
-    let (j, step) = (k + 1, if vec4 { VEC } else { 1 });
+fn online_max_and_exp_sum(e: &Emitter, max: usize, vec4: bool) -> String {
+    let (sum, step) = (max + 1, if vec4 { VEC } else { 1 });
     let splat = |x: &str| if vec4 { format!("vec4<f32>({x})") } else { x.to_string() };
     let (zero, one, ninf) = (splat("0.0"), splat("1.0"), splat("f32_bits(0xff800000u)"));
-    let mut s = format!("    var s{k} = f32_bits(0xff800000u);\n    var s{j} = 0.0;\n");
+    let mut s = format!("    var s{max} = f32_bits(0xff800000u);\n    var s{sum} = 0.0;\n");
     s += &format!(
-        "    for (var j0 = 0u; j0 < len; j0 += {ROW_BLOCK}u) {{\n    var b{k} = {ninf};\n    var b{j} = {zero};\n"
+        "    for (var j0 = 0u; j0 < len; j0 += {ROW_BLOCK}u) {{\n    var b{max} = {ninf};\n    var b{sum} = {zero};\n"
     );
     s += &format!("    let j1 = min(j0 + {ROW_BLOCK}u, len);\n");
     s += &format!("    for (var j = j0; j < j1; j += {step}u) {{\n    let f = row * len + j;\n");
-    let x = e.body(k, "f", "", &mut s).remove(0);
-    s += &format!("    if (any({x} > b{k})) {{\n        let grown = max(b{k}, {x});\n");
+    let x = e.body(max, "f", "", &mut s).remove(0);
+    s += &format!("    if (any({x} > b{max})) {{\n        let grown = max(b{max}, {x});\n");
     s += &format!(
-        "        b{j} = b{j} * select(kiln_exp(b{k} - grown), {one}, b{k} == grown);\n        b{k} = grown;\n    }}\n"
+        "        b{sum} = b{sum} * select(kiln_exp(b{max} - grown), {one}, b{max} == grown);\n        b{max} = grown;\n    }}\n"
     );
-    s += &format!("    b{j} = b{j} + select(kiln_exp({x} - b{k}), {zero}, b{k} == {ninf});\n    }}\n");
-    let block_max = if vec4 { format!("max(max(b{k}.x, b{k}.y), max(b{k}.z, b{k}.w))") } else { format!("b{k}") };
-    s += &format!("    let row_max = max(s{k}, {block_max});\n");
+    s += &format!("    b{sum} = b{sum} + select(kiln_exp({x} - b{max}), {zero}, b{max} == {ninf});\n    }}\n");
+    let block_max =
+        if vec4 { format!("max(max(b{max}.x, b{max}.y), max(b{max}.z, b{max}.w))") } else { format!("b{max}") };
+    s += &format!("    let row_max = max(s{max}, {block_max});\n");
     let rm = splat("row_max");
-    s += &format!("    let lanes = b{j} * select(kiln_exp(b{k} - {rm}), {one}, b{k} == {rm});\n");
+    s += &format!("    let lanes = b{sum} * select(kiln_exp(b{max} - {rm}), {one}, b{max} == {rm});\n");
     let lanes = if vec4 { "(lanes.x + lanes.y) + (lanes.z + lanes.w)" } else { "lanes" };
-    let old = splat(&format!("s{k} - row_max"));
+    let old = splat(&format!("s{max} - row_max"));
     let rescale = if vec4 { format!("kiln_exp({old}).x") } else { format!("kiln_exp({old})") };
-    s +=
-        &format!("    s{j} = s{j} * select({rescale}, 1.0, s{k} == row_max) + {lanes};\n    s{k} = row_max;\n    }}\n");
+    s += &format!(
+        "    s{sum} = s{sum} * select({rescale}, 1.0, s{max} == row_max) + {lanes};\n    s{max} = row_max;\n    }}\n"
+    );
     s
 }
 
