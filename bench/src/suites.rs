@@ -186,6 +186,11 @@ fn chains(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         &|t| t.neg(),
     ];
     let copy_s = cx.ceilings.copy.median * (4096.0 * 4096.0) / (cx.ceilings.copy_bytes / 8.0);
+    // kiln's own generated kernel for one op, against the same ceiling:
+    // what the code generator costs before any chain.
+    let t = time(cx.reps, || wait(&m.neg()?))?;
+    let r = Record::duration("1-op kernel (neg) generated", cx.adapter, t, 1e3, "ms");
+    out(Record { ceiling_fraction: Some(copy_s / t.median), ..r });
     for (name, ops) in [("arithmetic", &cheap), ("transcendental", &transcendental)] {
         for (how, eager) in [("fused", false), ("unfused", true)] {
             let t = time(cx.reps, || wait(&chain(&m, ops, eager)?))?;

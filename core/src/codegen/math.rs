@@ -3,11 +3,12 @@
 //! every driver choose its own approximation of the builtins (Mesa's `log`
 //! misses by thousands of ulp near 1; SwiftShader's `cos` differs from
 //! Mesa's, which made a training run's learning-rate schedule, and so its
-//! whole loss curve, drift between adapters). The four arithmetic
-//! operations are correctly rounded on every adapter kiln runs on, so these
-//! functions give the same bits everywhere, within a few ulp of the true
-//! value (the conformance suite measures it). Subnormal results flush to
-//! zero, as GPUs usually do.
+//! whole loss curve, drift between adapters). `+ − ×` and `sqrt` are
+//! correctly rounded, and so is `÷` on every adapter tested here (WGSL only
+//! promises 2.5 ulp for it), so these functions give the same bits on all
+//! of them, within a few ulp of the true value
+//! (`tests/tests/transcendentals.rs` measures both on every adapter).
+//! Subnormal results flush to zero, as GPUs usually do.
 
 /// Which helper functions a kernel needs.
 #[derive(Debug, Default, Clone, Copy)]
