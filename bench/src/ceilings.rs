@@ -11,24 +11,27 @@ use kiln::core::wgpu;
 /// elementwise kernels do: with one vec4 per invocation, kiln's generated
 /// one-op kernel outran this "ceiling" by up to a quarter on CPU adapters.
 const COPY_VEC4S_PER_INVOCATION: usize = 8;
-const COPY_WGSL: &str = "
-// 8 vec4s per invocation (COPY_VEC4S_PER_INVOCATION)
+fn copy_wgsl() -> String {
+    format!(
+        "
 @group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
 @compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{
     let row = groups.x * 256u;
     let threads = row * groups.y;
     let t = gid.y * row + gid.x;
     let n = arrayLength(&dst);
-    for (var r = 0u; r < 8u; r++) {
+    for (var r = 0u; r < {COPY_VEC4S_PER_INVOCATION}u; r++) {{
         let i = t + r * threads;
-        if (i < n) {
+        if (i < n) {{
             dst[i] = src[i];
-        }
-    }
+        }}
+    }}
+}}
+"
+    )
 }
-";
 
 /// `FMA_CHAINS` independent f32 chains of fused multiply-adds (`fma`, the
 /// form the matmul kernels use), unrolled `FMA_UNROLL`× per loop iteration:
@@ -137,7 +140,7 @@ pub fn measure(adapter: &wgpu::Adapter, reps: Reps, elements: usize) -> Result<C
     let bytes = (elements * 4) as u64;
     let (src, dst) = (gpu.buffer(bytes), gpu.buffer(bytes));
     let groups = (elements / 4).div_ceil(COPY_VEC4S_PER_INVOCATION).div_ceil(256) as u32;
-    let copy = time(reps, gpu.kernel(COPY_WGSL, &src, &dst, [groups.min(65535), groups.div_ceil(65535)]))?;
+    let copy = time(reps, gpu.kernel(&copy_wgsl(), &src, &dst, [groups.min(65535), groups.div_ceil(65535)]))?;
     let params: [f32; 12] = [0.999, 0.999, 0.999, 0.999, 1e-3, 1e-3, 1e-3, 1e-3, FMA_ITERS as f32, 0.0, 0.0, 0.0];
     let fsrc = gpu.buffer(48);
     let words: Vec<u8> = params.iter().flat_map(|x| x.to_ne_bytes()).collect();
@@ -154,7 +157,7 @@ mod tests {
 
     #[test]
     fn the_microkernels_validate() {
-        for (name, source) in [("copy", COPY_WGSL.to_string()), ("fma", fma_wgsl())] {
+        for (name, source) in [("copy", copy_wgsl()), ("fma", fma_wgsl())] {
             kiln::core::validate::translate_all(&source).unwrap_or_else(|e| panic!("{name}: {e}\n{source}"));
         }
         assert_eq!(fma_wgsl().matches("fma(").count(), FMA_CHAINS * FMA_UNROLL);

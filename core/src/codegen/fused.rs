@@ -387,9 +387,8 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
             (format!("identity{k}()"), format!("b{k}"))
         };
         let m = if vec4 { format!("merge{k}v") } else { format!("merge{k}") };
-        s += &format!("    var s{k} = identity{k}();\n    for (var j0 = 0u; j0 < len; j0 += {ROW_BLOCK}u) {{\n");
-        s += &format!("    var b{k} = {init};\n    let j1 = min(j0 + {ROW_BLOCK}u, len);\n");
-        s += &format!("    for (var j = j0; j < j1; j += {step}u) {{\n    let f = row * len + j;\n");
+        s += &format!("    var s{k} = identity{k}();\n");
+        s += &row_blocks(&format!("    var b{k} = {init};\n"), step);
         let r = e.body(k, "f", "", &mut s);
         s += &format!("    b{k} = {m}(b{k}, {});\n    }}\n    s{k} = merge{k}(s{k}, {fold});\n    }}\n", r[0]);
         k += 1;
@@ -411,6 +410,15 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
         s += "    }\n";
     }
     s + "}\n"
+}
+
+/// Opens the two loops of a row stage: over blocks of `ROW_BLOCK` elements
+/// (declaring the block's accumulators `block_vars`), then over the block,
+/// `step` elements at a time at flat index `f`. The caller closes both.
+fn row_blocks(block_vars: &str, step: usize) -> String {
+    format!(
+        "    for (var j0 = 0u; j0 < len; j0 += {ROW_BLOCK}u) {{\n{block_vars}    let j1 = min(j0 + {ROW_BLOCK}u, len);\n    for (var j = j0; j < j1; j += {step}u) {{\n    let f = row * len + j;\n"
+    )
 }
 
 /// Whether stage `k + 1` sums `exp(x − m)` where stage `k` is the max `m`
@@ -444,11 +452,7 @@ fn online_max_and_exp_sum(e: &Emitter, max: usize, vec4: bool) -> String {
     let splat = |x: &str| if vec4 { format!("vec4<f32>({x})") } else { x.to_string() };
     let (zero, one, ninf) = (splat("0.0"), splat("1.0"), splat("f32_bits(0xff800000u)"));
     let mut s = format!("    var s{max} = f32_bits(0xff800000u);\n    var s{sum} = 0.0;\n");
-    s += &format!(
-        "    for (var j0 = 0u; j0 < len; j0 += {ROW_BLOCK}u) {{\n    var b{max} = {ninf};\n    var b{sum} = {zero};\n"
-    );
-    s += &format!("    let j1 = min(j0 + {ROW_BLOCK}u, len);\n");
-    s += &format!("    for (var j = j0; j < j1; j += {step}u) {{\n    let f = row * len + j;\n");
+    s += &row_blocks(&format!("    var b{max} = {ninf};\n    var b{sum} = {zero};\n"), step);
     let x = e.body(max, "f", "", &mut s).remove(0);
     s += &format!("    if (any({x} > b{max})) {{\n        let grown = max(b{max}, {x});\n");
     s += &format!(

@@ -189,34 +189,17 @@ fn preamble(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
 /// naga 30 gives arrays an explicit layout, which Vulkan forbids in function
 /// memory (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
 fn main_fn(c: &MatmulConfig) -> String {
-    let (tm, tn, wx, wy) = (c.tm, c.tn, c.wx, c.wy);
+    let (tm, tn, wx) = (c.tm, c.tn, c.wx);
     let mut s = entry(c);
     s += "    let base = batch_offsets(batch);\n";
     s += "    let sar = bitcast<i32>(m(7u));\n    let sac = bitcast<i32>(m(8u));\n";
     s += "    let sbr = bitcast<i32>(m(9u));\n    let sbc = bitcast<i32>(m(10u));\n";
-    let _ = writeln!(s, "    let lx = li % {wx}u;");
-    if wy == 1 {
-        // Rows uniform across the workgroup: CPU adapters load A as scalars.
-        let _ = writeln!(s, "    let row0 = wg.y * {tm}u;");
-    } else {
-        let _ = writeln!(s, "    let row0 = (wg.y * {wy}u + li / {wx}u) * {tm}u;");
-    }
+    s += &rows_and_accumulators(c);
     let _ = writeln!(s, "    let col0 = wg.x * {}u + lx;", wx * tn);
-    // Rows and columns past the edge read the last valid one; their
-    // results are never stored. No early return: subgroups stay whole.
-    for i in 0..tm {
-        let _ = writeln!(s, "    let ra{i} = base.x + i32(min(row0 + {i}u, M - 1u)) * sar;");
-    }
     for j in 0..tn {
         let _ = writeln!(s, "    let cb{j} = base.y + i32(min(col0 + {}u, N - 1u)) * sbc;", j * wx);
     }
-    for i in 0..tm {
-        for v in 0..tn / 4 {
-            let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
-        }
-    }
-    let plain = k_loop(c, &|i| format!("load_a(ra{i} + ka)"), "");
-    s += &share_or_plain(c, &|at| format!("load_a({at})"), &|pre| k_loop(c, &shared_a(c), pre), plain);
+    s += &k_loops(c, &|at| format!("load_a({at})"), k_loop);
     for i in 0..tm {
         for j in 0..tn {
             let _ = writeln!(s, "    store(batch, row0 + {i}u, col0 + {}u, c{i}_{}[{}]);", j * wx, j / 4, j % 4);
@@ -227,32 +210,18 @@ fn main_fn(c: &MatmulConfig) -> String {
 
 /// The vec4 entry point: loads by vec4 index (element index / 4).
 fn main_vec(c: &MatmulConfig) -> String {
-    let (tm, tn, wx, wy) = (c.tm, c.tn, c.wx, c.wy);
+    let (tm, tn, wx) = (c.tm, c.tn, c.wx);
     let nv = tn / 4;
     let mut s = entry(c);
     s += "    let base = batch_offsets(batch) >> vec2<u32>(2u);\n";
     s += "    let sar = bitcast<i32>(m(7u)) >> 2u;\n    let sbr = bitcast<i32>(m(9u)) >> 2u;\n";
-    let _ = writeln!(s, "    let lx = li % {wx}u;");
-    if wy == 1 {
-        let _ = writeln!(s, "    let row0 = wg.y * {tm}u;");
-    } else {
-        let _ = writeln!(s, "    let row0 = (wg.y * {wy}u + li / {wx}u) * {tm}u;");
-    }
+    s += &rows_and_accumulators(c);
     let _ = writeln!(s, "    let nvec = N >> 2u;");
-    for i in 0..tm {
-        let _ = writeln!(s, "    let ra{i} = base.x + i32(min(row0 + {i}u, M - 1u)) * sar;");
-    }
     for v in 0..nv {
         let _ = writeln!(s, "    let cv{v} = wg.x * {}u + lx + {}u;", wx * nv, v * wx);
         let _ = writeln!(s, "    let cb{v} = base.y + i32(min(cv{v}, nvec - 1u));");
     }
-    for i in 0..tm {
-        for v in 0..nv {
-            let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
-        }
-    }
-    let plain = vec_k_loop(c, &|i| format!("in0[u32(ra{i} + ka)]"), "");
-    s += &share_or_plain(c, &|at| format!("in0[u32({at})]"), &|pre| vec_k_loop(c, &shared_a(c), pre), plain);
+    s += &k_loops(c, &|at| format!("in0[u32({at})]"), vec_k_loop);
     for i in 0..tm {
         for v in 0..nv {
             for e in 0..4 {
@@ -275,22 +244,38 @@ fn entry(c: &MatmulConfig) -> String {
     s + ") {\n    let M = m(0u);\n    let N = m(2u);\n    let batch = wg.z + m(6u);\n"
 }
 
-/// Row i of A as the lanes share it: lane i % wx loaded it.
-fn shared_a(c: &MatmulConfig) -> impl Fn(u32) -> String {
-    let wx = c.wx;
-    move |i| format!("subgroupBroadcast(s{}, {}u)", i / wx, i % wx)
+/// The lane's column index `lx`, the block's first row `row0`, A's row
+/// offsets `ra{i}` (in the units of `base` and `sar`) and the zeroed
+/// accumulators `c{i}_{v}`. Rows past the edge read the last valid one;
+/// their results are never stored. No early return: subgroups stay whole.
+fn rows_and_accumulators(c: &MatmulConfig) -> String {
+    let (tm, wx, wy) = (c.tm, c.wx, c.wy);
+    let mut s = format!("    let lx = li % {wx}u;\n");
+    if wy == 1 {
+        // Rows uniform across the workgroup: CPU adapters load A as scalars.
+        let _ = writeln!(s, "    let row0 = wg.y * {tm}u;");
+    } else {
+        let _ = writeln!(s, "    let row0 = (wg.y * {wy}u + li / {wx}u) * {tm}u;");
+    }
+    for i in 0..tm {
+        let _ = writeln!(s, "    let ra{i} = base.x + i32(min(row0 + {i}u, M - 1u)) * sar;");
+        for v in 0..c.tn / 4 {
+            let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
+        }
+    }
+    s
 }
 
-/// Without `share`, `plain` (the k loop). With it, lane l loads rows l,
-/// l + wx, … of A (`load(offset)`, before each k step) and the k loop
-/// `shared(loads)` reads the others' rows by broadcast, when the workgroup
-/// row is one whole subgroup of wx lanes; otherwise `plain` runs.
-fn share_or_plain(
+/// A k loop (`k_loop` or `vec_k_loop`) reading A's row i at `load(offset)`.
+/// With `share`, lane l loads rows l, l + wx, … of A before each k step and
+/// the others' rows come by `subgroupBroadcast`, when the workgroup row is
+/// one whole subgroup of wx lanes; otherwise the plain loop runs.
+fn k_loops(
     c: &MatmulConfig,
     load: &dyn Fn(&str) -> String,
-    shared: &dyn Fn(&str) -> String,
-    plain: String,
+    k_loop: fn(&MatmulConfig, &dyn Fn(u32) -> String, &str) -> String,
 ) -> String {
+    let plain = k_loop(c, &|i| load(&format!("ra{i} + ka")), "");
     if !c.share {
         return plain;
     }
@@ -301,7 +286,7 @@ fn share_or_plain(
         let _ = writeln!(loads, "        let s{q} = {};", load(&format!("rs{q} + ka")));
     }
     let wx = c.wx;
-    let shared = shared(&loads);
+    let shared = k_loop(c, &|i| format!("subgroupBroadcast(s{}, {}u)", i / wx, i % wx), &loads);
     s + &format!("    if (subgroupAll(sg_size == {wx}u && sg_lane == lx)) {{\n{shared}    }} else {{\n{plain}    }}\n")
 }
 
