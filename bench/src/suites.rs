@@ -123,7 +123,8 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
     }
     // Every kernel version at one size, so progress is visible.
     if !quick {
-        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| !c.share || cx.dev.info().subgroups);
+        let info = cx.dev.info();
+        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&info));
         for c in usable.filter(|c| cx.wants(&format!("matmul 1024³ {}", c.name()))) {
             out(cx.matmul(&format!("matmul 1024³ {}", c.name()), 1024, 1024, 1024, Some(c))?);
         }

@@ -159,3 +159,24 @@ fn non_contiguous_views_work_on_gpu() {
     let flat = v.reshape(&[-1]).unwrap().sum(&[], false).unwrap();
     assert_eq!(pollster::block_on(flat.item::<f32>()).unwrap(), 21.0);
 }
+
+#[test]
+fn a_matmul_config_the_device_cannot_run_is_refused_by_name() {
+    use kiln_core::codegen::matmul::MatmulConfig;
+    let opts = DeviceOptions { adapter: Some("lavapipe".into()), ..Default::default() };
+    let Ok(dev) = pollster::block_on(Device::with_options(opts)) else {
+        eprintln!("skipped: lavapipe (Vulkan) not found on this machine");
+        return;
+    };
+    let staged = MatmulConfig::CANDIDATES.into_iter().find(|c| c.staged).unwrap();
+    match dev.set_matmul_config(Some(staged)) {
+        Err(e @ KilnError::Invalid { op: "set_matmul_config", .. }) => {
+            let m = e.to_string();
+            assert!(m.contains(&staged.name()) && m.contains("Vulkan"), "{m}");
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    // Refused, so the tuner's choice still holds and matmuls still run.
+    let a = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    assert_eq!(pollster::block_on(a.matmul(&a).unwrap().to_vec::<f32>()).unwrap(), vec![7.0, 10.0, 15.0, 22.0]);
+}

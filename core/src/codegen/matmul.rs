@@ -22,7 +22,10 @@ use std::fmt::Write;
 /// offsets and strides; the runtime falls back to the scalar twin
 /// otherwise) operands are read as vec4s: A four k at a time, B four
 /// consecutive columns, columns interleaved by vec4s. CPU adapters pay
-/// per load instruction, not per byte, so this cuts their cost 4×.
+/// per load instruction, not per byte, so this cuts their cost 4×. With
+/// `staged` (the GPU form) the workgroup copies each `STAGE_K`-deep slice
+/// of its A and B tiles into workgroup memory once, double-buffered, and
+/// every invocation reads its operands from there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MatmulConfig {
     pub tm: u32,
@@ -31,23 +34,32 @@ pub struct MatmulConfig {
     pub wy: u32,
     pub share: bool,
     pub vec: bool,
+    pub staged: bool,
 }
 
 const fn cfg(tm: u32, tn: u32, wx: u32, wy: u32, share: bool) -> MatmulConfig {
-    MatmulConfig { tm, tn, wx, wy, share, vec: false }
+    MatmulConfig { tm, tn, wx, wy, share, vec: false, staged: false }
 }
 
 const fn vcfg(tm: u32, tn: u32, wx: u32, wy: u32, share: bool) -> MatmulConfig {
-    MatmulConfig { tm, tn, wx, wy, share, vec: true }
+    MatmulConfig { tm, tn, wx, wy, share, vec: true, staged: false }
 }
+
+const fn scfg(tm: u32, tn: u32, wx: u32, wy: u32) -> MatmulConfig {
+    MatmulConfig { tm, tn, wx, wy, share: false, vec: false, staged: true }
+}
+
+/// Depth (k) of the operand slices a staged config keeps in workgroup memory.
+pub const STAGE_K: u32 = 8;
 
 impl MatmulConfig {
     /// What the autotuner tries. CPU adapters like big register blocks and
     /// workgroups of one SIMD width whose rows are uniform (A loads become
     /// scalar loads); GPUs like more invocations per workgroup.
-    pub const CANDIDATES: [MatmulConfig; 18] = [
+    pub const CANDIDATES: [MatmulConfig; 19] = [
         vcfg(32, 8, 8, 1, true),
         vcfg(16, 8, 8, 1, true),
+        vcfg(32, 16, 8, 1, false),
         vcfg(32, 8, 8, 1, false),
         vcfg(16, 16, 8, 1, false),
         vcfg(8, 8, 8, 1, false),
@@ -58,12 +70,12 @@ impl MatmulConfig {
         cfg(16, 8, 8, 1, true),
         cfg(8, 8, 8, 1, false),
         cfg(8, 8, 8, 1, true),
-        cfg(4, 8, 8, 1, false),
-        cfg(4, 4, 8, 1, false),
         cfg(8, 8, 8, 8, false),
         cfg(8, 8, 8, 8, true),
         cfg(4, 4, 16, 16, false),
         cfg(8, 4, 32, 4, true),
+        scfg(4, 4, 16, 16),
+        scfg(8, 8, 8, 8),
     ];
     /// Used for small products, and when tuning is off.
     pub const DEFAULT: MatmulConfig = cfg(8, 8, 8, 1, false);
@@ -77,7 +89,16 @@ impl MatmulConfig {
     pub fn name(&self) -> String {
         let sg = if self.share { "+sg" } else { "" };
         let v = if self.vec { "+vec4" } else { "" };
-        format!("{}x{}/{}x{}{sg}{v}", self.tm, self.tn, self.wx, self.wy)
+        let wg = if self.staged { "+wg" } else { "" };
+        format!("{}x{}/{}x{}{sg}{v}{wg}", self.tm, self.tn, self.wx, self.wy)
+    }
+
+    /// Whether kiln runs this config on `info`'s device: subgroup sharing
+    /// needs subgroups, and staged configs stay off Vulkan, where naga 30's
+    /// SPIR-V gives workgroup arrays an explicit layout that Vulkan forbids
+    /// (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
+    pub fn runs_on(&self, info: &crate::runtime::DeviceInfo) -> bool {
+        (!self.share || info.subgroups) && (!self.staged || info.backend != "vulkan")
     }
 
     /// Identifies the candidate set, so a tuning cache written for another
@@ -142,7 +163,9 @@ pub fn matmul_kernel(c: &MatmulConfig, dtype: DType, batch_rank: usize, epilogue
     // accepts subgroup builtins without it.
     let mut s = String::from(META_DECL);
     s += &preamble(dtype, batch_rank, epilogue);
-    if c.vec {
+    if c.staged {
+        s += &main_staged(c);
+    } else if c.vec {
         // Same bindings, read as vec4s (f32 only).
         s = s.replace("in0: array<f32>", "in0: array<vec4<f32>>").replace("in1: array<f32>", "in1: array<vec4<f32>>");
         s = s.replace("fn load_a(e: i32) -> f32 { return in0[u32(e)]; }\n", "");
@@ -227,6 +250,106 @@ fn main_vec(c: &MatmulConfig) -> String {
             for e in 0..4 {
                 let _ = writeln!(s, "    store(batch, row0 + {i}u, cv{v} * 4u + {e}u, c{i}_{v}[{e}]);");
             }
+        }
+    }
+    s + "}\n"
+}
+
+/// The staged entry point. Per `STAGE_K` slice of k, each invocation
+/// loads its share of the workgroup's A tile (tm·wy rows, stored k-major)
+/// and B tile (tn·wx columns) into registers, then into the buffer half
+/// the others are not reading; one barrier per slice then suffices. Loads
+/// past K read 0, so every k sum keeps the same in-order terms.
+fn main_staged(c: &MatmulConfig) -> String {
+    let (tm, tn, wx, wy) = (c.tm, c.tn, c.wx, c.wy);
+    let (rows, cols, threads) = (tm * wy, tn * wx, wx * wy);
+    let (a_len, b_len) = (rows * STAGE_K, cols * STAGE_K);
+    let mut s = format!(
+        "var<workgroup> stage_a: array<f32, {}>;\nvar<workgroup> stage_b: array<f32, {}>;\n",
+        2 * a_len,
+        2 * b_len
+    );
+    s += &entry(c);
+    s += "    let base = batch_offsets(batch);\n";
+    s += "    let sar = bitcast<i32>(m(7u));\n    let sac = bitcast<i32>(m(8u));\n";
+    s += "    let sbr = bitcast<i32>(m(9u));\n    let sbc = bitcast<i32>(m(10u));\n";
+    s += "    let k1 = m(4u);\n    let k_last = max(k1, 1u) - 1u;\n";
+    let _ =
+        writeln!(s, "    let lx = li % {wx}u;\n    let ly = li / {wx}u;\n    let row0 = (wg.y * {wy}u + ly) * {tm}u;");
+    let _ = writeln!(s, "    let col0 = wg.x * {cols}u + lx;");
+    for i in 0..tm {
+        for v in 0..tn / 4 {
+            let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
+        }
+    }
+    // This invocation's share of each slice: element e of the A slice is
+    // row e / STAGE_K, k e % STAGE_K; of the B slice k e / cols, column
+    // e % cols. Loads past K are clamped in range and then replaced by 0.
+    let (a_loads, b_loads) = (a_len / threads, b_len / threads);
+    for q in 0..a_loads {
+        let _ = writeln!(s, "    let ea{q} = li + {}u;", q * threads);
+        let _ = writeln!(s, "    let ga{q} = base.x + i32(min(wg.y * {rows}u + ea{q} / {STAGE_K}u, M - 1u)) * sar;");
+    }
+    for q in 0..b_loads {
+        let _ = writeln!(s, "    let eb{q} = li + {}u;", q * threads);
+        let _ = writeln!(s, "    let gb{q} = base.y + i32(min(wg.x * {cols}u + eb{q} % {cols}u, N - 1u)) * sbc;");
+    }
+    let fetch = |half: &str, k0: &str| {
+        let mut f = String::new();
+        for q in 0..a_loads {
+            let _ = writeln!(f, "        let ka{q} = {k0} + ea{q} % {STAGE_K}u;");
+            let _ = writeln!(
+                f,
+                "        let va{q} = select(0.0, load_a(ga{q} + i32(min(ka{q}, k_last)) * sac), ka{q} < k1);"
+            );
+        }
+        for q in 0..b_loads {
+            let _ = writeln!(f, "        let kb{q} = {k0} + eb{q} / {cols}u;");
+            let _ = writeln!(
+                f,
+                "        let vb{q} = select(0.0, load_b(gb{q} + i32(min(kb{q}, k_last)) * sbr), kb{q} < k1);"
+            );
+        }
+        for q in 0..a_loads {
+            let at = format!("(ea{q} % {STAGE_K}u) * {rows}u + ea{q} / {STAGE_K}u");
+            let _ = writeln!(f, "        stage_a[{half} * {a_len}u + {at}] = va{q};");
+        }
+        for q in 0..b_loads {
+            let _ = writeln!(f, "        stage_b[{half} * {b_len}u + eb{q}] = vb{q};");
+        }
+        f
+    };
+    s += "    {\n";
+    s += &fetch("0u", "m(3u)");
+    s += "    }\n    workgroupBarrier();\n";
+    let _ = writeln!(s, "    for (var k = m(3u); k < k1; k += {STAGE_K}u) {{");
+    let _ = writeln!(s, "        let half = ((k - m(3u)) / {STAGE_K}u) & 1u;");
+    // Prefetch the next slice into registers before reading this one.
+    let _ = writeln!(s, "        let next = k + {STAGE_K}u;");
+    let mut prefetch = fetch("(1u - half)", "next");
+    prefetch = prefetch.replace("        stage_", "            stage_");
+    let (loads, stores): (Vec<&str>, Vec<&str>) = prefetch.lines().partition(|l| !l.contains("stage_"));
+    let _ = writeln!(s, "{}", loads.join("\n"));
+    for kk in 0..STAGE_K {
+        for v in 0..tn / 4 {
+            let b: Vec<String> = (0..4)
+                .map(|e| format!("stage_b[half * {b_len}u + {}u + lx + {}u]", kk * cols, (4 * v + e) * wx))
+                .collect();
+            let _ = writeln!(s, "        let b{kk}_{v} = vec4<f32>({});", b.join(", "));
+        }
+        for i in 0..tm {
+            let _ =
+                writeln!(s, "        let a{kk}_{i} = stage_a[half * {a_len}u + {}u + ly * {tm}u + {i}u];", kk * rows);
+            for v in 0..tn / 4 {
+                let _ = writeln!(s, "        c{i}_{v} = fma(vec4<f32>(a{kk}_{i}), b{kk}_{v}, c{i}_{v});");
+            }
+        }
+    }
+    let _ = writeln!(s, "        if (next < k1) {{\n{}\n        }}", stores.join("\n"));
+    s += "        workgroupBarrier();\n    }\n";
+    for i in 0..tm {
+        for j in 0..tn {
+            let _ = writeln!(s, "    store(batch, row0 + {i}u, col0 + {}u, c{i}_{}[{}]);", j * wx, j / 4, j % 4);
         }
     }
     s + "}\n"

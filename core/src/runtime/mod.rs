@@ -192,14 +192,17 @@ impl Device {
 
     /// Make every matmul use `config` (`None`: the autotuner's choice), to
     /// test or benchmark one member of the kernel family. No-op on the CPU.
-    /// Errors when `config` shares through subgroups the device lacks.
+    /// Errors when the device cannot run `config` ([`MatmulConfig::runs_on`]).
     pub fn set_matmul_config(&self, config: Option<MatmulConfig>) -> Result<()> {
         if let Backend::Gpu(g) = &*self.0 {
-            if config.is_some_and(|c| c.share && !g.info.subgroups) {
-                return Err(KilnError::Invalid {
-                    op: "set_matmul_config",
-                    detail: format!("{} uses subgroups, which {} lacks", config.unwrap().name(), g.info.name),
-                });
+            if let Some(c) = config.filter(|c| !c.runs_on(&g.info)) {
+                let (info, name) = (&g.info, c.name());
+                let detail = if c.staged {
+                    format!("{name} stages operands in workgroup memory, which kiln leaves off Vulkan ({})", info.name)
+                } else {
+                    format!("{name} shares through subgroups, which {} ({}) lacks", info.name, info.backend)
+                };
+                return Err(KilnError::Invalid { op: "set_matmul_config", detail });
             }
             g.force_matmul_config(config);
         }

@@ -1,5 +1,9 @@
 //! The matmul autotuner: on the first matmul of a shape class, time each
 //! candidate of the kernel family on this adapter and keep the fastest.
+//! Every candidate runs a product of at most 512 per dimension; for large
+//! classes the few fastest then run again at up to 1024, since rankings
+//! shift with size on CPU adapters (at 512³ llvmpipe GL preferred a
+//! 16×8 block that ran at three quarters of the 16×16 one's rate at 2048³).
 //! Choices are cached per adapter (name, driver, backend) in memory and,
 //! natively, in a text file: env `KILN_TUNE_CACHE` names it, else
 //! `$XDG_CACHE_HOME/kiln/matmul-tune.txt` or `~/.cache/kiln/…`.
@@ -18,8 +22,12 @@ use std::sync::Mutex;
 /// Products smaller than this (m·n·k) use the default without tuning:
 /// they take microseconds whichever config runs.
 const TUNE_MIN_WORK: usize = 1 << 21;
-/// Tuning runs a product of at most this size in each dimension.
+/// Every candidate runs a product of at most this size in each dimension.
 const TUNE_DIM: usize = 512;
+/// The `FINALISTS` fastest run again at up to this size, where the real
+/// product is larger than `TUNE_DIM` in some dimension.
+const TUNE_DIM_LARGE: usize = 1024;
+const FINALISTS: usize = 3;
 
 #[derive(Debug, Default)]
 pub(super) struct Tuner {
@@ -61,16 +69,39 @@ impl Gpu {
         if let Some(c) = self.tuner.chosen.lock().unwrap().get(&class) {
             return Ok(*c);
         }
-        let best = self.tune(dtype, m.min(TUNE_DIM), n.min(TUNE_DIM), k.min(TUNE_DIM))?;
+        let best = self.tune(dtype, m, n, k)?;
         log::info!("kiln: matmul {} on {} tuned to {}", class.name(), self.info.name, best.name());
         self.tuner.chosen.lock().unwrap().insert(class, best);
         save_choice(&self.tune_key(), &class, &best);
         Ok(best)
     }
 
-    /// Time every candidate on zero-filled operands; the fastest of three
-    /// runs after a warm-up (which compiles the pipeline) counts.
+    /// The fastest usable candidate for an m×k @ k×n product: all of them
+    /// at up to `TUNE_DIM`, then the finalists at up to `TUNE_DIM_LARGE`.
     fn tune(&self, dtype: DType, m: usize, n: usize, k: usize) -> Result<MatmulConfig> {
+        // Staged configs wait on barriers, which CPU adapters pay for dearly
+        // (every lane of the workgroup is switched out and in): not tried there.
+        let cpu = self.info.device_type == "Cpu";
+        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.info) && !(c.staged && cpu));
+        let [sm, sn, sk] = [m, n, k].map(|d| d.min(TUNE_DIM));
+        let ranked = self.rank(dtype, sm, sn, sk, usable)?;
+        let [lm, ln, lk] = [m, n, k].map(|d| d.min(TUNE_DIM_LARGE));
+        if [lm, ln, lk] == [sm, sn, sk] {
+            return Ok(ranked[0]);
+        }
+        Ok(self.rank(dtype, lm, ln, lk, ranked.into_iter().take(FINALISTS))?[0])
+    }
+
+    /// `configs` fastest first, each timed on zero-filled operands: the
+    /// fastest of three runs after a warm-up (which compiles the pipeline).
+    fn rank(
+        &self,
+        dtype: DType,
+        m: usize,
+        n: usize,
+        k: usize,
+        configs: impl Iterator<Item = MatmulConfig>,
+    ) -> Result<Vec<MatmulConfig>> {
         let (a, b) = (self.alloc("matmul", dtype, &[m, k])?, self.alloc("matmul", dtype, &[k, n])?);
         let out = self.alloc("matmul", DType::F32, &[m, n])?;
         let mut encoder = self.device.create_command_encoder(&Default::default());
@@ -79,8 +110,8 @@ impl Gpu {
         self.queue.submit([encoder.finish()]);
         let (la, lb) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
         let args = crate::sched::lower::Args { buffers: vec![a, b], ..Default::default() };
-        let mut best = (f64::INFINITY, MatmulConfig::DEFAULT);
-        for config in MatmulConfig::CANDIDATES.into_iter().filter(|c| !c.share || self.info.subgroups) {
+        let mut timed: Vec<(f64, MatmulConfig)> = Vec::new();
+        for config in configs {
             let mut rec = Recording::default();
             rec.matmul_with(self, config, "matmul", &la, &lb, dtype, &[m, n], &out, None, args.clone())?;
             let mut fastest = f64::INFINITY;
@@ -92,11 +123,10 @@ impl Gpu {
                     fastest = fastest.min(web_time::now() - t);
                 }
             }
-            if fastest < best.0 {
-                best = (fastest, config);
-            }
+            timed.push((fastest, config));
         }
-        Ok(best.1)
+        timed.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Ok(timed.into_iter().map(|(_, c)| c).collect())
     }
 
     fn wait(&self) -> Result<()> {
@@ -115,7 +145,7 @@ impl Gpu {
             let mut parts = line.split('\t');
             let (Some(k), Some(class), Some(cfg)) = (parts.next(), parts.next(), parts.next()) else { continue };
             let class = ShapeClass::parse(class);
-            let usable = |c: &MatmulConfig| !c.share || self.info.subgroups;
+            let usable = |c: &MatmulConfig| c.runs_on(&self.info);
             if let (true, Some(class), Some(cfg)) = (k == key, class, MatmulConfig::parse(cfg).filter(usable)) {
                 chosen.insert(class, cfg);
             }
