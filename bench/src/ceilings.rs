@@ -71,24 +71,55 @@ pub struct Ceilings {
     pub fma_flops: f64,
 }
 
-struct Gpu {
+/// A device of the bench's own for hand-written WGSL microkernels.
+pub struct Gpu {
     device: wgpu::Device,
-    queue: wgpu::Queue,
+    pub queue: wgpu::Queue,
 }
 
 impl Gpu {
-    fn buffer(&self, bytes: u64) -> wgpu::Buffer {
+    pub fn open(adapter: &wgpu::Adapter, features: wgpu::Features) -> Result<Gpu, String> {
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("kiln-bench microkernels"),
+            required_features: features,
+            required_limits: adapter.limits(),
+            ..Default::default()
+        }))
+        .map_err(|e| e.to_string())?;
+        Ok(Gpu { device, queue })
+    }
+
+    pub fn buffer(&self, bytes: u64) -> wgpu::Buffer {
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: None,
             size: bytes,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         })
     }
 
+    /// The first `bytes` of `buffer` as f32s.
+    pub fn read(&self, buffer: &wgpu::Buffer, bytes: u64) -> Result<Vec<f32>, String> {
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buffer, 0, &staging, 0, bytes);
+        self.queue.submit([enc.finish()]);
+        let slice = staging.slice(..);
+        slice.map_async(wgpu::MapMode::Read, |_| ());
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| e.to_string())?;
+        let view = slice.get_mapped_range().map_err(|e| e.to_string())?;
+        let words = view.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect();
+        Ok(words)
+    }
+
     /// Run `wgsl`'s main over `groups` with bindings (src, dst); the
     /// returned closure submits once and waits.
-    fn kernel(
+    pub fn kernel(
         &self,
         wgsl: &str,
         src: &wgpu::Buffer,
@@ -130,13 +161,7 @@ impl Gpu {
 }
 
 pub fn measure(adapter: &wgpu::Adapter, reps: Reps, elements: usize) -> Result<Ceilings, String> {
-    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        label: Some("kiln-bench ceilings"),
-        required_limits: adapter.limits(),
-        ..Default::default()
-    }))
-    .map_err(|e| e.to_string())?;
-    let gpu = Gpu { device, queue };
+    let gpu = Gpu::open(adapter, wgpu::Features::empty())?;
     let bytes = (elements * 4) as u64;
     let (src, dst) = (gpu.buffer(bytes), gpu.buffer(bytes));
     let groups = (elements / 4).div_ceil(COPY_VEC4S_PER_INVOCATION).div_ceil(256) as u32;

@@ -1,12 +1,14 @@
 //! kiln's benchmarks on every adapter (or one): ceilings from WGSL
 //! microkernels, then matmul, reductions, softmax, layer norm, fused
-//! chains, dispatch overhead and cold start, each the median of several
+//! chains, dispatch overhead, cold start and hand-written softmax layouts
+//! (what a row kernel could reach), each the median of several
 //! repetitions after a warm-up with its min–max spread. Prints a table,
 //! writes JSON lines (`--json`) and regenerates docs/BENCHMARKS.md.
 
 mod ceilings;
 mod measure;
 mod report;
+mod row_layouts;
 mod suites;
 
 use clap::Parser;
@@ -122,6 +124,17 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let dev = kiln::block_on(Device::from_adapter(adapter.clone()))?;
         let cx = suites::Ctx { dev: &dev, adapter: &name, reps, ceilings: &c, only: args.only.as_deref() };
         suites::run(&cx, args.quick, &mut out)?;
+        if cx.wants("softmax layout") && !args.quick {
+            let copy = c.copy_bytes / c.copy.median / 1e9;
+            let bytes = 8.0 * (row_layouts::ROWS * row_layouts::LEN) as f64 / 1e9;
+            for layout in row_layouts::measure(&adapter, reps)? {
+                let bench = format!("softmax layout: {}", layout.name);
+                match layout.timing {
+                    Ok(t) => out(Record::rate(&bench, &name, t, bytes, "GB/s").of(copy)),
+                    Err(e) => println!("  {bench}: skipped, {e}"),
+                }
+            }
+        }
         if !cx.wants("cold start") {
             continue;
         }

@@ -107,20 +107,29 @@ impl<'a> Emitter<'a> {
     /// Statements computing body `b` at flat index `f`, variables prefixed
     /// `pfx`; returns the expressions of the body's roots.
     pub fn body(&self, b: usize, f: &str, pfx: &str, s: &mut String) -> Vec<String> {
-        self.body_hoisting(b, f, pfx, None, s)
+        self.body_hoisting(b, f, pfx, None, None, s)
+    }
+
+    /// [`Emitter::body`] with op `given.0`'s value read from the expression
+    /// `given.1` instead of computed (and ops only it needed left out).
+    pub fn body_given(&self, b: usize, f: &str, given: (usize, &str), s: &mut String) -> Vec<String> {
+        self.body_hoisting(b, f, "", None, Some(given), s)
     }
 
     /// [`Emitter::body`], with the ops that depend only on `Mod` leaves and
-    /// params written to `hoisted` (outside the caller's row loop) when given.
+    /// params written to `hoisted` (outside the caller's row loop) when given,
+    /// and op `given.0` read from `given.1`. Only ops the roots need are written.
     fn body_hoisting(
         &self,
         b: usize,
         f: &str,
         pfx: &str,
         mut hoisted: Option<&mut String>,
+        given: Option<(usize, &str)>,
         s: &mut String,
     ) -> Vec<String> {
         let body: &Body = &self.sig.bodies[b];
+        let live = live_ops(body, given.map(|g| g.0));
         let mut invariant = vec![false; body.ops.len()];
         let strided = body.ops.iter().any(|(op, _)| match op {
             Op::Load(k) | Op::Iota { leaf: k, .. } | Op::Gather { src: k, .. } => {
@@ -137,9 +146,13 @@ impl<'a> Emitter<'a> {
         }
         let v = |i: usize| format!("{pfx}v{i}");
         for (i, (op, d)) in body.ops.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
             let d = *d;
             let dt = |j: usize| body.ops[j].1;
             let value = match op {
+                _ if given.is_some_and(|g| g.0 == i) => given.unwrap().1.to_string(),
                 Op::Load(k) => self.load(*k, &self.index(*k, f, pfx)),
                 Op::Iota { leaf, start, step } => {
                     let at = self.index(*leaf, f, pfx);
@@ -224,6 +237,18 @@ impl<'a> Emitter<'a> {
     }
 }
 
+/// Which ops of `body` its roots need, not looking past op `cut`.
+fn live_ops(body: &Body, cut: Option<usize>) -> Vec<bool> {
+    let mut live = vec![false; body.ops.len()];
+    body.roots.iter().for_each(|&r| live[r] = true);
+    for i in (0..body.ops.len()).rev() {
+        if live[i] && Some(i) != cut {
+            body.ops[i].0.operands().into_iter().for_each(|j| live[j] = true);
+        }
+    }
+    live
+}
+
 /// Whether a body can run four elements at a time: only contiguous
 /// 4-byte leaves, no gather, no pow.
 pub fn vectorizable(sig: &Sig) -> bool {
@@ -265,7 +290,7 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
         s += "    if (r0 >= rows) { return; }\n    let col = (t % cols) * 4u;\n";
         let mut pre = String::new();
         let mut inner = String::new();
-        let roots = e.body_hoisting(0, "f", "", Some(&mut pre), &mut inner);
+        let roots = e.body_hoisting(0, "f", "", Some(&mut pre), None, &mut inner);
         // Mod leaves read at `col` (= f % period), so hoisted loads see `f = col`.
         s += "    let f = col;\n";
         s += &pre;
@@ -372,9 +397,12 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
     s += "    let row = gid.y * m(2u) + gid.x;\n    if (row >= m(0u)) { return; }\n    let len = m(1u);\n";
     // Each stage folds blocks of ROW_BLOCK elements, then the blocks: a sum's
     // rounding error grows with len / ROW_BLOCK + ROW_BLOCK, not len.
+    let reuse = reused_stage(sig, stages, outputs, per_row);
+    let at = if vec4 { "f >> 2u" } else { "f" };
     let mut k = 0;
     while k < stages.len() {
-        if sums_exp_of_shifted_max(sig, stages, k) {
+        // The online pass rescales its sums, so it cannot keep exp(x − max).
+        if reuse.is_none_or(|(r, _)| r != k + 1) && sums_exp_of_shifted_max(sig, stages, k) {
             s += &online_max_and_exp_sum(&e, k, vec4);
             k += 2;
             continue;
@@ -390,6 +418,9 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
         s += &format!("    var s{k} = identity{k}();\n");
         s += &row_blocks(&format!("    var b{k} = {init};\n"), step);
         let r = e.body(k, "f", "", &mut s);
+        if let Some((_, o)) = reuse.filter(|&(r, _)| r == k) {
+            s += &format!("    out{o}[{at}] = {};\n", r[0]);
+        }
         s += &format!("    b{k} = {m}(b{k}, {});\n    }}\n    s{k} = merge{k}(s{k}, {fold});\n    }}\n", r[0]);
         k += 1;
     }
@@ -402,14 +433,39 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
         }
     } else {
         s += &format!("    for (var j = 0u; j < len; j += {step}u) {{\n    let f = row * len + j;\n");
-        let roots = e.body(last, "f", "", &mut s);
-        let at = if vec4 { "f >> 2u" } else { "f" };
+        let roots = match reuse {
+            Some((k, o)) => e.body_given(last, "f", (sig.bodies[k].roots[0], &format!("out{o}[{at}]")), &mut s),
+            None => e.body(last, "f", "", &mut s),
+        };
         for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
             s += &format!("    out{k}[{at}] = {};\n", store_expr(d, r));
         }
         s += "    }\n";
     }
     s + "}\n"
+}
+
+/// A stage whose value the outputs compute again, costly enough to keep
+/// (softmax's exp(x − max)): its pass stores each value in output `o` (an
+/// f32 one), and the output pass reads it back from there. As (stage, o).
+/// The last body must begin with the stage's body, whose root is its last op.
+fn reused_stage(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool) -> Option<(usize, usize)> {
+    let o = outputs.iter().position(|&d| d == DType::F32).filter(|_| !per_row)?;
+    let last = &sig.bodies[stages.len()];
+    let k = (0..stages.len()).find(|&k| {
+        let (ops, n) = (&sig.bodies[k].ops, sig.bodies[k].ops.len());
+        let costly = ops.iter().any(|(op, _)| {
+            use UnaryOp::*;
+            matches!(op, Op::Unary(Exp | Log | Sin | Cos | Tanh | Sigmoid | Gelu, _) | Op::Binary(BinaryOp::Pow, ..))
+        });
+        costly
+            && sig.bodies[k].roots == [n - 1]
+            && ops[n - 1].1 == DType::F32
+            && last.ops.len() > n
+            && last.ops[..n] == ops[..]
+            && live_ops(last, None)[n - 1]
+    })?;
+    Some((k, o))
 }
 
 /// Opens the two loops of a row stage: over blocks of `ROW_BLOCK` elements

@@ -39,6 +39,18 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// The ops this one reads (earlier in the same body).
+    pub fn operands(&self) -> Vec<usize> {
+        match *self {
+            Op::Unary(_, x) | Op::Cast(x) | Op::Gather { index: x, .. } => vec![x],
+            Op::Binary(_, x, y) => vec![x, y],
+            Op::Where(c, x, y) => vec![c, x, y],
+            Op::Load(_) | Op::Iota { .. } | Op::Row(_) | Op::Acc | Op::Param(_) => vec![],
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Body {
     pub ops: Vec<(Op, DType)>,

@@ -1,0 +1,198 @@
+//! Softmax over [4096, 1024] written by hand in several layouts, to show
+//! where a row kernel's time goes on each adapter (and so what the
+//! generated one could reach): one row per invocation as kiln's row kernel
+//! does, with two exps per element or one (exp(x − max) kept in the
+//! output), or none at all (the memory pattern alone); eight subgroup lanes
+//! per row holding the row in registers (one read, one write); a workgroup
+//! per row reducing through workgroup memory. Each layout's result is
+//! checked against a host softmax before it is timed.
+
+use crate::ceilings::Gpu;
+use crate::measure::{Reps, Timing, time};
+use kiln::core::codegen::math::{Needs, helpers};
+use kiln::core::wgpu;
+
+pub const ROWS: usize = 4096;
+pub const LEN: usize = 1024;
+/// vec4s per row.
+const VECS: usize = LEN / 4;
+/// Lanes per row in the subgroup layout (lavapipe's subgroup size).
+const SG_LANES: usize = 8;
+/// Lanes per row in the workgroup layout.
+const WG_LANES: usize = 64;
+
+pub struct Layout {
+    pub name: &'static str,
+    pub timing: Result<Timing, String>,
+}
+
+const BINDINGS: &str = "@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+";
+
+/// `kiln_exp(x)`, or `x` itself when the layout leaves the exp out.
+fn exp(with_exp: bool, x: &str) -> String {
+    if with_exp { format!("kiln_exp({x})") } else { format!("({x})") }
+}
+
+fn prelude() -> String {
+    format!("{BINDINGS}{}", helpers(Needs { exp: true, ..Default::default() }, true))
+}
+
+/// One row per invocation: a max pass, a pass summing exp(x − max) (and,
+/// with `keep`, storing it), and an output pass.
+fn per_invocation(exps: usize) -> String {
+    let keep = exps == 1;
+    let e = exp(exps > 0, "src[i] - vec4<f32>(mx)");
+    let (sum_pass, out) = if keep {
+        (format!("let ev = {e}; dst[i] = ev; b = b + ev;"), "dst[i] / vec4<f32>(s)".to_string())
+    } else {
+        (format!("b = b + {e};"), format!("{e} / vec4<f32>(s)"))
+    };
+    format!(
+        "{}@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
+    let first = gid.x * {VECS}u;
+    var mv = vec4<f32>(-3e38);
+    for (var j = 0u; j < {VECS}u; j++) {{ mv = max(mv, src[first + j]); }}
+    let mx = max(max(mv.x, mv.y), max(mv.z, mv.w));
+    var s = 0.0;
+    for (var j0 = 0u; j0 < {VECS}u; j0 += 16u) {{
+        var b = vec4<f32>(0.0);
+        for (var j = j0; j < j0 + 16u; j++) {{ let i = first + j; {sum_pass} }}
+        s = s + (b.x + b.y) + (b.z + b.w);
+    }}
+    for (var j = 0u; j < {VECS}u; j++) {{ let i = first + j; dst[i] = {out}; }}
+}}
+",
+        prelude()
+    )
+}
+
+/// Eight subgroup lanes per row, each holding its 32 vec4s in registers:
+/// the row is read once and written once.
+fn subgroup_registers(with_exp: bool) -> String {
+    let per_lane = VECS / SG_LANES;
+    let mut s = prelude();
+    s += "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n";
+    s += &format!("    let at = (gid.x / {SG_LANES}u) * {VECS}u + gid.x % {SG_LANES}u;\n");
+    (0..per_lane).for_each(|t| s += &format!("    let x{t} = src[at + {}u];\n", t * SG_LANES));
+    s += "    var mv = x0;\n";
+    (1..per_lane).for_each(|t| s += &format!("    mv = max(mv, x{t});\n"));
+    s += "    let mx = vec4<f32>(subgroupMax(max(max(mv.x, mv.y), max(mv.z, mv.w))));\n    var b = vec4<f32>(0.0);\n";
+    (0..per_lane)
+        .for_each(|t| s += &format!("    let e{t} = {};\n    b = b + e{t};\n", exp(with_exp, &format!("x{t} - mx"))));
+    s += "    let s = vec4<f32>(subgroupAdd((b.x + b.y) + (b.z + b.w)));\n";
+    (0..per_lane).for_each(|t| s += &format!("    dst[at + {}u] = e{t} / s;\n", t * SG_LANES));
+    s + "}\n"
+}
+
+/// A workgroup of 64 lanes per row, maxima and sums combined by a tree in
+/// workgroup memory (a barrier per level).
+fn workgroup_tree() -> String {
+    let per_lane = VECS / WG_LANES;
+    let tree = |merge: &str| {
+        let mut t = String::from("    workgroupBarrier();\n");
+        let mut w = WG_LANES / 2;
+        while w >= 1 {
+            let m = merge.replace('A', "part[l]").replace('B', &format!("part[l + {w}u]"));
+            t += &format!("    if (l < {w}u) {{ part[l] = {m}; }}\n    workgroupBarrier();\n");
+            w /= 2;
+        }
+        t
+    };
+    let e = exp(true, "src[i] - vec4<f32>(mx)");
+    format!(
+        "{}var<workgroup> part: array<f32, {WG_LANES}>;
+@compute @workgroup_size({WG_LANES})
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l: u32) {{
+    let at = wg.x * {VECS}u + l;
+    var mv = vec4<f32>(-3e38);
+    for (var t = 0u; t < {per_lane}u; t++) {{ mv = max(mv, src[at + t * {WG_LANES}u]); }}
+    part[l] = max(max(mv.x, mv.y), max(mv.z, mv.w));
+{}    let mx = part[0];
+    workgroupBarrier();
+    var b = vec4<f32>(0.0);
+    for (var t = 0u; t < {per_lane}u; t++) {{ let i = at + t * {WG_LANES}u; let ev = {e}; dst[i] = ev; b = b + ev; }}
+    part[l] = (b.x + b.y) + (b.z + b.w);
+{}    let s = part[0];
+    for (var t = 0u; t < {per_lane}u; t++) {{ let i = at + t * {WG_LANES}u; dst[i] = dst[i] / vec4<f32>(s); }}
+}}
+",
+        prelude(),
+        tree("max(A, B)"),
+        tree("A + B")
+    )
+}
+
+/// (name, WGSL, workgroups, whether it computes softmax) for the layouts
+/// this adapter can run: subgroups where it has them, workgroup memory
+/// off Vulkan (kiln's rule, see `MatmulConfig::runs_on`).
+fn layouts(subgroups: bool, vulkan: bool) -> Vec<(&'static str, String, usize, bool)> {
+    let per_row = ROWS.div_ceil(64);
+    let mut v = vec![
+        ("row per invocation, 2 exps/element", per_invocation(2), per_row, true),
+        ("row per invocation, 1 exp/element", per_invocation(1), per_row, true),
+        ("row per invocation, no exp", per_invocation(0), per_row, false),
+    ];
+    if subgroups {
+        let groups = ROWS * SG_LANES / 64;
+        v.push(("8 subgroup lanes per row in registers, 1 exp/element", subgroup_registers(true), groups, true));
+        v.push(("8 subgroup lanes per row in registers, no exp", subgroup_registers(false), groups, false));
+    }
+    if !vulkan {
+        v.push(("64-lane workgroup per row, workgroup-memory tree", workgroup_tree(), ROWS, true));
+    }
+    v
+}
+
+/// The input: varied values in [-5, 5).
+fn input() -> Vec<f32> {
+    (0..ROWS * LEN).map(|i| ((i as u64 * 2_654_435_761 % 1000) as f32) / 100.0 - 5.0).collect()
+}
+
+/// Worst absolute difference from a host softmax of `x`.
+fn softmax_error(x: &[f32], y: &[f32]) -> f64 {
+    let mut worst = 0f64;
+    for (xr, yr) in x.chunks(LEN).zip(y.chunks(LEN)) {
+        let max = xr.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+        let sum: f64 = xr.iter().map(|&v| (v as f64 - max).exp()).sum();
+        for (&a, &b) in xr.iter().zip(yr) {
+            worst = worst.max((((a as f64 - max).exp() / sum) - b as f64).abs());
+        }
+    }
+    worst
+}
+
+pub fn measure(adapter: &wgpu::Adapter, reps: Reps) -> Result<Vec<Layout>, String> {
+    let subgroups = adapter.features().contains(wgpu::Features::SUBGROUP);
+    let features = if subgroups { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() };
+    let gpu = Gpu::open(adapter, features)?;
+    let x = input();
+    let bytes = (x.len() * 4) as u64;
+    let (src, dst) = (gpu.buffer(bytes), gpu.buffer(bytes));
+    gpu.queue.write_buffer(&src, 0, &x.iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<u8>>());
+    let vulkan = adapter.get_info().backend == wgpu::Backend::Vulkan;
+    let mut out = Vec::new();
+    for (name, wgsl, groups, softmax) in layouts(subgroups, vulkan) {
+        let run = gpu.kernel(&wgsl, &src, &dst, [groups as u32, 1]);
+        let checked = run().and_then(|()| {
+            let err = softmax_error(&x, &gpu.read(&dst, bytes)?);
+            if softmax && err > 1e-6 { Err(format!("wrong result: off by {err:e}")) } else { Ok(()) }
+        });
+        out.push(Layout { name, timing: checked.and_then(|()| time(reps, &run)) });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_layout_validates() {
+        for (name, source, _, _) in layouts(true, false) {
+            kiln::core::validate::translate_all(&source).unwrap_or_else(|e| panic!("{name}: {e}\n{source}"));
+        }
+    }
+}
