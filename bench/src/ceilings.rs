@@ -69,6 +69,22 @@ pub struct Ceilings {
     pub copy_bytes: f64,
     pub fma: Timing,
     pub fma_flops: f64,
+    copy_run: Box<dyn Fn() -> Result<(), String>>,
+    fma_run: Box<dyn Fn() -> Result<(), String>>,
+}
+
+impl Ceilings {
+    /// The copy rate (bytes/s) measured again now. Figures are compared
+    /// with the ceiling measured right before them: on this shared machine
+    /// the copy rate moved by 2× within one run.
+    pub fn copy_now(&self, reps: Reps) -> Result<f64, String> {
+        Ok(self.copy_bytes / time(reps, &self.copy_run)?.median)
+    }
+
+    /// The FMA rate (flop/s) measured again now, as [`Ceilings::copy_now`].
+    pub fn fma_now(&self, reps: Reps) -> Result<f64, String> {
+        Ok(self.fma_flops / time(reps, &self.fma_run)?.median)
+    }
 }
 
 /// A device of the bench's own for hand-written WGSL microkernels.
@@ -125,7 +141,7 @@ impl Gpu {
         src: &wgpu::Buffer,
         dst: &wgpu::Buffer,
         groups: [u32; 2],
-    ) -> impl Fn() -> Result<(), String> {
+    ) -> impl Fn() -> Result<(), String> + 'static {
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: None,
             source: wgpu::ShaderSource::Wgsl(wgsl.into()),
@@ -146,16 +162,17 @@ impl Gpu {
                 wgpu::BindGroupEntry { binding: 1, resource: dst.as_entire_binding() },
             ],
         });
+        let (device, queue) = (self.device.clone(), self.queue.clone());
         move || {
-            let mut enc = self.device.create_command_encoder(&Default::default());
+            let mut enc = device.create_command_encoder(&Default::default());
             {
                 let mut pass = enc.begin_compute_pass(&Default::default());
                 pass.set_pipeline(&pipeline);
                 pass.set_bind_group(0, &bind, &[]);
                 pass.dispatch_workgroups(groups[0], groups[1], 1);
             }
-            self.queue.submit([enc.finish()]);
-            self.device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| e.to_string())
+            queue.submit([enc.finish()]);
+            device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| e.to_string())
         }
     }
 }
@@ -165,15 +182,24 @@ pub fn measure(adapter: &wgpu::Adapter, reps: Reps, elements: usize) -> Result<C
     let bytes = (elements * 4) as u64;
     let (src, dst) = (gpu.buffer(bytes), gpu.buffer(bytes));
     let groups = (elements / 4).div_ceil(COPY_VEC4S_PER_INVOCATION).div_ceil(256) as u32;
-    let copy = time(reps, gpu.kernel(&copy_wgsl(), &src, &dst, [groups.min(65535), groups.div_ceil(65535)]))?;
+    let copy_run = gpu.kernel(&copy_wgsl(), &src, &dst, [groups.min(65535), groups.div_ceil(65535)]);
+    let copy = time(reps, &copy_run)?;
     let params: [f32; 12] = [0.999, 0.999, 0.999, 0.999, 1e-3, 1e-3, 1e-3, 1e-3, FMA_ITERS as f32, 0.0, 0.0, 0.0];
     let fsrc = gpu.buffer(48);
     let words: Vec<u8> = params.iter().flat_map(|x| x.to_ne_bytes()).collect();
     gpu.queue.write_buffer(&fsrc, 0, &words);
     let fdst = gpu.buffer(FMA_INVOCATIONS as u64 * 16);
-    let fma = time(reps, gpu.kernel(&fma_wgsl(), &fsrc, &fdst, [FMA_INVOCATIONS / 64, 1]))?;
+    let fma_run = gpu.kernel(&fma_wgsl(), &fsrc, &fdst, [FMA_INVOCATIONS / 64, 1]);
+    let fma = time(reps, &fma_run)?;
     let fma_flops = FMA_INVOCATIONS as f64 * FMA_ITERS as f64 * FMA_PER_ITER * 2.0;
-    Ok(Ceilings { copy, copy_bytes: 2.0 * bytes as f64, fma, fma_flops })
+    Ok(Ceilings {
+        copy,
+        copy_bytes: 2.0 * bytes as f64,
+        fma,
+        fma_flops,
+        copy_run: Box::new(copy_run),
+        fma_run: Box::new(fma_run),
+    })
 }
 
 #[cfg(test)]

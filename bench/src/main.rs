@@ -125,7 +125,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let cx = suites::Ctx { dev: &dev, adapter: &name, reps, ceilings: &c, only: args.only.as_deref() };
         suites::run(&cx, args.quick, &mut out)?;
         if cx.wants("softmax layout") && !args.quick {
-            let copy = c.copy_bytes / c.copy.median / 1e9;
+            let copy = c.copy_now(reps)? / 1e9;
             let bytes = 8.0 * (row_layouts::ROWS * row_layouts::LEN) as f64 / 1e9;
             for layout in row_layouts::measure(&adapter, reps)? {
                 let bench = format!("softmax layout: {}", layout.name);
@@ -152,7 +152,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     });
     if let Some(path) = docs {
         let header = format!(
-            "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a 2-core machine shared with other sessions. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the same run's ceiling (FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves: 4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element over the chain's).",
+            "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a 2-core machine shared with other sessions. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the ceiling measured again right before that figure, under the same load (the ceiling rows are each adapter's first measurement; the copy rate moved by 2× within one run): FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves (4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element over the chain's; the softmax layouts share one measurement made before them).",
             utc_now(),
             started.elapsed().as_secs_f64(),
             load_before,

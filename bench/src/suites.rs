@@ -45,11 +45,14 @@ impl Ctx<'_> {
         self.only.is_none_or(|o| bench.contains(o))
     }
 
-    fn fma(&self) -> f64 {
-        self.ceilings.fma_flops / self.ceilings.fma.median
+    /// The FMA ceiling (flop/s), measured again right before a figure.
+    fn fma_now(&self) -> Result<f64> {
+        self.ceilings.fma_now(self.reps).map_err(KilnError::Gpu)
     }
-    fn copy(&self) -> f64 {
-        self.ceilings.copy_bytes / self.ceilings.copy.median
+
+    /// The copy ceiling (bytes/s), measured again right before a figure.
+    fn copy_now(&self) -> Result<f64> {
+        self.ceilings.copy_now(self.reps).map_err(KilnError::Gpu)
     }
 
     /// GFLOP/s of an m×k @ k×n f32 product with the tuned config (or `config`).
@@ -57,6 +60,7 @@ impl Ctx<'_> {
         let (a, b) = (input(self.dev, &[m, k])?, input(self.dev, &[k, n])?);
         self.dev.set_matmul_config(config)?;
         wait(&a.matmul(&b)?)?; // tunes this shape class if needed
+        let fma = self.fma_now()?;
         let t = time(self.reps, || wait(&a.matmul(&b)?));
         self.dev.set_matmul_config(None)?;
         let t = t?;
@@ -72,8 +76,8 @@ impl Ctx<'_> {
             }
         };
         Ok(Record::rate(bench, self.adapter, t, 2.0 * (m * n * k) as f64 / 1e9, "GFLOP/s")
-            .of(self.fma() / 1e9)
-            .note(chosen))
+            .of(fma / 1e9)
+            .note(format!("{chosen}; FMA ceiling right before: {:.1} GFLOP/s", fma / 1e9)))
     }
 
     /// GB/s of `f(x)` over `shape`, counting `bytes_per_elem` per input element.
@@ -86,8 +90,12 @@ impl Ctx<'_> {
     ) -> Result<Record> {
         let x = input(self.dev, shape)?;
         let n: usize = shape.iter().product();
+        wait(&f(&x)?)?;
+        let copy = self.copy_now()?;
         let t = time(self.reps, || wait(&f(&x)?))?;
-        Ok(Record::rate(bench, self.adapter, t, bytes_per_elem * n as f64 / 1e9, "GB/s").of(self.copy() / 1e9))
+        Ok(Record::rate(bench, self.adapter, t, bytes_per_elem * n as f64 / 1e9, "GB/s")
+            .of(copy / 1e9)
+            .note(format!("copy ceiling right before: {:.2} GB/s", copy / 1e9)))
     }
 }
 
@@ -186,19 +194,22 @@ fn chains(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         &|t| t.sqrt(),
         &|t| t.neg(),
     ];
-    let copy_s = cx.ceilings.copy.median * (4096.0 * 4096.0) / (cx.ceilings.copy_bytes / 8.0);
-    // kiln's own generated kernel for one op, against the same ceiling:
-    // what the code generator costs before any chain.
-    let t = time(cx.reps, || wait(&m.neg()?))?;
-    let r = Record::duration("1-op kernel (neg) generated", cx.adapter, t, 1e3, "ms");
-    out(Record { ceiling_fraction: Some(copy_s / t.median), ..r });
+    // Fraction: the copy ceiling's time for the same 8 B/element over the
+    // figure's, the ceiling measured again right before.
+    let mut timed = |bench: &str, run: &dyn Fn() -> Result<Tensor>| -> Result<()> {
+        wait(&run()?)?;
+        let copy_s = 8.0 * (4096.0 * 4096.0) / cx.copy_now()?;
+        let t = time(cx.reps, || wait(&run()?))?;
+        let r = Record::duration(bench, cx.adapter, t, 1e3, "ms");
+        out(Record { ceiling_fraction: Some(copy_s / t.median), ..r });
+        Ok(())
+    };
+    // kiln's own generated kernel for one op: what the code generator costs
+    // before any chain.
+    timed("1-op kernel (neg) generated", &|| m.neg())?;
     for (name, ops) in [("arithmetic", &cheap), ("transcendental", &transcendental)] {
         for (how, eager) in [("fused", false), ("unfused", true)] {
-            let t = time(cx.reps, || wait(&chain(&m, ops, eager)?))?;
-            // Fraction: the copy ceiling's time for the same 8 B/element over this one.
-            let r = Record::duration(&format!("8-op {name} chain {how}"), cx.adapter, t, 1e3, "ms");
-            let frac = copy_s / t.median;
-            out(Record { ceiling_fraction: Some(frac), ..r });
+            timed(&format!("8-op {name} chain {how}"), &|| chain(&m, ops, eager))?;
         }
     }
     Ok(())

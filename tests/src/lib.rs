@@ -9,6 +9,7 @@ pub mod browser;
 pub mod cases;
 pub mod grad_cases;
 pub mod grad_check;
+pub mod matmul_family;
 pub mod nn_cases;
 pub mod report;
 pub mod rng;

@@ -138,6 +138,9 @@ async function main() {
     fs.writeFileSync(path.join(root, 'docs/conformance-browser.tsv'), tsv.join('\n') + '\n');
     check(!summary.error, `the conformance page ran${summary.error ? `: ${summary.error}` : ''}`);
     for (const c of summary.cases.filter((c) => !c.passed)) console.log(`FAILED ${c.op} [${c.detail}]: ${c.failure}`);
+    const family = summary.matmul_family ?? { checked: 0, skipped: [], failures: ['did not run'] };
+    for (const s of family.skipped) console.log(`skipped in the browser: ${s}`);
+    check(family.failures.length === 0 && family.checked > 0, `matmul kernel family in the browser: ${family.checked} (case, config) pairs match the reference${family.failures.length ? '; failures:\n' + family.failures.join('\n') : ''}`);
     check(summary.failed === 0 && summary.passed > 0, `conformance in the browser: ${summary.passed} passed, ${summary.failed} failed (${summary.pipelines} kernels compiled by Dawn) in ${((Date.now() - tc) / 1000).toFixed(1)} s`);
     check(problems.length === 0, `no GPU, WGSL or console errors${problems.length ? ':\n' + problems.join('\n') : ''}`);
   } finally {

@@ -4,7 +4,7 @@
 use js_sys::Promise;
 use kiln::{Device, DeviceOptions};
 use kiln_conformance::grad_cases::{self, GradCase};
-use kiln_conformance::{Case, Outcome, cases, grad_check, report};
+use kiln_conformance::{Case, Outcome, cases, grad_check, matmul_family, report};
 use kiln_mnist::{Config, ModelKind};
 use kiln_nn::data::Mnist;
 use std::cell::{Cell, RefCell};
@@ -31,6 +31,23 @@ pub struct Gpu {
 
 #[wasm_bindgen]
 impl Gpu {
+    /// Every matmul kernel-family member this device runs, forced in turn
+    /// on a ragged and a vec4-eligible product against the CPU reference
+    /// (`kiln_conformance::matmul_family`; the tuner is off on the web, so
+    /// only this brings them to the browser's compiler). Resolves to
+    /// `{"checked": n, "skipped": [reason], "failures": [what]}`.
+    pub fn matmul_family(&self) -> Promise {
+        let device = self.device.clone();
+        future_to_promise(async move {
+            let wanted = |w: &str| w.starts_with("ragged") || w.starts_with("vec4-eligible relu");
+            let cases: Vec<_> = matmul_family::CASES.into_iter().filter(|(w, _)| wanted(w)).collect();
+            let family = matmul_family::check(&device, &cases).await.map_err(js_err)?;
+            let list = |v: &[String]| format!("[{}]", v.iter().map(|s| quote(s)).collect::<Vec<_>>().join(","));
+            let (skipped, failures) = (list(&family.skipped), list(&family.failures));
+            Ok(format!("{{\"checked\":{},\"skipped\":{skipped},\"failures\":{failures}}}", family.checked).into())
+        })
+    }
+
     /// Resolves to a `Gpu`, or rejects saying why (no WebGPU, no adapter).
     pub fn init() -> Promise {
         future_to_promise(async {

@@ -34,6 +34,10 @@ async function main() {
     [op, detail, cell].forEach((t, k) => (tr.children[k].textContent = t));
     $('rows').appendChild(tr);
   }
+  if (!filter) {
+    $('status').textContent = 'running every matmul kernel-family member';
+    summary.matmul_family = JSON.parse(await gpu.matmul_family());
+  }
   summary.pipelines = gpu.pipelines();
   summary.done = true;
   $('status').textContent = `${summary.passed} passed, ${summary.failed} failed`;

@@ -1,0 +1,97 @@
+//! Every member of the matmul kernel family, forced in turn on one device,
+//! against the CPU reference on ragged shapes, batches, transposed and f16
+//! operands and a fused epilogue: whichever config the autotuner picks,
+//! results pass the same tolerances. Natively `tests/matmul_family.rs` runs
+//! it on every adapter; the browser's conformance page on WebGPU (where the
+//! tuner is off, so these kernels otherwise never reach Dawn's compiler).
+
+use crate::rng::Rng;
+use kiln::core::codegen::matmul::MatmulConfig;
+use kiln::prelude::*;
+
+fn random(dev: &Device, shape: &[usize], seed: u64) -> Result<Tensor> {
+    let mut rng = Rng::new(seed);
+    let n: usize = shape.iter().product();
+    let data: Vec<f32> = (0..n).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+    Tensor::from_slice(dev, &data, shape)
+}
+
+pub type Case = (&'static str, fn(&Device) -> Result<Tensor>);
+
+/// A vec4 config runs its scalar twin on shapes that are not
+/// vec4-eligible; the "ragged" case checks that fallback (every shape
+/// for every vec4 config is slow to compile on SwiftShader).
+pub const CASES: [Case; 7] = [
+    ("ragged 37x53 @ 53x29", |d| random(d, &[37, 53], 1)?.matmul(&random(d, &[53, 29], 2)?)),
+    ("batched [2,3,19,70] @ [3,70,21]", |d| random(d, &[2, 3, 19, 70], 3)?.matmul(&random(d, &[3, 70, 21], 4)?)),
+    ("transposed operands 45x33", |d| random(d, &[33, 45], 5)?.t()?.matmul(&random(d, &[40, 33], 6)?.t()?)),
+    ("f16 operands 40x66 @ 66x70", |d| {
+        random(d, &[40, 66], 7)?.cast(DType::F16)?.matmul(&random(d, &[66, 70], 8)?.cast(DType::F16)?)
+    }),
+    // K and N multiples of 4, contiguous: the vec4 configs run these.
+    ("vec4-eligible relu(x @ w + b) 37x52 @ 52x44", |d| {
+        random(d, &[37, 52], 12)?.matmul(&random(d, &[52, 44], 13)?)?.add(&random(d, &[44], 14)?)?.relu()
+    }),
+    ("vec4-eligible batched [2,3,19,68] @ [3,68,20]", |d| {
+        random(d, &[2, 3, 19, 68], 15)?.matmul(&random(d, &[3, 68, 20], 16)?)
+    }),
+    ("relu(x @ w + b) epilogue 130x72 @ 72x90", |d| {
+        random(d, &[130, 72], 9)?.matmul(&random(d, &[72, 90], 10)?)?.add(&random(d, &[90], 11)?)?.relu()
+    }),
+];
+
+/// What one device made of the family.
+#[derive(Debug, Default)]
+pub struct Family {
+    /// (case, config) pairs that ran and matched.
+    pub checked: usize,
+    /// Configs the device cannot run, with the reason it gave.
+    pub skipped: Vec<String>,
+    pub failures: Vec<String>,
+}
+
+/// Force each config in turn on `dev` for each of `cases`; the device is
+/// left on the tuner's choice.
+pub async fn check(dev: &Device, cases: &[Case]) -> Result<Family> {
+    let cpu = Device::cpu();
+    let mut family = Family::default();
+    let configs: Vec<MatmulConfig> = MatmulConfig::CANDIDATES.into_iter().chain([MatmulConfig::DEFAULT]).collect();
+    for config in &configs {
+        match dev.set_matmul_config(Some(*config)) {
+            Err(e) if config.runs_on(&dev.info()) => family.failures.push(format!("refused: {e}")),
+            Err(e) => family.skipped.push(e.to_string()),
+            Ok(()) => {}
+        }
+    }
+    for &(what, build) in cases {
+        let want = build(&cpu)?.cast(DType::F32)?.to_vec::<f32>().await?;
+        let scale = want.iter().fold(1e-30f32, |m, v| m.max(v.abs()));
+        let tol = if what.starts_with("f16") { 2e-3 } else { 1e-5 };
+        for config in &configs {
+            let eligible = !config.vec || what.contains("vec4") || what.starts_with("ragged");
+            if !eligible || dev.set_matmul_config(Some(*config)).is_err() {
+                continue;
+            }
+            let got = build(dev)?.cast(DType::F32)?.to_vec::<f32>().await;
+            let got = match got {
+                Ok(g) => g,
+                Err(e) => {
+                    family.failures.push(format!("{what}, {}: {e}", config.name()));
+                    continue;
+                }
+            };
+            let bad = got.iter().zip(&want).position(|(g, w)| (g - w).abs() > tol * scale);
+            match bad {
+                Some(i) => family.failures.push(format!(
+                    "{what}, {}: element {i} is {}, reference {}",
+                    config.name(),
+                    got[i],
+                    want[i]
+                )),
+                None => family.checked += 1,
+            }
+        }
+    }
+    dev.set_matmul_config(None)?;
+    Ok(family)
+}
