@@ -26,8 +26,10 @@ pub struct Layout {
     pub timing: Result<Timing, String>,
 }
 
+/// The bindings, and the bit-pattern helper kiln's math functions use.
 const BINDINGS: &str = "@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+fn f32_bits(b: u32) -> f32 { return bitcast<f32>(b); }
 ";
 
 /// `kiln_exp(x)`, or `x` itself when the layout leaves the exp out.

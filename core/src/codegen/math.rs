@@ -41,19 +41,19 @@ pub fn helpers(needs: Needs, vec4: bool) -> String {
 /// e^x = 2^k · e^r with k = round(x / ln 2) and |r| ≤ ln 2 / 2. ln 2 is
 /// split in two (Cody and Waite) so that k · LN2_HI is exact; e^r is its
 /// Taylor polynomial to r^7 (truncation below 0.06 ulp on that interval).
-/// 2^k is applied as two powers of two built in the exponent bits, so each
-/// stays in range for every k in [−127, 128].
+/// 2^k is applied by adding k to e^r's exponent bits: exact, and the same
+/// bits as multiplying by 2^k, for every normal result. x is clamped so that
+/// e^r < 1 when k = 128 (the exponent stays below the infinity code) and
+/// results are normal from −126 · ln 2 up; outside that range the selects
+/// give ∞ and 0 (subnormal results flush to zero).
 const EXP_FN: &str = "fn kiln_exp(x: {F}) -> {F} {
-    let xc = clamp(x, {F}(-88.0), {F}(89.0));
+    let xc = clamp(x, {F}(-88.0), {F}(88.7228317));
     let k = round(xc * {F}(1.44269504));
     let r = (xc - k * {F}(0.693359375)) + k * {F}(2.12194440e-4);
     let p = {F}(1.0) + r * ({F}(1.0) + r * ({F}(0.5) + r * ({F}(0.166666667) + r * ({F}(0.0416666667)
         + r * ({F}(0.00833333333) + r * ({F}(0.00138888889) + r * {F}(0.000198412698)))))));
-    let k_total = {I}(k);
-    let k_half = k_total >> {U}(1u);
-    let scale_a = bitcast<{F}>({U}(k_half + {I}(127)) << {U}(23u));
-    let scale_b = bitcast<{F}>({U}(k_total - k_half + {I}(127)) << {U}(23u));
-    let y = select(p * scale_a * scale_b, {F}(0.0), x < {F}(-87.3365448));
+    let scaled = bitcast<{F}>(bitcast<{I}>(p) + ({I}(k) << {U}(23u)));
+    let y = select(select(scaled, {F}(f32_bits(0x7f800000u)), x > {F}(88.7228317)), {F}(0.0), x < {F}(-87.3365402));
     let is_nan = (bitcast<{U}>(x) & {U}(0x7fffffffu)) > {U}(0x7f800000u);
     return select(y, x, is_nan);
 }
