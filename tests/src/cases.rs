@@ -441,14 +441,22 @@ fn softmax(s: &mut Suite) {
             f(input(d, 94, &[7, 1023], DType::F16, -5.0, 5.0)?, -1)
         });
         // The online max/sum pass must skip −∞ (a mask), also as a row's
-        // first elements; [9, 1024] takes the vec4 path.
-        s.add(name, "f32 [9, 1024] masked to −∞ (first 8 and values < −3)", tol, move |d| {
-            let x = input(d, 95, &[9, 1024], DType::F32, -5.0, 5.0)?;
+        // first elements; [33, 1024] takes the row kernel (at least 32
+        // rows) and its vec4 path.
+        s.add(name, "f32 [33, 1024] masked to −∞ (first 8 and values < −3)", tol, move |d| {
+            let x = input(d, 95, &[33, 1024], DType::F32, -5.0, 5.0)?;
             let col = Tensor::arange(d, 0.0, 1024.0, 1.0, DType::F32)?;
             let below = |t: &Tensor, v: f64| t.lt(&Tensor::scalar(d, v, DType::F32)?);
             let masked = below(&x, -3.0)?.logical_or(&below(&col, 8.0)?)?;
             f(Tensor::where_cond(&masked, &Tensor::scalar(d, f64::NEG_INFINITY, DType::F32)?, &x)?, -1)
         });
+        // A costly input computed in the row kernel: the kernel may keep
+        // tanh(x) (or exp(tanh(x) − max)) in the output for the last pass.
+        for shape in [[33, 1024], [33, 1023]] {
+            s.add(name, format!("tanh of f32 {shape:?} computed in the kernel, axis -1"), tol, move |d| {
+                f(input(d, 96, &shape, DType::F32, -3.0, 3.0)?.tanh()?, -1)
+            });
+        }
     }
 }
 

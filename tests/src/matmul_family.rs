@@ -51,11 +51,20 @@ pub struct Family {
 }
 
 /// Force each config in turn on `dev` for each of `cases`; the device is
-/// left on the tuner's choice.
+/// left on the tuner's choice, also when a case fails to build.
 pub async fn check(dev: &Device, cases: &[Case]) -> Result<Family> {
+    let family = check_forcing(dev, cases).await;
+    dev.set_matmul_config(None)?;
+    family
+}
+
+async fn check_forcing(dev: &Device, cases: &[Case]) -> Result<Family> {
     let cpu = Device::cpu();
     let mut family = Family::default();
-    let configs: Vec<MatmulConfig> = MatmulConfig::CANDIDATES.into_iter().chain([MatmulConfig::DEFAULT]).collect();
+    let mut configs = MatmulConfig::CANDIDATES.to_vec();
+    if !configs.contains(&MatmulConfig::DEFAULT) {
+        configs.push(MatmulConfig::DEFAULT);
+    }
     for config in &configs {
         match dev.set_matmul_config(Some(*config)) {
             Err(e) if config.runs_on(&dev.info()) => family.failures.push(format!("refused: {e}")),
@@ -92,6 +101,5 @@ pub async fn check(dev: &Device, cases: &[Case]) -> Result<Family> {
             }
         }
     }
-    dev.set_matmul_config(None)?;
     Ok(family)
 }

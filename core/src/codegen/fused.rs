@@ -401,8 +401,10 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
     let at = if vec4 { "f >> 2u" } else { "f" };
     let mut k = 0;
     while k < stages.len() {
-        // The online pass rescales its sums, so it cannot keep exp(x − max).
-        if reuse.is_none_or(|(r, _)| r != k + 1) && sums_exp_of_shifted_max(sig, stages, k) {
+        // The online pass rescales its sums and stores nothing, so it runs
+        // only when neither of its stages keeps a value for the outputs.
+        let keeps = reuse.is_some_and(|(r, _)| r == k || r == k + 1);
+        if !keeps && sums_exp_of_shifted_max(sig, stages, k) {
             s += &online_max_and_exp_sum(&e, k, vec4);
             k += 2;
             continue;
@@ -448,11 +450,12 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
 /// A stage whose value the outputs compute again, costly enough to keep
 /// (softmax's exp(x − max)): its pass stores each value in output `o` (an
 /// f32 one), and the output pass reads it back from there. As (stage, o).
-/// The last body must begin with the stage's body, whose root is its last op.
+/// The last body must begin with the stage's body, whose root is its last op;
+/// the latest such stage is kept (it contains the earlier ones' values).
 fn reused_stage(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool) -> Option<(usize, usize)> {
     let o = outputs.iter().position(|&d| d == DType::F32).filter(|_| !per_row)?;
     let last = &sig.bodies[stages.len()];
-    let k = (0..stages.len()).find(|&k| {
+    let k = (0..stages.len()).rfind(|&k| {
         let (ops, n) = (&sig.bodies[k].ops, sig.bodies[k].ops.len());
         let costly = ops.iter().any(|(op, _)| {
             use UnaryOp::*;

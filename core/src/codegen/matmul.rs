@@ -264,6 +264,11 @@ fn main_staged(c: &MatmulConfig) -> String {
     let (tm, tn, wx, wy) = (c.tm, c.tn, c.wx, c.wy);
     let (rows, cols, threads) = (tm * wy, tn * wx, wx * wy);
     let (a_len, b_len) = (rows * STAGE_K, cols * STAGE_K);
+    assert!(
+        a_len % threads == 0 && b_len % threads == 0 && tn % 4 == 0,
+        "{}: the slices must split evenly among the invocations",
+        c.name()
+    );
     let mut s = format!(
         "var<workgroup> stage_a: array<f32, {}>;\nvar<workgroup> stage_b: array<f32, {}>;\n",
         2 * a_len,

@@ -196,11 +196,14 @@ impl Device {
     pub fn set_matmul_config(&self, config: Option<MatmulConfig>) -> Result<()> {
         if let Backend::Gpu(g) = &*self.0 {
             if let Some(c) = config.filter(|c| !c.runs_on(&g.info)) {
-                let (info, name) = (&g.info, c.name());
+                let info = &g.info;
+                // On the web the adapter's name is often empty.
+                let adapter = if info.name.is_empty() { info.backend.clone() } else { info.name.clone() };
+                let name = c.name();
                 let detail = if c.staged {
-                    format!("{name} stages operands in workgroup memory, which kiln leaves off Vulkan ({})", info.name)
+                    format!("{name} stages operands in workgroup memory, which kiln leaves off Vulkan ({adapter})")
                 } else {
-                    format!("{name} shares through subgroups, which {} ({}) lacks", info.name, info.backend)
+                    format!("{name} shares through subgroups, which {adapter} ({}) lacks", info.backend)
                 };
                 return Err(KilnError::Invalid { op: "set_matmul_config", detail });
             }
