@@ -131,11 +131,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 /// this adapter can run: subgroups where it has them, workgroup memory
 /// off Vulkan (kiln's rule, see `MatmulConfig::runs_on`).
 fn layouts(subgroups: bool, vulkan: bool) -> Vec<(&'static str, String, usize, bool)> {
-    let per_row = ROWS.div_ceil(64);
+    let row_per_invocation_groups = ROWS.div_ceil(64);
     let mut v = vec![
-        ("row per invocation, 2 exps/element", per_invocation(2), per_row, true),
-        ("row per invocation, 1 exp/element", per_invocation(1), per_row, true),
-        ("row per invocation, no exp", per_invocation(0), per_row, false),
+        ("row per invocation, 2 exps/element", per_invocation(2), row_per_invocation_groups, true),
+        ("row per invocation, 1 exp/element", per_invocation(1), row_per_invocation_groups, true),
+        ("row per invocation, no exp", per_invocation(0), row_per_invocation_groups, false),
     ];
     if subgroups {
         let groups = ROWS * SG_LANES / 64;

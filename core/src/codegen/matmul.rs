@@ -299,42 +299,37 @@ fn main_staged(c: &MatmulConfig) -> String {
         let _ = writeln!(s, "    let eb{q} = li + {}u;", q * threads);
         let _ = writeln!(s, "    let gb{q} = base.y + i32(min(wg.x * {cols}u + eb{q} % {cols}u, N - 1u)) * sbc;");
     }
+    // The slice at k0 read into registers (`loads`), and those registers
+    // written to buffer half `half` (`stores`).
     let fetch = |half: &str, k0: &str| {
-        let mut f = String::new();
+        let (mut loads, mut stores) = (String::new(), String::new());
         for q in 0..a_loads {
-            let _ = writeln!(f, "        let ka{q} = {k0} + ea{q} % {STAGE_K}u;");
+            let _ = writeln!(loads, "        let ka{q} = {k0} + ea{q} % {STAGE_K}u;");
             let _ = writeln!(
-                f,
+                loads,
                 "        let va{q} = select(0.0, load_a(ga{q} + i32(min(ka{q}, k_last)) * sac), ka{q} < k1);"
             );
+            let at = format!("(ea{q} % {STAGE_K}u) * {rows}u + ea{q} / {STAGE_K}u");
+            let _ = writeln!(stores, "        stage_a[{half} * {a_len}u + {at}] = va{q};");
         }
         for q in 0..b_loads {
-            let _ = writeln!(f, "        let kb{q} = {k0} + eb{q} / {cols}u;");
+            let _ = writeln!(loads, "        let kb{q} = {k0} + eb{q} / {cols}u;");
             let _ = writeln!(
-                f,
+                loads,
                 "        let vb{q} = select(0.0, load_b(gb{q} + i32(min(kb{q}, k_last)) * sbr), kb{q} < k1);"
             );
+            let _ = writeln!(stores, "        stage_b[{half} * {b_len}u + eb{q}] = vb{q};");
         }
-        for q in 0..a_loads {
-            let at = format!("(ea{q} % {STAGE_K}u) * {rows}u + ea{q} / {STAGE_K}u");
-            let _ = writeln!(f, "        stage_a[{half} * {a_len}u + {at}] = va{q};");
-        }
-        for q in 0..b_loads {
-            let _ = writeln!(f, "        stage_b[{half} * {b_len}u + eb{q}] = vb{q};");
-        }
-        f
+        (loads, stores)
     };
-    s += "    {\n";
-    s += &fetch("0u", "m(3u)");
-    s += "    }\n    workgroupBarrier();\n";
+    let (loads, stores) = fetch("0u", "m(3u)");
+    s += &format!("    {{\n{loads}{stores}    }}\n    workgroupBarrier();\n");
     let _ = writeln!(s, "    for (var k = m(3u); k < k1; k += {STAGE_K}u) {{");
     let _ = writeln!(s, "        let half = ((k - m(3u)) / {STAGE_K}u) & 1u;");
     // Prefetch the next slice into registers before reading this one.
     let _ = writeln!(s, "        let next = k + {STAGE_K}u;");
-    let mut prefetch = fetch("(1u - half)", "next");
-    prefetch = prefetch.replace("        stage_", "            stage_");
-    let (loads, stores): (Vec<&str>, Vec<&str>) = prefetch.lines().partition(|l| !l.contains("stage_"));
-    let _ = writeln!(s, "{}", loads.join("\n"));
+    let (loads, stores) = fetch("(1u - half)", "next");
+    s += &loads;
     for kk in 0..STAGE_K {
         for v in 0..tn / 4 {
             let b: Vec<String> = (0..4)
@@ -350,7 +345,7 @@ fn main_staged(c: &MatmulConfig) -> String {
             }
         }
     }
-    let _ = writeln!(s, "        if (next < k1) {{\n{}\n        }}", stores.join("\n"));
+    let _ = writeln!(s, "        if (next < k1) {{\n{stores}        }}");
     s += "        workgroupBarrier();\n    }\n";
     for i in 0..tm {
         for j in 0..tn {
