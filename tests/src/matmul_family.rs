@@ -61,15 +61,16 @@ pub async fn check(dev: &Device, cases: &[Case]) -> Result<Family> {
 async fn check_forcing(dev: &Device, cases: &[Case]) -> Result<Family> {
     let cpu = Device::cpu();
     let mut family = Family::default();
-    let mut configs = MatmulConfig::CANDIDATES.to_vec();
-    if !configs.contains(&MatmulConfig::DEFAULT) {
-        configs.push(MatmulConfig::DEFAULT);
+    let mut all = MatmulConfig::CANDIDATES.to_vec();
+    if !all.contains(&MatmulConfig::DEFAULT) {
+        all.push(MatmulConfig::DEFAULT);
     }
-    for config in &configs {
-        match dev.set_matmul_config(Some(*config)) {
-            Err(e) if config.runs_on(&dev.info()) => family.failures.push(format!("refused: {e}")),
+    let (info, mut configs) = (dev.info(), Vec::new());
+    for config in all {
+        match dev.set_matmul_config(Some(config)) {
+            Err(e) if config.runs_on(&info) => family.failures.push(format!("refused: {e}")),
             Err(e) => family.skipped.push(e.to_string()),
-            Ok(()) => {}
+            Ok(()) => configs.push(config),
         }
     }
     for &(what, build) in cases {
@@ -78,9 +79,10 @@ async fn check_forcing(dev: &Device, cases: &[Case]) -> Result<Family> {
         let tol = if what.starts_with("f16") { 2e-3 } else { 1e-5 };
         for config in &configs {
             let eligible = !config.vec || what.contains("vec4") || what.starts_with("ragged");
-            if !eligible || dev.set_matmul_config(Some(*config)).is_err() {
+            if !eligible {
                 continue;
             }
+            dev.set_matmul_config(Some(*config))?;
             let got = build(dev)?.cast(DType::F32)?.to_vec::<f32>().await;
             let got = match got {
                 Ok(g) => g,

@@ -225,15 +225,20 @@ impl<'a> Emitter<'a> {
     }
 
     fn math_needs(&self) -> math::Needs {
-        let uses = |f: &dyn Fn(&Op) -> bool| self.sig.bodies.iter().any(|b| b.ops.iter().any(|(op, _)| f(op)));
-        let unary = |ops: &[UnaryOp]| uses(&|op| matches!(op, Op::Unary(u, _) if ops.contains(u)));
-        math::Needs {
-            exp: unary(&[UnaryOp::Exp, UnaryOp::Sigmoid]),
-            log: unary(&[UnaryOp::Log]),
-            sin_cos: unary(&[UnaryOp::Sin, UnaryOp::Cos]),
-            tanh: unary(&[UnaryOp::Tanh, UnaryOp::Gelu]),
-            pow: uses(&|op| matches!(op, Op::Binary(BinaryOp::Pow, ..))),
-        }
+        math_needs(self.sig.bodies.iter().flat_map(|b| &b.ops))
+    }
+}
+
+/// The math helpers `ops` call (each a polynomial of a few dozen operations).
+fn math_needs<'b>(ops: impl Iterator<Item = &'b (Op, DType)> + Clone) -> math::Needs {
+    let uses = |f: &dyn Fn(&Op) -> bool| ops.clone().any(|(op, _)| f(op));
+    let unary = |ops: &[UnaryOp]| uses(&|op| matches!(op, Op::Unary(u, _) if ops.contains(u)));
+    math::Needs {
+        exp: unary(&[UnaryOp::Exp, UnaryOp::Sigmoid]),
+        log: unary(&[UnaryOp::Log]),
+        sin_cos: unary(&[UnaryOp::Sin, UnaryOp::Cos]),
+        tanh: unary(&[UnaryOp::Tanh, UnaryOp::Gelu]),
+        pow: uses(&|op| matches!(op, Op::Binary(BinaryOp::Pow, ..))),
     }
 }
 
@@ -457,11 +462,7 @@ fn reused_stage(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
     let last = &sig.bodies[stages.len()];
     let k = (0..stages.len()).rfind(|&k| {
         let (ops, n) = (&sig.bodies[k].ops, sig.bodies[k].ops.len());
-        let costly = ops.iter().any(|(op, _)| {
-            use UnaryOp::*;
-            matches!(op, Op::Unary(Exp | Log | Sin | Cos | Tanh | Sigmoid | Gelu, _) | Op::Binary(BinaryOp::Pow, ..))
-        });
-        costly
+        math_needs(ops.iter()).any()
             && sig.bodies[k].roots == [n - 1]
             && ops[n - 1].1 == DType::F32
             && last.ops.len() > n

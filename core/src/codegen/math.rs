@@ -20,6 +20,13 @@ pub struct Needs {
     pub pow: bool,
 }
 
+impl Needs {
+    /// Whether any helper is needed.
+    pub fn any(&self) -> bool {
+        self.exp || self.log || self.sin_cos || self.tanh || self.pow
+    }
+}
+
 /// The helper functions `needs` asks for, for scalar or `vec4` values
 /// (`pow` is scalar only: kernels with `pow` are not vectorized).
 pub fn helpers(needs: Needs, vec4: bool) -> String {

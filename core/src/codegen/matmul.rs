@@ -93,12 +93,26 @@ impl MatmulConfig {
         format!("{}x{}/{}x{}{sg}{v}{wg}", self.tm, self.tn, self.wx, self.wy)
     }
 
-    /// Whether kiln runs this config on `info`'s device: subgroup sharing
-    /// needs subgroups, and staged configs stay off Vulkan, where naga 30's
-    /// SPIR-V gives workgroup arrays an explicit layout that Vulkan forbids
-    /// (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
+    /// Whether kiln runs this config on `info`'s device ([`MatmulConfig::refusal`]).
     pub fn runs_on(&self, info: &crate::runtime::DeviceInfo) -> bool {
-        (!self.share || info.subgroups) && (!self.staged || info.backend != "vulkan")
+        self.refusal(info).is_none()
+    }
+
+    /// Why kiln does not run this config on `info`'s device, if it does not:
+    /// subgroup sharing needs subgroups, and staged configs stay off Vulkan,
+    /// where naga 30's SPIR-V gives workgroup arrays an explicit layout that
+    /// Vulkan forbids (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
+    pub fn refusal(&self, info: &crate::runtime::DeviceInfo) -> Option<String> {
+        // On the web the adapter's name is often empty.
+        let adapter = if info.name.is_empty() { &info.backend } else { &info.name };
+        let name = self.name();
+        if self.staged && info.backend == "vulkan" {
+            Some(format!("{name} stages operands in workgroup memory, which kiln leaves off Vulkan ({adapter})"))
+        } else if self.share && !info.subgroups {
+            Some(format!("{name} shares through subgroups, which {adapter} ({}) lacks", info.backend))
+        } else {
+            None
+        }
     }
 
     /// Identifies the candidate set, so a tuning cache written for another
@@ -208,27 +222,28 @@ fn preamble(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
     s + "    return vec2<i32>(at_a, at_b);\n}\n"
 }
 
+/// A's and B's batch offsets and strides, in elements.
+const OPERAND_STRIDES: &str = "    let base = batch_offsets(batch);
+    let sar = bitcast<i32>(m(7u));
+    let sac = bitcast<i32>(m(8u));
+    let sbr = bitcast<i32>(m(9u));
+    let sbc = bitcast<i32>(m(10u));
+";
+
 /// The entry point. Accumulators are named scalars' vec4s, not arrays:
 /// naga 30 gives arrays an explicit layout, which Vulkan forbids in function
 /// memory (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
 fn main_fn(c: &MatmulConfig) -> String {
-    let (tm, tn, wx) = (c.tm, c.tn, c.wx);
+    let (tn, wx) = (c.tn, c.wx);
     let mut s = entry(c);
-    s += "    let base = batch_offsets(batch);\n";
-    s += "    let sar = bitcast<i32>(m(7u));\n    let sac = bitcast<i32>(m(8u));\n";
-    s += "    let sbr = bitcast<i32>(m(9u));\n    let sbc = bitcast<i32>(m(10u));\n";
+    s += OPERAND_STRIDES;
     s += &rows_and_accumulators(c);
     let _ = writeln!(s, "    let col0 = wg.x * {}u + lx;", wx * tn);
     for j in 0..tn {
         let _ = writeln!(s, "    let cb{j} = base.y + i32(min(col0 + {}u, N - 1u)) * sbc;", j * wx);
     }
     s += &k_loops(c, &|at| format!("load_a({at})"), k_loop);
-    for i in 0..tm {
-        for j in 0..tn {
-            let _ = writeln!(s, "    store(batch, row0 + {i}u, col0 + {}u, c{i}_{}[{}]);", j * wx, j / 4, j % 4);
-        }
-    }
-    s + "}\n"
+    s + &store_blocks(c) + "}\n"
 }
 
 /// The vec4 entry point: loads by vec4 index (element index / 4).
@@ -275,18 +290,12 @@ fn main_staged(c: &MatmulConfig) -> String {
         2 * b_len
     );
     s += &entry(c);
-    s += "    let base = batch_offsets(batch);\n";
-    s += "    let sar = bitcast<i32>(m(7u));\n    let sac = bitcast<i32>(m(8u));\n";
-    s += "    let sbr = bitcast<i32>(m(9u));\n    let sbc = bitcast<i32>(m(10u));\n";
+    s += OPERAND_STRIDES;
     s += "    let k1 = m(4u);\n    let k_last = max(k1, 1u) - 1u;\n";
     let _ =
         writeln!(s, "    let lx = li % {wx}u;\n    let ly = li / {wx}u;\n    let row0 = (wg.y * {wy}u + ly) * {tm}u;");
     let _ = writeln!(s, "    let col0 = wg.x * {cols}u + lx;");
-    for i in 0..tm {
-        for v in 0..tn / 4 {
-            let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
-        }
-    }
+    s += &accumulators(c);
     // This invocation's share of each slice: element e of the A slice is
     // row e / STAGE_K, k e % STAGE_K; of the B slice k e / cols, column
     // e % cols. Loads past K are clamped in range and then replaced by 0.
@@ -347,12 +356,7 @@ fn main_staged(c: &MatmulConfig) -> String {
     }
     let _ = writeln!(s, "        if (next < k1) {{\n{stores}        }}");
     s += "        workgroupBarrier();\n    }\n";
-    for i in 0..tm {
-        for j in 0..tn {
-            let _ = writeln!(s, "    store(batch, row0 + {i}u, col0 + {}u, c{i}_{}[{}]);", j * wx, j / 4, j % 4);
-        }
-    }
-    s + "}\n"
+    s + &store_blocks(c) + "}\n"
 }
 
 /// `@compute` and `fn main(` with the builtins `c` reads, through the
@@ -382,8 +386,27 @@ fn rows_and_accumulators(c: &MatmulConfig) -> String {
     }
     for i in 0..tm {
         let _ = writeln!(s, "    let ra{i} = base.x + i32(min(row0 + {i}u, M - 1u)) * sar;");
+    }
+    s + &accumulators(c)
+}
+
+/// The zeroed accumulators `c{i}_{v}`: row i, columns 4v..4v + 3 of the block.
+fn accumulators(c: &MatmulConfig) -> String {
+    let mut s = String::new();
+    for i in 0..c.tm {
         for v in 0..c.tn / 4 {
             let _ = writeln!(s, "    var c{i}_{v} = vec4<f32>(0.0);");
+        }
+    }
+    s
+}
+
+/// Stores the block of a kernel whose columns are `col0 + j·wx`.
+fn store_blocks(c: &MatmulConfig) -> String {
+    let mut s = String::new();
+    for i in 0..c.tm {
+        for j in 0..c.tn {
+            let _ = writeln!(s, "    store(batch, row0 + {i}u, col0 + {}u, c{i}_{}[{}]);", j * c.wx, j / 4, j % 4);
         }
     }
     s

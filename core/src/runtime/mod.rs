@@ -192,19 +192,10 @@ impl Device {
 
     /// Make every matmul use `config` (`None`: the autotuner's choice), to
     /// test or benchmark one member of the kernel family. No-op on the CPU.
-    /// Errors when the device cannot run `config` ([`MatmulConfig::runs_on`]).
+    /// Errors when the device cannot run `config` ([`MatmulConfig::refusal`]).
     pub fn set_matmul_config(&self, config: Option<MatmulConfig>) -> Result<()> {
         if let Backend::Gpu(g) = &*self.0 {
-            if let Some(c) = config.filter(|c| !c.runs_on(&g.info)) {
-                let info = &g.info;
-                // On the web the adapter's name is often empty.
-                let adapter = if info.name.is_empty() { info.backend.clone() } else { info.name.clone() };
-                let name = c.name();
-                let detail = if c.staged {
-                    format!("{name} stages operands in workgroup memory, which kiln leaves off Vulkan ({adapter})")
-                } else {
-                    format!("{name} shares through subgroups, which {adapter} ({}) lacks", info.backend)
-                };
+            if let Some(detail) = config.and_then(|c| c.refusal(&g.info)) {
                 return Err(KilnError::Invalid { op: "set_matmul_config", detail });
             }
             g.force_matmul_config(config);
