@@ -4,7 +4,7 @@
 
 use kiln_core::DType;
 use kiln_core::codegen::KernelKey;
-use kiln_core::codegen::fused::Walk;
+use kiln_core::codegen::fused::{RowLanes, Walk};
 use kiln_core::codegen::matmul::MatmulConfig;
 use kiln_core::codegen::templates::Monoid;
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
@@ -170,9 +170,30 @@ fn catalog() -> Vec<String> {
                 roots: vec![5],
             },
         ];
+        let stages = vec![ReduceOp::Max, ReduceOp::Sum];
         for vec4 in [false, !per_row] {
-            let stages = vec![ReduceOp::Max, ReduceOp::Sum];
-            let key = KernelKey::Row { sig: s.clone(), stages, outputs: vec![DType::F32], per_row, vec4 };
+            let key = KernelKey::Row {
+                sig: s.clone(),
+                stages: stages.clone(),
+                outputs: vec![DType::F32],
+                per_row,
+                vec4,
+                lanes: None,
+            };
+            out.push(key.wgsl());
+        }
+        // The subgroup-lanes layout at subgroup widths 4 to 32, up to 64 vec4s per lane.
+        let widths = if per_row { vec![] } else { vec![(4, 1024), (8, 1024), (8, 2048), (32, 128), (32, 8192)] };
+        for (width, len) in widths {
+            let lanes = RowLanes::fitting(Some(width), &s, &stages, len).expect("a fitting row");
+            let key = KernelKey::Row {
+                sig: s.clone(),
+                stages: stages.clone(),
+                outputs: vec![DType::F32],
+                per_row,
+                vec4: true,
+                lanes: Some(lanes),
+            };
             out.push(key.wgsl());
         }
     }
@@ -233,4 +254,23 @@ fn every_kernel_kind_validates_and_translates() {
 fn a_broken_kernel_is_an_error_carrying_its_source() {
     let err = translate_all("fn main( {").unwrap_err();
     assert!(err.to_string().contains("fn main( {"), "{err}");
+}
+
+#[test]
+fn the_lanes_row_layout_is_chosen_only_where_it_fits() {
+    let row = |d: DType| {
+        let mut s = sig(2, &[(d, true)], &[], vec![], vec![]);
+        s.bodies = vec![Body { ops: vec![(Op::Load(0), d)], roots: vec![0] }];
+        s
+    };
+    let (f32_row, bool_row) = (row(DType::F32), row(DType::Bool));
+    let sum = [ReduceOp::Sum];
+    let fits = |width: Option<u32>, s: &Sig, len: usize| RowLanes::fitting(width, s, &sum, len).is_some();
+    assert!(fits(Some(8), &f32_row, 1024));
+    assert!(fits(Some(8), &f32_row, 2048), "64 vec4s per lane");
+    assert!(!fits(Some(8), &f32_row, 2080), "65 vec4s per lane");
+    assert!(!fits(Some(8), &f32_row, 1040), "not a whole number of vec4s per lane");
+    assert!(!fits(None, &f32_row, 1024), "subgroups of no fixed width");
+    assert!(!fits(Some(128), &f32_row, 1024), "a subgroup wider than the workgroup");
+    assert!(!fits(Some(8), &bool_row, 1024), "a bool stage cannot be shuffled");
 }

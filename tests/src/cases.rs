@@ -318,6 +318,26 @@ fn reductions(s: &mut Suite) {
                 apply(&input(d, 52, &[1 << 24], DType::F32, lo, hi)?, &[], false)
             });
         }
+        // A row reduction that each element then reads: the row kernel, in
+        // the subgroup-lanes layout where the adapter's subgroups have a
+        // fixed width (up to 64 vec4s per lane; 2048 on an 8-wide
+        // subgroup, and past that on a 4-wide one, where the
+        // row-per-invocation layout runs instead).
+        if !is_arg {
+            for len in [1024, 2048] {
+                s.add(name, format!("f32 [33, {len}] over axis -1, keepdim, each element minus it"), tol, move |d| {
+                    let x = input(d, 56, &[33, len], DType::F32, lo, hi)?;
+                    x.sub(&apply(&x, &[-1], true)?)
+                });
+            }
+        }
+        if name != "mean" && !is_arg {
+            s.add(name, "i32 [33, 1024] with ties over axis -1, each element minus it", Tol::EXACT, move |d| {
+                let hi = if name == "prod" { 1.0 } else { 3.0 };
+                let x = input(d, 57, &[33, 1024], DType::I32, -1.0, hi)?;
+                x.sub(&apply(&x, &[-1], true)?)
+            });
+        }
         if name != "mean" {
             s.add(name, "i32 [7, 1023] with ties over axis -1", Tol::EXACT, move |d| {
                 let hi = if name == "prod" { 1.0 } else { 3.0 };

@@ -111,6 +111,15 @@ pub fn cases() -> Vec<Case> {
         };
         ln.forward(&input(d, 3032, &[33, 65], DType::F32, -3.0, 3.0)?)
     }));
+    // Rows of 1024: the row kernel's subgroup-lanes layout where it runs.
+    s.push(case("LayerNorm", "[33, 1024]", LAYER, |d| {
+        let ln = LayerNorm {
+            weight: input(d, 3033, &[1024], DType::F32, 0.5, 1.5)?,
+            bias: input(d, 3034, &[1024], DType::F32, -1.0, 1.0)?,
+            eps: 1e-5,
+        };
+        ln.forward(&input(d, 3035, &[33, 1024], DType::F32, -3.0, 3.0)?)
+    }));
     s.push(case("Embedding", "[50, 16] table, ids [4, 7]", Tol::EXACT, |d| {
         let e = Embedding { weight: input(d, 3040, &[50, 16], DType::F32, -1.0, 1.0)? };
         e.forward(&input(d, 3041, &[4, 7], DType::I32, 0.0, 49.0)?)

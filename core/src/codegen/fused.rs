@@ -382,22 +382,7 @@ const ROW_BLOCK: usize = 64;
 pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool, vec4: bool) -> String {
     let e = Emitter::new(sig, 3, vec4);
     let step = if vec4 { VEC } else { 1 };
-    let mut s = String::from(META_DECL);
-    for (k, &d) in outputs.iter().enumerate() {
-        let elem = if vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
-        s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{elem}>;\n", k + 1);
-    }
-    s += &e.input_decls(outputs.len());
-    for (k, &op) in stages.iter().enumerate() {
-        let d = sig.bodies[k].ops[sig.bodies[k].roots[0]].1;
-        let (id, merge) = reduce_monoid(op, d);
-        let ct = compute_type(d);
-        s += &format!("fn merge{k}(a: {ct}, b: {ct}) -> {ct} {{ return {merge}; }}\n");
-        s += &format!("fn identity{k}() -> {ct} {{ return {id}; }}\n");
-        if vec4 {
-            s += &format!("fn merge{k}v(a: vec4<{ct}>, b: vec4<{ct}>) -> vec4<{ct}> {{ return {merge}; }}\n");
-        }
-    }
+    let mut s = row_decls(&e, stages, outputs, vec4);
     s += &format!("@compute @workgroup_size({WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n");
     s += "    let row = gid.y * m(2u) + gid.x;\n    if (row >= m(0u)) { return; }\n    let len = m(1u);\n";
     // Each stage folds blocks of ROW_BLOCK elements, then the blocks: a sum's
@@ -450,6 +435,127 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
         s += "    }\n";
     }
     s + "}\n"
+}
+
+/// The row kernels' buffers, math helpers, and each stage's `merge{k}`
+/// (`merge{k}v` too with `vec4`) and `identity{k}`.
+fn row_decls(e: &Emitter, stages: &[ReduceOp], outputs: &[DType], vec4: bool) -> String {
+    let mut s = String::from(META_DECL);
+    for (k, &d) in outputs.iter().enumerate() {
+        let elem = if vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
+        s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{elem}>;\n", k + 1);
+    }
+    s += &e.input_decls(outputs.len());
+    for (k, &op) in stages.iter().enumerate() {
+        let (id, merge) = reduce_monoid(op, stage_dtype(e.sig, k));
+        let ct = compute_type(stage_dtype(e.sig, k));
+        s += &format!("fn merge{k}(a: {ct}, b: {ct}) -> {ct} {{ return {merge}; }}\n");
+        s += &format!("fn identity{k}() -> {ct} {{ return {id}; }}\n");
+        if vec4 {
+            s += &format!("fn merge{k}v(a: vec4<{ct}>, b: vec4<{ct}>) -> vec4<{ct}> {{ return {merge}; }}\n");
+        }
+    }
+    s
+}
+
+fn stage_dtype(sig: &Sig, k: usize) -> DType {
+    sig.bodies[k].ops[sig.bodies[k].roots[0]].1
+}
+
+/// The subgroup-lanes row layout: one subgroup of `lanes` invocations per
+/// row of `len` elements, lane l holding vec4s l, l + lanes, … of the row
+/// in registers. Every element is read once and written once, and a
+/// subgroup's loads are contiguous (on CPU adapters, vector loads instead of
+/// the row-per-invocation layout's gathers across rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RowLanes {
+    pub lanes: u32,
+    pub len: u32,
+}
+
+/// Invocations per workgroup of the subgroup-lanes row kernel.
+pub const ROW_LANES_WG: u32 = 64;
+/// Most vec4s one lane keeps in registers (the row is unrolled into them).
+const LANE_SLOTS_MAX: usize = 64;
+
+impl RowLanes {
+    /// The layout for `stages` over rows of `len` (vec4-readable, written
+    /// per element) on an adapter whose subgroups are always
+    /// `subgroup_size` invocations wide, if it fits.
+    pub fn fitting(subgroup_size: Option<u32>, sig: &Sig, stages: &[ReduceOp], len: usize) -> Option<RowLanes> {
+        let lanes = subgroup_size?;
+        let shuffles = (0..stages.len()).all(|k| matches!(stage_dtype(sig, k), DType::F32 | DType::I32 | DType::U32));
+        let per_slot = VEC * lanes as usize;
+        let fits = lanes > 0
+            && ROW_LANES_WG.is_multiple_of(lanes)
+            && len.is_multiple_of(per_slot)
+            && len / per_slot <= LANE_SLOTS_MAX;
+        (shuffles && fits).then_some(RowLanes { lanes, len: len as u32 })
+    }
+
+    fn slots(self) -> usize {
+        self.len as usize / (VEC * self.lanes as usize)
+    }
+}
+
+/// The row kernel in the [`RowLanes`] layout (same bodies, stages and
+/// meta as [`row_wgsl`], outputs per element, vec4 leaves). Each stage
+/// folds the lane's slots in order, then the vec4's lanes, then combines
+/// the subgroup's lanes by a butterfly of `subgroupShuffleXor`: every lane
+/// gets the same bits, in a fixed order, with kiln's own merge.
+pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: RowLanes) -> String {
+    let e = Emitter::new(sig, 3, true);
+    let (l, len) = (lanes.lanes, lanes.len);
+    let mut s = row_decls(&e, stages, outputs, true);
+    s += &format!(
+        "@compute @workgroup_size({ROW_LANES_WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n"
+    );
+    // No early return: every lane of a subgroup must reach the shuffles.
+    // Lanes past the last row redo it and store nothing.
+    s += &format!(
+        "    let at = gid.y * m(2u) + gid.x;\n    let live = at / {l}u < m(0u);\n    let row = min(at / {l}u, m(0u) - 1u);\n    let lane = at % {l}u;\n"
+    );
+    let slots: Vec<String> = (0..lanes.slots()).map(|t| format!("slot{t}")).collect();
+    for (t, f) in slots.iter().enumerate() {
+        s += &format!("    let {f} = row * {len}u + (lane + {}u) * 4u;\n", t as u32 * l);
+    }
+    for k in 0..stages.len() {
+        let values: Vec<String> = slots.iter().enumerate().map(|(t, f)| lane_body(&e, k, t, f, &mut s)).collect();
+        s += &format!("    var b{k} = {};\n", values[0]);
+        values[1..].iter().for_each(|v| s += &format!("    b{k} = merge{k}v(b{k}, {v});\n"));
+        s += &format!("    var s{k} = merge{k}(merge{k}(b{k}.x, b{k}.y), merge{k}(b{k}.z, b{k}.w));\n");
+        for w in (0..l.ilog2()).map(|i| 1u32 << i) {
+            s += &format!("    s{k} = merge{k}(s{k}, subgroupShuffleXor(s{k}, {w}u));\n");
+        }
+    }
+    s += "    if (live) {\n";
+    for (t, f) in slots.iter().enumerate() {
+        let roots = lane_roots(&e, stages.len(), t, f, &mut s);
+        for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+            s += &format!("    out{k}[{f} >> 2u] = {};\n", store_expr(d, r));
+        }
+    }
+    s + "    }\n}\n"
+}
+
+/// Body `b` at slot `t` (flat index `f`) of the lanes layout; its one root.
+fn lane_body(e: &Emitter, b: usize, t: usize, f: &str, s: &mut String) -> String {
+    lane_roots(e, b, t, f, s).remove(0)
+}
+
+/// Body `b`'s roots at slot `t`, named `k{b}t{t}_v…`. When an earlier
+/// stage's body is a prefix of this one and its value is needed, that value
+/// (already in registers) is used instead of reading and computing it again.
+fn lane_roots(e: &Emitter, b: usize, t: usize, f: &str, s: &mut String) -> Vec<String> {
+    let body = &e.sig.bodies[b];
+    let live = live_ops(body, None);
+    let given = (0..b).rev().find_map(|k| {
+        let (ops, n) = (&e.sig.bodies[k].ops, e.sig.bodies[k].ops.len());
+        let prefix = e.sig.bodies[k].roots == [n - 1] && body.ops.len() >= n && body.ops[..n] == ops[..];
+        (prefix && live[n - 1]).then(|| (n - 1, format!("k{k}t{t}_v{}", n - 1)))
+    });
+    let given = given.as_ref().map(|(i, v)| (*i, v.as_str()));
+    e.body_hoisting(b, f, &format!("k{b}t{t}_"), None, given, s)
 }
 
 /// A stage whose value the outputs compute again, costly enough to keep

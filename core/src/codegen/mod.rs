@@ -159,6 +159,8 @@ pub enum KernelKey {
         outputs: Vec<DType>,
         per_row: bool,
         vec4: bool,
+        /// The subgroup-lanes layout instead of a row per invocation.
+        lanes: Option<fused::RowLanes>,
     },
     Matmul {
         dtype: DType,
@@ -180,7 +182,10 @@ impl KernelKey {
             KernelKey::Reduce { monoid, prologue: None, partials, .. } => {
                 templates::reduce_wgsl(*monoid, ReduceSource::Partials { dtype: *partials }, false)
             }
-            KernelKey::Row { sig, stages, outputs, per_row, vec4 } => {
+            KernelKey::Row { sig, stages, outputs, lanes: Some(lanes), .. } => {
+                fused::row_lanes_wgsl(sig, stages, outputs, *lanes)
+            }
+            KernelKey::Row { sig, stages, outputs, per_row, vec4, lanes: None } => {
                 fused::row_wgsl(sig, stages, outputs, *per_row, *vec4)
             }
             KernelKey::Matmul { dtype, batch_rank, epilogue, config } => {
@@ -207,7 +212,7 @@ impl KernelKey {
                 };
                 (kind, prologue.as_ref(), if prologue.is_some() { "" } else { "_partials" })
             }
-            KernelKey::Row { sig, .. } => ("row", Some(sig), ""),
+            KernelKey::Row { sig, lanes, .. } => ("row", Some(sig), if lanes.is_some() { "_lanes" } else { "" }),
             KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),
         };
         let mut name = kind.to_string();

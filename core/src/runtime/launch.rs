@@ -7,7 +7,9 @@ use super::Gpu;
 use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
 use super::realize::ReadRequest;
-use crate::codegen::fused::{ROWS_PER_INVOCATION, VEC, Walk, vectorizable, vectorizable_reading_rows};
+use crate::codegen::fused::{
+    ROW_LANES_WG, ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows,
+};
 use crate::codegen::matmul::MatmulConfig;
 use crate::codegen::templates::{MATMUL_K_CHUNK, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
 use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
@@ -252,18 +254,23 @@ impl Recording {
         if rows == 0 || len == 0 {
             return Ok(());
         }
-        let groups = gpu.grid(op, rows.div_ceil(WG as usize))?;
-        let mut meta = Meta::default();
-        meta.u(rows).u(len).u(groups[0] as usize * WG as usize);
-        Self::fused_meta(&mut meta, &sig, &args, shape);
         let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
         let vec4 = !per_row
             && len.is_multiple_of(VEC)
             && dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool)
             && vectorizable_reading_rows(&sig)
             && aligned4(&sig, &args);
+        let lanes = vec4.then(|| RowLanes::fitting(gpu.info.subgroup_size, &sig, &stages, len)).flatten();
+        let (invocations, wg) = match lanes {
+            Some(l) => (rows * l.lanes as usize, ROW_LANES_WG),
+            None => (rows, WG),
+        };
+        let groups = gpu.grid(op, invocations.div_ceil(wg as usize))?;
+        let mut meta = Meta::default();
+        meta.u(rows).u(len).u(groups[0] as usize * wg as usize);
+        Self::fused_meta(&mut meta, &sig, &args, shape);
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        let key = KernelKey::Row { sig, stages, outputs: dtypes, per_row, vec4 };
+        let key = KernelKey::Row { sig, stages, outputs: dtypes, per_row, vec4, lanes };
         self.dispatch(gpu, &key, meta, buffers, groups, numel(shape))
     }
 

@@ -45,6 +45,9 @@ pub struct DeviceInfo {
     pub limits: wgpu::Limits,
     pub shader_f16: bool,
     pub subgroups: bool,
+    /// The subgroup width when the adapter has subgroups and they are
+    /// always this wide (the subgroup-lanes row kernel needs to know it).
+    pub subgroup_size: Option<u32>,
 }
 
 /// Counters that tests and benchmarks read.
@@ -175,6 +178,9 @@ impl Device {
             limits,
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
+            subgroup_size: (features.contains(wgpu::Features::SUBGROUP)
+                && ai.subgroup_min_size == ai.subgroup_max_size)
+                .then_some(ai.subgroup_min_size),
         };
         Ok(Device(Arc::new(Backend::Gpu(Box::new(Gpu {
             pool: BufferPool::new(device.clone()),
@@ -231,6 +237,7 @@ impl Device {
                 limits: wgpu::Limits::default(),
                 shader_f16: true,
                 subgroups: false,
+                subgroup_size: None,
             },
             Backend::Gpu(g) => g.info.clone(),
         }
