@@ -3,11 +3,17 @@
 // Generated above this template: the meta block, bindings, `identity()`,
 // `merge(a, b)` (the monoid), `take(a, b)` (whether an arg reduction moves
 // to b's index), `load(row, r)` (elements r..r+STEP folded), `load_index(row, r)`,
-// `store(slot, v, i)` and STEP (1, or 4 when a contiguous prologue is read
-// as vec4s). Invocation `slot = row * groups + g` folds elements
-// [g*PER_THREAD*STEP, (g+1)*PER_THREAD*STEP) of its row into one partial, in order
-// (a run of consecutive elements: on CPU adapters this beats interleaving);
-// the runtime repeats passes until one partial per row is left. The loop is
+// `store(slot, v, i)`, STEP (1, or 4 when a contiguous prologue is read
+// as vec4s) and LANES. Invocation `slot = row * groups + g` folds PER_THREAD
+// runs of STEP elements of its row into one partial, in order. With LANES = 1
+// they are consecutive: partial g holds elements [g*PER_THREAD*STEP,
+// (g+1)*PER_THREAD*STEP), so argmax/argmin partials keep index order. With
+// LANES > 1 (plain reductions) each LANES consecutive invocations share a
+// span of LANES*PER_THREAD runs, lane l taking runs l, l + LANES, …: one SIMD
+// batch of a CPU adapter then reads contiguous memory instead of LANES runs
+// far apart, and a GPU's loads coalesce. The last span of a row has fewer
+// lanes when groups is not a multiple of LANES, and strides by their number.
+// The runtime repeats passes until one partial per row is left. The loop is
 // bounded (Mesa silently ends loops after 65,535 iterations) and the order
 // is fixed, so a result is bitwise stable from run to run. `combine` keeps
 // `a` on ties and `a` holds the lower indices, so argmax/argmin return the
@@ -32,11 +38,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let row = slot / groups;
-    let start = (slot % groups) * PER_THREAD * STEP;
+    let g = slot % groups;
+    let span = g / LANES;
+    let lanes = min(LANES, groups - span * LANES);
+    let start = (span * LANES * PER_THREAD + g % LANES) * STEP;
     var acc = identity();
     var acc_i = 0u;
     for (var k = 0u; k < PER_THREAD; k++) {
-        let r = start + k * STEP;
+        let r = start + k * lanes * STEP;
         if (r < len) {
             let v = load(row, r);
             acc_i = select(acc_i, load_index(row, r), take(acc, v));

@@ -1,10 +1,11 @@
 //! Softmax over [4096, 1024] written by hand in several layouts, to show
 //! where a row kernel's time goes on each adapter (and so what the
 //! generated one could reach): one row per invocation as kiln's row kernel
-//! does, with two exps per element or one (exp(x − max) kept in the
-//! output), or none at all (the memory pattern alone); eight subgroup lanes
-//! per row holding the row in registers (one read, one write); a workgroup
-//! per row reducing through workgroup memory. Each layout's result is
+//! does without subgroups, with two exps per element or one (exp(x − max)
+//! kept in the output), or none at all (the memory pattern alone); a
+//! subgroup per row holding the row in registers (one read, one write; the
+//! layout kiln generates where subgroups have a fixed width), with and
+//! without the exp; a workgroup per row reducing through workgroup memory. Each layout's result is
 //! checked against a host softmax before it is timed.
 
 use crate::ceilings::Gpu;
@@ -16,8 +17,6 @@ pub const ROWS: usize = 4096;
 pub const LEN: usize = 1024;
 /// vec4s per row.
 const VECS: usize = LEN / 4;
-/// Lanes per row in the subgroup layout (lavapipe's subgroup size).
-const SG_LANES: usize = 8;
 /// Lanes per row in the workgroup layout.
 const WG_LANES: usize = 64;
 
@@ -71,21 +70,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
     )
 }
 
-/// Eight subgroup lanes per row, each holding its 32 vec4s in registers:
-/// the row is read once and written once.
-fn subgroup_registers(with_exp: bool) -> String {
-    let per_lane = VECS / SG_LANES;
+/// A subgroup of `lanes` per row, each lane holding its vec4s in
+/// registers: the row is read once and written once.
+fn subgroup_registers(with_exp: bool, lanes: usize) -> String {
+    let per_lane = VECS / lanes;
     let mut s = prelude();
     s += "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n";
-    s += &format!("    let at = (gid.x / {SG_LANES}u) * {VECS}u + gid.x % {SG_LANES}u;\n");
-    (0..per_lane).for_each(|t| s += &format!("    let x{t} = src[at + {}u];\n", t * SG_LANES));
+    s += &format!("    let at = (gid.x / {lanes}u) * {VECS}u + gid.x % {lanes}u;\n");
+    (0..per_lane).for_each(|t| s += &format!("    let x{t} = src[at + {}u];\n", t * lanes));
     s += "    var mv = x0;\n";
     (1..per_lane).for_each(|t| s += &format!("    mv = max(mv, x{t});\n"));
     s += "    let mx = vec4<f32>(subgroupMax(max(max(mv.x, mv.y), max(mv.z, mv.w))));\n    var b = vec4<f32>(0.0);\n";
     (0..per_lane)
         .for_each(|t| s += &format!("    let e{t} = {};\n    b = b + e{t};\n", exp(with_exp, &format!("x{t} - mx"))));
     s += "    let s = vec4<f32>(subgroupAdd((b.x + b.y) + (b.z + b.w)));\n";
-    (0..per_lane).for_each(|t| s += &format!("    dst[at + {}u] = e{t} / s;\n", t * SG_LANES));
+    (0..per_lane).for_each(|t| s += &format!("    dst[at + {}u] = e{t} / s;\n", t * lanes));
     s + "}\n"
 }
 
@@ -128,19 +127,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 }
 
 /// (name, WGSL, workgroups, whether it computes softmax) for the layouts
-/// this adapter can run: subgroups where it has them, workgroup memory
-/// off Vulkan (kiln's rule, see `MatmulConfig::runs_on`).
-fn layouts(subgroups: bool, vulkan: bool) -> Vec<(&'static str, String, usize, bool)> {
+/// this adapter can run: subgroups where they have a fixed width
+/// (`subgroup`), workgroup memory off Vulkan (kiln's rule, see
+/// `MatmulConfig::runs_on`).
+fn layouts(subgroup: Option<usize>, vulkan: bool) -> Vec<(&'static str, String, usize, bool)> {
     let row_per_invocation_groups = ROWS.div_ceil(64);
     let mut v = vec![
         ("row per invocation, 2 exps/element", per_invocation(2), row_per_invocation_groups, true),
         ("row per invocation, 1 exp/element", per_invocation(1), row_per_invocation_groups, true),
         ("row per invocation, no exp", per_invocation(0), row_per_invocation_groups, false),
     ];
-    if subgroups {
-        let groups = ROWS * SG_LANES / 64;
-        v.push(("8 subgroup lanes per row in registers, 1 exp/element", subgroup_registers(true), groups, true));
-        v.push(("8 subgroup lanes per row in registers, no exp", subgroup_registers(false), groups, false));
+    if let Some(lanes) = subgroup {
+        let groups = ROWS * lanes / 64;
+        v.push(("a subgroup per row in registers, 1 exp/element", subgroup_registers(true, lanes), groups, true));
+        v.push(("a subgroup per row in registers, no exp", subgroup_registers(false, lanes), groups, false));
     }
     if !vulkan {
         v.push(("64-lane workgroup per row, workgroup-memory tree", workgroup_tree(), ROWS, true));
@@ -169,6 +169,9 @@ fn softmax_error(x: &[f32], y: &[f32]) -> f64 {
 pub fn measure(adapter: &wgpu::Adapter, reps: Reps) -> Result<Vec<Layout>, String> {
     let subgroups = adapter.features().contains(wgpu::Features::SUBGROUP);
     let features = if subgroups { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() };
+    let info = adapter.get_info();
+    let fixed = subgroups && info.subgroup_min_size == info.subgroup_max_size;
+    let subgroup = fixed.then_some(info.subgroup_min_size as usize);
     let gpu = Gpu::open(adapter, features)?;
     let x = input();
     let bytes = (x.len() * 4) as u64;
@@ -176,7 +179,7 @@ pub fn measure(adapter: &wgpu::Adapter, reps: Reps) -> Result<Vec<Layout>, Strin
     gpu.queue.write_buffer(&src, 0, &x.iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<u8>>());
     let vulkan = adapter.get_info().backend == wgpu::Backend::Vulkan;
     let mut out = Vec::new();
-    for (name, wgsl, groups, softmax) in layouts(subgroups, vulkan) {
+    for (name, wgsl, groups, softmax) in layouts(subgroup, vulkan) {
         let run = gpu.kernel(&wgsl, &src, &dst, [groups as u32, 1]);
         let checked = run().and_then(|()| {
             let err = softmax_error(&x, &gpu.read(&dst, bytes)?);
@@ -193,7 +196,7 @@ mod tests {
 
     #[test]
     fn every_layout_validates() {
-        for (name, source, _, _) in layouts(true, false) {
+        for (name, source, _, _) in layouts(Some(8), false) {
             kiln::core::validate::translate_all(&source).unwrap_or_else(|e| panic!("{name}: {e}\n{source}"));
         }
     }

@@ -31,6 +31,10 @@ pub enum ReduceSource<'a> {
     Partials { dtype: DType },
 }
 
+/// Invocations that share a span of a row in a plain reduce pass (the SIMD
+/// width of CPU adapters with AVX2; see shaders/reduce.wgsl).
+const REDUCE_LANES: u32 = 8;
+
 /// A reduce pass; with `vec4` (a contiguous prologue, rows a multiple of 4
 /// long, 4-aligned leaves) each invocation reads its run as vec4s.
 pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
@@ -85,6 +89,8 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
     }
     s += "}\n";
     s += &format!("const STEP: u32 = {}u;\n", if vec4 { 4 } else { 1 });
+    // Arg partials must hold consecutive runs (ties keep the lower index).
+    s += &format!("const LANES: u32 = {}u;\n", if is_arg { 1 } else { REDUCE_LANES });
     s + REDUCE_TEMPLATE
 }
 
