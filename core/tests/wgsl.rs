@@ -2,14 +2,14 @@
 //! passes naga validation and translates to SPIR-V, MSL, HLSL and GLSL
 //! (checked with spirv-val where installed). Runs without a GPU.
 
-use kiln_core::DType;
 use kiln_core::codegen::KernelKey;
-use kiln_core::codegen::fused::{RowLanes, Walk};
+use kiln_core::codegen::fused::{Combine, RowLanes, Walk};
 use kiln_core::codegen::matmul::MatmulConfig;
 use kiln_core::codegen::templates::Monoid;
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
 use kiln_core::sched::lower::{Access, Body, LeafDesc, Op, Sig};
 use kiln_core::validate::translate_all;
+use kiln_core::{DType, Device, DeviceInfo};
 
 /// A signature over `rank` dims whose leaves each read their own buffer,
 /// with one body of `ops` (loads of every leaf first) and `roots`.
@@ -182,19 +182,24 @@ fn catalog() -> Vec<String> {
             };
             out.push(key.wgsl());
         }
-        // The subgroup-lanes layout at subgroup widths 4 to 32, up to 64 vec4s per lane.
-        let widths = if per_row { vec![] } else { vec![(4, 1024), (8, 1024), (8, 2048), (32, 128), (32, 8192)] };
+        // The lanes layout: subgroups 4 to 32 wide and workgroups of 16,
+        // up to 64 vec4s per lane.
+        let widths =
+            if per_row { vec![] } else { vec![(4, 1024), (8, 1024), (8, 2048), (32, 128), (32, 8192), (16, 4096)] };
         for (width, len) in widths {
-            let lanes = RowLanes::fitting(Some(width), &s, &stages, len).expect("a fitting row");
-            let key = KernelKey::Row {
-                sig: s.clone(),
-                stages: stages.clone(),
-                outputs: vec![DType::F32],
-                per_row,
-                vec4: true,
-                lanes: Some(lanes),
-            };
-            out.push(key.wgsl());
+            for combine in [Combine::Subgroup, Combine::Workgroup] {
+                let lanes = RowLanes::fitting(width, combine, &s, &stages, len).expect("a fitting row");
+                let outputs = vec![DType::F32];
+                let key = KernelKey::Row {
+                    sig: s.clone(),
+                    stages: stages.clone(),
+                    outputs,
+                    per_row,
+                    vec4: true,
+                    lanes: Some(lanes),
+                };
+                out.push(key.wgsl());
+            }
         }
     }
     // Every member of the matmul family, plain and with an epilogue.
@@ -265,12 +270,24 @@ fn the_lanes_row_layout_is_chosen_only_where_it_fits() {
     };
     let (f32_row, bool_row) = (row(DType::F32), row(DType::Bool));
     let sum = [ReduceOp::Sum];
-    let fits = |width: Option<u32>, s: &Sig, len: usize| RowLanes::fitting(width, s, &sum, len).is_some();
-    assert!(fits(Some(8), &f32_row, 1024));
-    assert!(fits(Some(8), &f32_row, 2048), "64 vec4s per lane");
-    assert!(!fits(Some(8), &f32_row, 2080), "65 vec4s per lane");
-    assert!(!fits(Some(8), &f32_row, 1040), "not a whole number of vec4s per lane");
-    assert!(!fits(None, &f32_row, 1024), "subgroups of no fixed width");
-    assert!(!fits(Some(128), &f32_row, 1024), "a subgroup wider than the workgroup");
-    assert!(!fits(Some(8), &bool_row, 1024), "a bool stage cannot be shuffled");
+    let fits = |width: u32, combine: Combine, s: &Sig, len: usize| RowLanes::fitting(width, combine, s, &sum, len);
+    assert!(fits(8, Combine::Subgroup, &f32_row, 1024).is_some());
+    assert!(fits(8, Combine::Subgroup, &f32_row, 2048).is_some(), "64 vec4s per lane");
+    assert!(fits(8, Combine::Subgroup, &f32_row, 2080).is_none(), "65 vec4s per lane");
+    assert!(fits(8, Combine::Subgroup, &f32_row, 1040).is_none(), "not a whole number of vec4s per lane");
+    assert!(fits(128, Combine::Subgroup, &f32_row, 1024).is_none(), "a subgroup wider than the workgroup");
+    assert_eq!(fits(128, Combine::Workgroup, &f32_row, 1024).map(|l| l.workgroup_size()), Some(128));
+    assert!(fits(8, Combine::Subgroup, &bool_row, 1024).is_none(), "a bool stage");
+    // Which combine each kind of adapter gets.
+    let device = |backend: &str, subgroup_size| DeviceInfo {
+        backend: backend.into(),
+        subgroup_size,
+        subgroups: subgroup_size.is_some(),
+        ..Device::cpu().info()
+    };
+    let chosen = |d: &DeviceInfo| RowLanes::for_device(d, &f32_row, &sum, 1024).map(|l| (l.lanes, l.combine));
+    assert_eq!(chosen(&device("vulkan", Some(8))), Some((8, Combine::Subgroup)));
+    assert_eq!(chosen(&device("vulkan", None)), None, "no workgroup memory on Vulkan");
+    assert_eq!(chosen(&device("gl", None)), Some((16, Combine::Workgroup)));
+    assert_eq!(chosen(&device("webgpu", None)), Some((16, Combine::Workgroup)));
 }

@@ -9,6 +9,7 @@
 use super::{META_DECL, WG, compute_type, literal, load_expr, math, storage_type, store_expr, unravel};
 use crate::dtype::DType;
 use crate::ir::{BinaryOp, ReduceOp, UnaryOp};
+use crate::runtime::DeviceInfo;
 use crate::sched::lower::{Access, Body, Op, Sig, meta_bases};
 
 /// Elements one invocation of a vectorized elementwise kernel handles.
@@ -462,35 +463,71 @@ fn stage_dtype(sig: &Sig, k: usize) -> DType {
     sig.bodies[k].ops[sig.bodies[k].roots[0]].1
 }
 
-/// The subgroup-lanes row layout: one subgroup of `lanes` invocations per
-/// row of `len` elements, lane l holding vec4s l, l + lanes, … of the row
-/// in registers. Every element is read once and written once, and a
-/// subgroup's loads are contiguous (on CPU adapters, vector loads instead of
-/// the row-per-invocation layout's gathers across rows).
+/// The lanes row layout: `lanes` invocations per row of `len` elements,
+/// lane l holding vec4s l, l + lanes, … of the row in registers. Every
+/// element is read once and written once, and the lanes' loads are
+/// contiguous (on CPU adapters, vector loads instead of the
+/// row-per-invocation layout's gathers across rows; on GPUs, coalesced).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RowLanes {
     pub lanes: u32,
     pub len: u32,
+    pub combine: Combine,
 }
 
-/// Invocations per workgroup of the subgroup-lanes row kernel.
+/// How a row's lanes combine their partial results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Combine {
+    /// The lanes are one subgroup (of a fixed width): a butterfly of
+    /// `subgroupShuffleXor`, no barrier. Workgroups of [`ROW_LANES_WG`].
+    Subgroup,
+    /// The lanes are one workgroup: each writes its partial to workgroup
+    /// memory, one barrier, and each folds them all.
+    Workgroup,
+}
+
+/// Invocations per workgroup of the subgroup-combined lanes row kernel.
 pub const ROW_LANES_WG: u32 = 64;
+/// Lanes per row where they combine through workgroup memory (16 measured
+/// best of 4 to 64 on llvmpipe GL, see docs/BENCHMARKS.md).
+const WORKGROUP_LANES: u32 = 16;
 /// Most vec4s one lane keeps in registers (the row is unrolled into them).
 const LANE_SLOTS_MAX: usize = 64;
 
 impl RowLanes {
     /// The layout for `stages` over rows of `len` (vec4-readable, written
-    /// per element) on an adapter whose subgroups are always
-    /// `subgroup_size` invocations wide, if it fits.
-    pub fn fitting(subgroup_size: Option<u32>, sig: &Sig, stages: &[ReduceOp], len: usize) -> Option<RowLanes> {
-        let lanes = subgroup_size?;
-        let shuffles = (0..stages.len()).all(|k| matches!(stage_dtype(sig, k), DType::F32 | DType::I32 | DType::U32));
+    /// per element) on an adapter: a subgroup per row where subgroups have
+    /// a fixed width, else a workgroup per row off Vulkan (kiln keeps
+    /// workgroup memory off Vulkan, see `MatmulConfig::refusal`), if it fits.
+    pub fn for_device(info: &DeviceInfo, sig: &Sig, stages: &[ReduceOp], len: usize) -> Option<RowLanes> {
+        match info.subgroup_size {
+            Some(width) => RowLanes::fitting(width, Combine::Subgroup, sig, stages, len),
+            None if info.backend != "vulkan" => {
+                RowLanes::fitting(WORKGROUP_LANES, Combine::Workgroup, sig, stages, len)
+            }
+            None => None,
+        }
+    }
+
+    /// The layout with `lanes` per row combined by `combine`, if the row
+    /// splits into whole vec4s per lane, at most [`LANE_SLOTS_MAX`] each,
+    /// and every stage is a 32-bit value.
+    pub fn fitting(lanes: u32, combine: Combine, sig: &Sig, stages: &[ReduceOp], len: usize) -> Option<RowLanes> {
+        let word = (0..stages.len()).all(|k| matches!(stage_dtype(sig, k), DType::F32 | DType::I32 | DType::U32));
         let per_slot = VEC * lanes as usize;
         let fits = lanes > 0
-            && ROW_LANES_WG.is_multiple_of(lanes)
+            && (combine == Combine::Workgroup || ROW_LANES_WG.is_multiple_of(lanes))
             && len.is_multiple_of(per_slot)
             && len / per_slot <= LANE_SLOTS_MAX;
-        (shuffles && fits).then_some(RowLanes { lanes, len: len as u32 })
+        (word && fits).then_some(RowLanes { lanes, len: len as u32, combine })
+    }
+
+    /// Invocations per workgroup.
+    pub fn workgroup_size(self) -> u32 {
+        match self.combine {
+            Combine::Subgroup => ROW_LANES_WG,
+            Combine::Workgroup => self.lanes,
+        }
     }
 
     fn slots(self) -> usize {
@@ -501,17 +538,23 @@ impl RowLanes {
 /// The row kernel in the [`RowLanes`] layout (same bodies, stages and
 /// meta as [`row_wgsl`], outputs per element, vec4 leaves). Each stage
 /// folds the lane's slots in order, then the vec4's lanes, then combines
-/// the subgroup's lanes by a butterfly of `subgroupShuffleXor`: every lane
-/// gets the same bits, in a fixed order, with kiln's own merge.
+/// the row's lanes in a fixed order with kiln's own merge, every lane
+/// getting the same bits.
 pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: RowLanes) -> String {
     let e = Emitter::new(sig, 3, true);
     let (l, len) = (lanes.lanes, lanes.len);
     let mut s = row_decls(&e, stages, outputs, true);
+    if lanes.combine == Combine::Workgroup {
+        for k in 0..stages.len() {
+            s += &format!("var<workgroup> part{k}: array<{}, {l}>;\n", compute_type(stage_dtype(sig, k)));
+        }
+    }
     s += &format!(
-        "@compute @workgroup_size({ROW_LANES_WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n"
+        "@compute @workgroup_size({})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n",
+        lanes.workgroup_size()
     );
-    // No early return: every lane of a subgroup must reach the shuffles.
-    // Lanes past the last row redo it and store nothing.
+    // No early return: every lane of a row must reach the shuffles or
+    // barriers. Lanes past the last row redo it and store nothing.
     s += &format!(
         "    let at = gid.y * m(2u) + gid.x;\n    let live = at / {l}u < m(0u);\n    let row = min(at / {l}u, m(0u) - 1u);\n    let lane = at % {l}u;\n"
     );
@@ -524,9 +567,7 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         s += &format!("    var b{k} = {};\n", values[0]);
         values[1..].iter().for_each(|v| s += &format!("    b{k} = merge{k}v(b{k}, {v});\n"));
         s += &format!("    var s{k} = merge{k}(merge{k}(b{k}.x, b{k}.y), merge{k}(b{k}.z, b{k}.w));\n");
-        for w in (0..l.ilog2()).map(|i| 1u32 << i) {
-            s += &format!("    s{k} = merge{k}(s{k}, subgroupShuffleXor(s{k}, {w}u));\n");
-        }
+        s += &combine_lanes(k, lanes);
     }
     s += "    if (live) {\n";
     for (t, f) in slots.iter().enumerate() {
@@ -536,6 +577,22 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         }
     }
     s + "    }\n}\n"
+}
+
+/// Statements leaving in `s{k}` stage k's value over the whole row, from
+/// each lane's `s{k}`.
+fn combine_lanes(k: usize, lanes: RowLanes) -> String {
+    let l = lanes.lanes;
+    match lanes.combine {
+        Combine::Subgroup => (0..l.ilog2())
+            .map(|i| format!("    s{k} = merge{k}(s{k}, subgroupShuffleXor(s{k}, {}u));\n", 1u32 << i))
+            .collect(),
+        Combine::Workgroup => {
+            let mut s = format!("    part{k}[lane] = s{k};\n    workgroupBarrier();\n    s{k} = part{k}[0];\n");
+            (1..l).for_each(|i| s += &format!("    s{k} = merge{k}(s{k}, part{k}[{i}]);\n"));
+            s
+        }
+    }
 }
 
 /// Body `b` at slot `t` (flat index `f`) of the lanes layout; its one root.

@@ -7,9 +7,7 @@ use super::Gpu;
 use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
 use super::realize::ReadRequest;
-use crate::codegen::fused::{
-    ROW_LANES_WG, ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows,
-};
+use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::codegen::matmul::MatmulConfig;
 use crate::codegen::templates::{MATMUL_K_CHUNK, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
 use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
@@ -260,9 +258,9 @@ impl Recording {
             && dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool)
             && vectorizable_reading_rows(&sig)
             && aligned4(&sig, &args);
-        let lanes = vec4.then(|| RowLanes::fitting(gpu.info.subgroup_size, &sig, &stages, len)).flatten();
+        let lanes = vec4.then(|| RowLanes::for_device(&gpu.info, &sig, &stages, len)).flatten();
         let (invocations, wg) = match lanes {
-            Some(l) => (rows * l.lanes as usize, ROW_LANES_WG),
+            Some(l) => (rows * l.lanes as usize, l.workgroup_size()),
             None => (rows, WG),
         };
         let groups = gpu.grid(op, invocations.div_ceil(wg as usize))?;
