@@ -42,12 +42,42 @@ pub struct Emitter<'a> {
     param_base: usize,
     /// Compute in `vec4`s over four consecutive elements.
     vec4: bool,
+    /// Read leaf offsets and periods from `let`s ([`Emitter::meta_lets`])
+    /// instead of the meta buffer at each use (SwiftShader's compiler does
+    /// not share repeated uniform reads).
+    meta_lets: bool,
 }
 
 impl<'a> Emitter<'a> {
     pub fn new(sig: &'a Sig, shape_base: usize, vec4: bool) -> Emitter<'a> {
         let (leaf_base, param_base) = meta_bases(sig, shape_base);
-        Emitter { sig, shape_base, leaf_base, param_base, vec4 }
+        Emitter { sig, shape_base, leaf_base, param_base, vec4, meta_lets: false }
+    }
+
+    /// This emitter, reading contiguous, `Mod` and `Div` leaves' offsets
+    /// and periods from the `let`s [`Emitter::meta_lets`] writes.
+    fn with_meta_lets(self) -> Emitter<'a> {
+        Emitter { meta_lets: true, ..self }
+    }
+
+    /// `let`s holding the meta words those leaves' indices read.
+    fn meta_lets(&self) -> String {
+        let mut s = String::new();
+        for (k, leaf) in self.sig.leaves.iter().enumerate() {
+            let base = self.leaf_base[k];
+            let words = match leaf.access {
+                Access::Contiguous => 1,
+                Access::Mod | Access::Div => 2,
+                Access::Strided => 0,
+            };
+            (base..base + words).for_each(|w| s += &format!("    let meta{w} = m({w}u);\n"));
+        }
+        s
+    }
+
+    /// Meta word `w` as a leaf index reads it.
+    fn word(&self, w: usize) -> String {
+        if self.meta_lets { format!("meta{w}") } else { format!("m({w}u)") }
     }
 
     /// The meta word holding the first `Mod` leaf's period.
@@ -77,10 +107,11 @@ impl<'a> Emitter<'a> {
     /// The element index of leaf `k` at the current position (a u32 expression).
     fn index(&self, k: usize, f: &str, pfx: &str) -> String {
         let base = self.leaf_base[k];
+        let (offset, period) = (self.word(base), self.word(base + 1));
         match self.sig.leaves[k].access {
-            Access::Contiguous => return format!("(m({base}u) + {f})"),
-            Access::Mod => return format!("(m({base}u) + {f} % m({}u))", base + 1),
-            Access::Div => return format!("(m({base}u) + {f} / m({}u))", base + 1),
+            Access::Contiguous => return format!("({offset} + {f})"),
+            Access::Mod => return format!("({offset} + {f} % {period})"),
+            Access::Div => return format!("({offset} + {f} / {period})"),
             Access::Strided => {}
         }
         let mut at = format!("i32(m({base}u))");
@@ -541,7 +572,7 @@ impl RowLanes {
 /// the row's lanes in a fixed order with kiln's own merge, every lane
 /// getting the same bits.
 pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: RowLanes) -> String {
-    let e = Emitter::new(sig, 3, true);
+    let e = Emitter::new(sig, 3, true).with_meta_lets();
     let (l, len) = (lanes.lanes, lanes.len);
     let mut s = row_decls(&e, stages, outputs, true);
     if lanes.combine == Combine::Workgroup {
@@ -554,10 +585,12 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         lanes.workgroup_size()
     );
     // No early return: every lane of a row must reach the shuffles or
-    // barriers. Lanes past the last row redo it and store nothing.
+    // barriers. Lanes past the last row redo it and store the same values
+    // as its own lanes (a stored branch costs SwiftShader masked stores).
     s += &format!(
-        "    let at = gid.y * m(2u) + gid.x;\n    let live = at / {l}u < m(0u);\n    let row = min(at / {l}u, m(0u) - 1u);\n    let lane = at % {l}u;\n"
+        "    let at = gid.y * m(2u) + gid.x;\n    let row = min(at / {l}u, m(0u) - 1u);\n    let lane = at % {l}u;\n"
     );
+    s += &e.meta_lets();
     let slots: Vec<String> = (0..lanes.slots()).map(|t| format!("slot{t}")).collect();
     for (t, f) in slots.iter().enumerate() {
         s += &format!("    let {f} = row * {len}u + (lane + {}u) * 4u;\n", t as u32 * l);
@@ -569,14 +602,13 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         s += &format!("    var s{k} = merge{k}(merge{k}(b{k}.x, b{k}.y), merge{k}(b{k}.z, b{k}.w));\n");
         s += &combine_lanes(k, lanes);
     }
-    s += "    if (live) {\n";
     for (t, f) in slots.iter().enumerate() {
         let roots = lane_roots(&e, stages.len(), t, f, &mut s);
         for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
             s += &format!("    out{k}[{f} >> 2u] = {};\n", store_expr(d, r));
         }
     }
-    s + "    }\n}\n"
+    s + "}\n"
 }
 
 /// Statements leaving in `s{k}` stage k's value over the whole row, from

@@ -46,19 +46,22 @@ pub fn helpers(needs: Needs, vec4: bool) -> String {
 }
 
 /// e^x = 2^k · e^r with k = round(x / ln 2) and |r| ≤ ln 2 / 2. ln 2 is
-/// split in two (Cody and Waite) so that k · LN2_HI is exact; e^r is its
-/// Taylor polynomial to r^7 (truncation below 0.06 ulp on that interval).
+/// split in two (Cody and Waite) so that k · LN2_HI is exact; e^r is
+/// 1 + r + c2·r² + … + c6·r⁶ with c2..c6 fit for kiln (Lawson's iteration
+/// towards the minimax relative error on |r| ≤ 0.347: 3.1e-9 before f32
+/// rounding; 0.80 ulp worst over [−87, 88] after it, against 0.84 for the
+/// Taylor polynomial to r^7 it replaced, with two fewer operations).
 /// 2^k is applied by adding k to e^r's exponent bits: exact, and the same
-/// bits as multiplying by 2^k, for every normal result. x is clamped so that
-/// e^r < 1 when k = 128 (the exponent stays below the infinity code) and
-/// results are normal from −126 · ln 2 up; outside that range the selects
-/// give ∞ and 0 (subnormal results flush to zero).
+/// bits as multiplying by 2^k, for every normal result, i.e. from
+/// −126 · ln 2 up to 88.7228317 (e^r < 1 when k = 128, so the exponent stays
+/// below the infinity code). Outside that range the selects give ∞ and 0
+/// (subnormal results flush to zero) and discard whatever the arithmetic
+/// made of x there, so x needs no clamp.
 const EXP_FN: &str = "fn kiln_exp(x: {F}) -> {F} {
-    let xc = clamp(x, {F}(-88.0), {F}(88.7228317));
-    let k = round(xc * {F}(1.44269504));
-    let r = (xc - k * {F}(0.693359375)) + k * {F}(2.12194440e-4);
-    let p = {F}(1.0) + r * ({F}(1.0) + r * ({F}(0.5) + r * ({F}(0.166666667) + r * ({F}(0.0416666667)
-        + r * ({F}(0.00833333333) + r * ({F}(0.00138888889) + r * {F}(0.000198412698)))))));
+    let k = round(x * {F}(1.44269504));
+    let r = (x - k * {F}(0.693359375)) + k * {F}(2.12194440e-4);
+    let p = {F}(1.0) + r * ({F}(1.0) + r * ({F}(0.499999940) + r * ({F}(0.166665196) + r * ({F}(0.0416683964)
+        + r * ({F}(0.00836878549) + r * {F}(0.00138144556))))));
     let scaled = bitcast<{F}>(bitcast<{I}>(p) + ({I}(k) << {U}(23u)));
     let y = select(select(scaled, {F}(f32_bits(0x7f800000u)), x > {F}(88.7228317)), {F}(0.0), x < {F}(-87.3365402));
     let is_nan = (bitcast<{U}>(x) & {U}(0x7fffffffu)) > {U}(0x7f800000u);
