@@ -596,9 +596,12 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         s += &format!("    let {f} = row * {len}u + (lane + {}u) * 4u;\n", t as u32 * l);
     }
     for k in 0..stages.len() {
-        let values: Vec<String> = slots.iter().enumerate().map(|(t, f)| lane_body(&e, k, t, f, &mut s)).collect();
-        s += &format!("    var b{k} = {};\n", values[0]);
-        values[1..].iter().for_each(|v| s += &format!("    b{k} = merge{k}v(b{k}, {v});\n"));
+        // Each value folded as soon as it is made (SwiftShader's compiler
+        // runs about 10% slower when all are made first).
+        for (t, f) in slots.iter().enumerate() {
+            let v = lane_body(&e, k, t, f, &mut s);
+            s += &if t == 0 { format!("    var b{k} = {v};\n") } else { format!("    b{k} = merge{k}v(b{k}, {v});\n") };
+        }
         s += &format!("    var s{k} = merge{k}(merge{k}(b{k}.x, b{k}.y), merge{k}(b{k}.z, b{k}.w));\n");
         s += &combine_lanes(k, lanes);
     }
