@@ -5,7 +5,9 @@
 //! kept in the output), or none at all (the memory pattern alone); a
 //! subgroup per row holding the row in registers (one read, one write; the
 //! layout kiln generates where subgroups have a fixed width), with and
-//! without the exp; a workgroup per row reducing through workgroup memory. Each layout's result is
+//! without the exp; the same with a 16-lane workgroup per row combining
+//! through workgroup memory (kiln's layout off Vulkan without fixed-width
+//! subgroups). Each layout's result is
 //! checked against a host softmax before it is timed.
 
 use crate::ceilings::Gpu;
@@ -17,8 +19,9 @@ pub const ROWS: usize = 4096;
 pub const LEN: usize = 1024;
 /// vec4s per row.
 const VECS: usize = LEN / 4;
-/// Lanes per row in the workgroup layout.
-const WG_LANES: usize = 64;
+/// Lanes per row in the workgroup layout (kiln's choice where subgroups
+/// have no fixed width).
+const WG_LANES: usize = 16;
 
 pub struct Layout {
     pub name: &'static str,
@@ -70,60 +73,52 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
     )
 }
 
-/// A subgroup of `lanes` per row, each lane holding its vec4s in
-/// registers: the row is read once and written once.
-fn subgroup_registers(with_exp: bool, lanes: usize) -> String {
+/// How the lanes of a row combine their maxima and sums.
+#[derive(Clone, Copy)]
+enum Combine {
+    /// One subgroup per row (workgroups of 64).
+    Subgroup,
+    /// One workgroup per row, through workgroup memory (a barrier each).
+    Workgroup,
+}
+
+/// `lanes` per row, each lane holding its vec4s in registers: the row is
+/// read once and written once (the layout kiln generates, see `RowLanes`).
+fn registers(with_exp: bool, lanes: usize, combine: Combine) -> String {
     let per_lane = VECS / lanes;
     let mut s = prelude();
-    s += "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n";
-    s += &format!("    let at = (gid.x / {lanes}u) * {VECS}u + gid.x % {lanes}u;\n");
+    let combined = |name: &str, value: &str, subgroup_op: &str, merge: &str| match combine {
+        Combine::Subgroup => format!("    let {name} = vec4<f32>({subgroup_op}({value}));\n"),
+        Combine::Workgroup => {
+            let mut c =
+                format!("    part_{name}[l] = {value};\n    workgroupBarrier();\n    var {name}_s = part_{name}[0];\n");
+            (1..lanes).for_each(|i| c += &format!("    {name}_s = {merge}({name}_s, part_{name}[{i}]);\n"));
+            c + &format!("    let {name} = vec4<f32>({name}_s);\n")
+        }
+    };
+    match combine {
+        Combine::Subgroup => {
+            s += "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n";
+            s += &format!("    let at = (gid.x / {lanes}u) * {VECS}u + gid.x % {lanes}u;\n");
+        }
+        Combine::Workgroup => {
+            s +=
+                &format!("var<workgroup> part_mx: array<f32, {lanes}>;\nvar<workgroup> part_s: array<f32, {lanes}>;\n");
+            s += &format!("fn add(a: f32, b: f32) -> f32 {{ return a + b; }}\n@compute @workgroup_size({lanes})\n");
+            s += "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l: u32) {\n";
+            s += &format!("    let at = wg.x * {VECS}u + l;\n");
+        }
+    }
     (0..per_lane).for_each(|t| s += &format!("    let x{t} = src[at + {}u];\n", t * lanes));
     s += "    var mv = x0;\n";
     (1..per_lane).for_each(|t| s += &format!("    mv = max(mv, x{t});\n"));
-    s += "    let mx = vec4<f32>(subgroupMax(max(max(mv.x, mv.y), max(mv.z, mv.w))));\n    var b = vec4<f32>(0.0);\n";
+    s += &combined("mx", "max(max(mv.x, mv.y), max(mv.z, mv.w))", "subgroupMax", "max");
+    s += "    var b = vec4<f32>(0.0);\n";
     (0..per_lane)
         .for_each(|t| s += &format!("    let e{t} = {};\n    b = b + e{t};\n", exp(with_exp, &format!("x{t} - mx"))));
-    s += "    let s = vec4<f32>(subgroupAdd((b.x + b.y) + (b.z + b.w)));\n";
+    s += &combined("s", "(b.x + b.y) + (b.z + b.w)", "subgroupAdd", "add");
     (0..per_lane).for_each(|t| s += &format!("    dst[at + {}u] = e{t} / s;\n", t * lanes));
     s + "}\n"
-}
-
-/// A workgroup of 64 lanes per row, maxima and sums combined by a tree in
-/// workgroup memory (a barrier per level).
-fn workgroup_tree() -> String {
-    let per_lane = VECS / WG_LANES;
-    let tree = |merge: &str| {
-        let mut t = String::from("    workgroupBarrier();\n");
-        let mut w = WG_LANES / 2;
-        while w >= 1 {
-            let m = merge.replace('A', "part[l]").replace('B', &format!("part[l + {w}u]"));
-            t += &format!("    if (l < {w}u) {{ part[l] = {m}; }}\n    workgroupBarrier();\n");
-            w /= 2;
-        }
-        t
-    };
-    let e = exp(true, "src[i] - vec4<f32>(mx)");
-    format!(
-        "{}var<workgroup> part: array<f32, {WG_LANES}>;
-@compute @workgroup_size({WG_LANES})
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l: u32) {{
-    let at = wg.x * {VECS}u + l;
-    var mv = vec4<f32>(-3e38);
-    for (var t = 0u; t < {per_lane}u; t++) {{ mv = max(mv, src[at + t * {WG_LANES}u]); }}
-    part[l] = max(max(mv.x, mv.y), max(mv.z, mv.w));
-{}    let mx = part[0];
-    workgroupBarrier();
-    var b = vec4<f32>(0.0);
-    for (var t = 0u; t < {per_lane}u; t++) {{ let i = at + t * {WG_LANES}u; let ev = {e}; dst[i] = ev; b = b + ev; }}
-    part[l] = (b.x + b.y) + (b.z + b.w);
-{}    let s = part[0];
-    for (var t = 0u; t < {per_lane}u; t++) {{ let i = at + t * {WG_LANES}u; dst[i] = dst[i] / vec4<f32>(s); }}
-}}
-",
-        prelude(),
-        tree("max(A, B)"),
-        tree("A + B")
-    )
 }
 
 /// (name, WGSL, workgroups, whether it computes softmax) for the layouts
@@ -139,11 +134,14 @@ fn layouts(subgroup: Option<usize>, vulkan: bool) -> Vec<(&'static str, String, 
     ];
     if let Some(lanes) = subgroup {
         let groups = ROWS * lanes / 64;
-        v.push(("a subgroup per row in registers, 1 exp/element", subgroup_registers(true, lanes), groups, true));
-        v.push(("a subgroup per row in registers, no exp", subgroup_registers(false, lanes), groups, false));
+        let sg = |e| registers(e, lanes, Combine::Subgroup);
+        v.push(("a subgroup per row in registers, 1 exp/element", sg(true), groups, true));
+        v.push(("a subgroup per row in registers, no exp", sg(false), groups, false));
     }
     if !vulkan {
-        v.push(("64-lane workgroup per row, workgroup-memory tree", workgroup_tree(), ROWS, true));
+        let wg = |e| registers(e, WG_LANES, Combine::Workgroup);
+        v.push(("16-lane workgroup per row in registers, 1 exp/element", wg(true), ROWS, true));
+        v.push(("16-lane workgroup per row in registers, no exp", wg(false), ROWS, false));
     }
     v
 }
