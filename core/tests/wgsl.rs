@@ -2,6 +2,7 @@
 //! passes naga validation and translates to SPIR-V, MSL, HLSL and GLSL
 //! (checked with spirv-val where installed). Runs without a GPU.
 
+use kiln_core::DType;
 use kiln_core::codegen::KernelKey;
 use kiln_core::codegen::fused::{Combine, RowLanes, Walk};
 use kiln_core::codegen::matmul::MatmulConfig;
@@ -9,7 +10,6 @@ use kiln_core::codegen::templates::Monoid;
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
 use kiln_core::sched::lower::{Access, Body, LeafDesc, Op, Sig};
 use kiln_core::validate::translate_all;
-use kiln_core::{DType, Device, DeviceInfo};
 
 /// A signature over `rank` dims whose leaves each read their own buffer,
 /// with one body of `ops` (loads of every leaf first) and `roots`.
@@ -279,15 +279,11 @@ fn the_lanes_row_layout_is_chosen_only_where_it_fits() {
     assert_eq!(fits(128, Combine::Workgroup, &f32_row, 1024).map(|l| l.workgroup_size()), Some(128));
     assert!(fits(8, Combine::Subgroup, &bool_row, 1024).is_none(), "a bool stage");
     // Which combine each kind of adapter gets.
-    let device = |backend: &str, subgroup_size| DeviceInfo {
-        backend: backend.into(),
-        subgroup_size,
-        subgroups: subgroup_size.is_some(),
-        ..Device::cpu().info()
+    let chosen = |backend: &str, width: Option<u32>| {
+        RowLanes::for_device(backend, width, &f32_row, &sum, 1024).map(|l| (l.lanes, l.combine))
     };
-    let chosen = |d: &DeviceInfo| RowLanes::for_device(d, &f32_row, &sum, 1024).map(|l| (l.lanes, l.combine));
-    assert_eq!(chosen(&device("vulkan", Some(8))), Some((8, Combine::Subgroup)));
-    assert_eq!(chosen(&device("vulkan", None)), None, "no workgroup memory on Vulkan");
-    assert_eq!(chosen(&device("gl", None)), Some((16, Combine::Workgroup)));
-    assert_eq!(chosen(&device("webgpu", None)), Some((16, Combine::Workgroup)));
+    assert_eq!(chosen("vulkan", Some(8)), Some((8, Combine::Subgroup)));
+    assert_eq!(chosen("vulkan", None), None, "no workgroup memory on Vulkan");
+    assert_eq!(chosen("gl", None), Some((16, Combine::Workgroup)));
+    assert_eq!(chosen("webgpu", None), Some((16, Combine::Workgroup)));
 }

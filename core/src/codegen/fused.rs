@@ -9,7 +9,6 @@
 use super::{META_DECL, WG, compute_type, literal, load_expr, math, storage_type, store_expr, unravel};
 use crate::dtype::DType;
 use crate::ir::{BinaryOp, ReduceOp, UnaryOp};
-use crate::runtime::DeviceInfo;
 use crate::sched::lower::{Access, Body, Op, Sig, meta_bases};
 
 /// Elements one invocation of a vectorized elementwise kernel handles.
@@ -527,15 +526,21 @@ const LANE_SLOTS_MAX: usize = 64;
 
 impl RowLanes {
     /// The layout for `stages` over rows of `len` (vec4-readable, written
-    /// per element) on an adapter: a subgroup per row where subgroups have
-    /// a fixed width, else a workgroup per row off Vulkan (kiln keeps
-    /// workgroup memory off Vulkan, see `MatmulConfig::refusal`), if it fits.
-    pub fn for_device(info: &DeviceInfo, sig: &Sig, stages: &[ReduceOp], len: usize) -> Option<RowLanes> {
-        match info.subgroup_size {
+    /// per element) on an adapter of `backend` whose subgroups are
+    /// `subgroup_width` wide (`None`: no subgroups, or of no fixed width):
+    /// a subgroup per row where the width is known, else a workgroup per
+    /// row off Vulkan (kiln keeps workgroup memory off Vulkan, see
+    /// `MatmulConfig::refusal`), if it fits.
+    pub fn for_device(
+        backend: &str,
+        subgroup_width: Option<u32>,
+        sig: &Sig,
+        stages: &[ReduceOp],
+        len: usize,
+    ) -> Option<RowLanes> {
+        match subgroup_width {
             Some(width) => RowLanes::fitting(width, Combine::Subgroup, sig, stages, len),
-            None if info.backend != "vulkan" => {
-                RowLanes::fitting(WORKGROUP_LANES, Combine::Workgroup, sig, stages, len)
-            }
+            None if backend != "vulkan" => RowLanes::fitting(WORKGROUP_LANES, Combine::Workgroup, sig, stages, len),
             None => None,
         }
     }
@@ -580,9 +585,11 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
             s += &format!("var<workgroup> part{k}: array<{}, {l}>;\n", compute_type(stage_dtype(sig, k)));
         }
     }
+    let subgroup_ids = ", @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_lane: u32";
     s += &format!(
-        "@compute @workgroup_size({})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n",
-        lanes.workgroup_size()
+        "@compute @workgroup_size({})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>{}) {{\n",
+        lanes.workgroup_size(),
+        if lanes.combine == Combine::Subgroup { subgroup_ids } else { "" }
     );
     // No early return: every lane of a row must reach the shuffles or
     // barriers. Lanes past the last row redo it and store the same values
@@ -591,6 +598,11 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         "    let at = gid.y * m(2u) + gid.x;\n    let row = min(at / {l}u, m(0u) - 1u);\n    let lane = at % {l}u;\n"
     );
     s += &e.meta_lets();
+    if lanes.combine == Combine::Subgroup {
+        // Whether the row's lanes are one subgroup, lane for lane (so far
+        // always, where an adapter reports one subgroup width).
+        s += &format!("    let lanes_are_subgroup = subgroupAll(sg_size == {l}u && sg_lane == lane);\n");
+    }
     let slots: Vec<String> = (0..lanes.slots()).map(|t| format!("slot{t}")).collect();
     for (t, f) in slots.iter().enumerate() {
         s += &format!("    let {f} = row * {len}u + (lane + {}u) * 4u;\n", t as u32 * l);
@@ -603,7 +615,7 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
             s += &if t == 0 { format!("    var b{k} = {v};\n") } else { format!("    b{k} = merge{k}v(b{k}, {v});\n") };
         }
         s += &format!("    var s{k} = merge{k}(merge{k}(b{k}.x, b{k}.y), merge{k}(b{k}.z, b{k}.w));\n");
-        s += &combine_lanes(k, lanes);
+        s += &combine_lanes(&e, k, lanes);
     }
     for (t, f) in slots.iter().enumerate() {
         let roots = lane_roots(&e, stages.len(), t, f, &mut s);
@@ -615,13 +627,35 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
 }
 
 /// Statements leaving in `s{k}` stage k's value over the whole row, from
-/// each lane's `s{k}`.
-fn combine_lanes(k: usize, lanes: RowLanes) -> String {
+/// each lane's `s{k}`. In the butterfly both lanes of a pair merge the
+/// same operands in the same places (the lower lane's value first), so they
+/// get the same bits even from a merge whose result depends on the order
+/// (`max` of −0 and +0). Ordering by a select of two merges is not enough:
+/// Mesa's compiler treats `max` as commutative and makes them one.
+/// Where the subgroup turns out not to be the row's lanes, each lane folds
+/// the whole row itself instead (correct, L times the work).
+fn combine_lanes(e: &Emitter, k: usize, lanes: RowLanes) -> String {
     let l = lanes.lanes;
     match lanes.combine {
-        Combine::Subgroup => (0..l.ilog2())
-            .map(|i| format!("    s{k} = merge{k}(s{k}, subgroupShuffleXor(s{k}, {}u));\n", 1u32 << i))
-            .collect(),
+        Combine::Subgroup => {
+            let mut s = String::new();
+            for w in (0..l.ilog2()).map(|i| 1u32 << i) {
+                s += &format!(
+                    "    let o{k}_{w} = subgroupShuffleXor(s{k}, {w}u);\n    let low{k}_{w} = (lane & {w}u) == 0u;\n"
+                );
+                s += &format!(
+                    "    s{k} = merge{k}(select(o{k}_{w}, s{k}, low{k}_{w}), select(s{k}, o{k}_{w}, low{k}_{w}));\n"
+                );
+            }
+            s += &format!("    if (!lanes_are_subgroup) {{\n        var c{k} = vec4(identity{k}());\n");
+            s += &format!(
+                "        for (var j = 0u; j < {}u; j += 4u) {{\n        let f = row * {}u + j;\n",
+                lanes.len, lanes.len
+            );
+            let v = e.body(k, "f", &format!("fb{k}_"), &mut s).remove(0);
+            s += &format!("        c{k} = merge{k}v(c{k}, {v});\n        }}\n");
+            s + &format!("        s{k} = merge{k}(merge{k}(c{k}.x, c{k}.y), merge{k}(c{k}.z, c{k}.w));\n    }}\n")
+        }
         Combine::Workgroup => {
             let mut s = format!("    part{k}[lane] = s{k};\n    workgroupBarrier();\n    s{k} = part{k}[0];\n");
             (1..l).for_each(|i| s += &format!("    s{k} = merge{k}(s{k}, part{k}[{i}]);\n"));

@@ -258,7 +258,11 @@ impl Recording {
             && dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool)
             && vectorizable_reading_rows(&sig)
             && aligned4(&sig, &args);
-        let lanes = vec4.then(|| RowLanes::for_device(&gpu.info, &sig, &stages, len)).flatten();
+        let width = match gpu.assumed_subgroup_width.load(Ordering::Relaxed) {
+            w if w > 0 && gpu.info.subgroups => Some(w),
+            _ => gpu.info.subgroup_size,
+        };
+        let lanes = vec4.then(|| RowLanes::for_device(&gpu.info.backend, width, &sig, &stages, len)).flatten();
         let (invocations, wg) = match lanes {
             Some(l) => (rows * l.lanes as usize, l.workgroup_size()),
             None => (rows, WG),

@@ -18,7 +18,7 @@ use crate::ir::{Node, Realized};
 use crate::shape::Layout;
 use pipelines::PipelineCache;
 use pool::{BufferPool, PoolStats, PooledBuffer};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use adapter::describe as describe_adapter;
@@ -88,6 +88,9 @@ pub(crate) struct Gpu {
     kernels_launched: AtomicU64,
     submits: AtomicU64,
     tuner: tune::Tuner,
+    /// A subgroup width the row kernels assume instead of the adapter's
+    /// (0: none); see [`Device::assume_subgroup_width`].
+    assumed_subgroup_width: AtomicU32,
 }
 
 enum Backend {
@@ -193,6 +196,7 @@ impl Device {
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
             tuner: tune::Tuner::default(),
+            assumed_subgroup_width: AtomicU32::new(0),
         })))))
     }
 
@@ -207,6 +211,17 @@ impl Device {
             g.force_matmul_config(config);
         }
         Ok(())
+    }
+
+    /// Test hook: generate subgroup row kernels for subgroups `width` wide
+    /// instead of the adapter's width (`None`: the adapter's). A width the
+    /// adapter does not have sends them down their fallback, which must
+    /// still compute the right result. Row kernels launched afterwards use
+    /// it. Ignored where the adapter has no subgroups.
+    pub fn assume_subgroup_width(&self, width: Option<u32>) {
+        if let Backend::Gpu(g) = &*self.0 {
+            g.assumed_subgroup_width.store(width.unwrap_or(0), Ordering::Relaxed);
+        }
     }
 
     /// The autotuner's choices so far: (shape class, config name).
