@@ -103,23 +103,17 @@ pub fn cases() -> Vec<Case> {
     s.push(case("AvgPool2d", "[1, 2, 9, 9] kernel 3 stride 2", Tol::F32, |d| {
         AvgPool2d { kernel: 3, stride: 2 }.forward(&input(d, 3023, &[1, 2, 9, 9], DType::F32, -1.0, 1.0)?)
     }));
-    s.push(case("LayerNorm", "[33, 65]", LAYER, |d| {
-        let ln = LayerNorm {
-            weight: input(d, 3030, &[65], DType::F32, 0.5, 1.5)?,
-            bias: input(d, 3031, &[65], DType::F32, -1.0, 1.0)?,
-            eps: 1e-5,
-        };
-        ln.forward(&input(d, 3032, &[33, 65], DType::F32, -3.0, 3.0)?)
-    }));
-    // Rows of 1024: the row kernel's subgroup-lanes layout where it runs.
-    s.push(case("LayerNorm", "[33, 1024]", LAYER, |d| {
-        let ln = LayerNorm {
-            weight: input(d, 3033, &[1024], DType::F32, 0.5, 1.5)?,
-            bias: input(d, 3034, &[1024], DType::F32, -1.0, 1.0)?,
-            eps: 1e-5,
-        };
-        ln.forward(&input(d, 3035, &[33, 1024], DType::F32, -3.0, 3.0)?)
-    }));
+    // Rows of 1024 take the row kernel's lanes layout where it runs.
+    for (len, seed) in [(65, 3030), (1024, 3033)] {
+        s.push(case("LayerNorm", &format!("[33, {len}]"), LAYER, move |d| {
+            let ln = LayerNorm {
+                weight: input(d, seed, &[len], DType::F32, 0.5, 1.5)?,
+                bias: input(d, seed + 1, &[len], DType::F32, -1.0, 1.0)?,
+                eps: 1e-5,
+            };
+            ln.forward(&input(d, seed + 2, &[33, len], DType::F32, -3.0, 3.0)?)
+        }));
+    }
     s.push(case("Embedding", "[50, 16] table, ids [4, 7]", Tol::EXACT, |d| {
         let e = Embedding { weight: input(d, 3040, &[50, 16], DType::F32, -1.0, 1.0)? };
         e.forward(&input(d, 3041, &[4, 7], DType::I32, 0.0, 49.0)?)
