@@ -607,18 +607,21 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
     for (t, f) in slots.iter().enumerate() {
         s += &format!("    let {f} = row * {len}u + (lane + {}u) * 4u;\n", t as u32 * l);
     }
-    for k in 0..stages.len() {
+    // For each body, the latest earlier stage whose value it can be given.
+    let given: Vec<Option<(usize, usize)>> =
+        (0..=stages.len()).map(|b| (0..b).rev().find_map(|k| stage_value_in(sig, k, b).map(|op| (k, op)))).collect();
+    for (k, &stage_given) in given[..stages.len()].iter().enumerate() {
         // Each value folded as soon as it is made (SwiftShader's compiler
         // runs about 10% slower when all are made first).
         for (t, f) in slots.iter().enumerate() {
-            let v = lane_body(&e, k, t, f, &mut s);
+            let v = lane_roots(&e, k, stage_given, t, f, &mut s).remove(0);
             s += &if t == 0 { format!("    var b{k} = {v};\n") } else { format!("    b{k} = merge{k}v(b{k}, {v});\n") };
         }
         s += &format!("    var s{k} = merge{k}(merge{k}(b{k}.x, b{k}.y), merge{k}(b{k}.z, b{k}.w));\n");
         s += &combine_lanes(&e, k, lanes);
     }
     for (t, f) in slots.iter().enumerate() {
-        let roots = lane_roots(&e, stages.len(), t, f, &mut s);
+        let roots = lane_roots(&e, stages.len(), given[stages.len()], t, f, &mut s);
         for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
             s += &format!("    out{k}[{f} >> 2u] = {};\n", store_expr(d, r));
         }
@@ -664,24 +667,12 @@ fn combine_lanes(e: &Emitter, k: usize, lanes: RowLanes) -> String {
     }
 }
 
-/// Body `b` at slot `t` (flat index `f`) of the lanes layout; its one root.
-fn lane_body(e: &Emitter, b: usize, t: usize, f: &str, s: &mut String) -> String {
-    lane_roots(e, b, t, f, s).remove(0)
-}
-
-/// Body `b`'s roots at slot `t`, named `k{b}t{t}_v…`. When an earlier
-/// stage's body is a prefix of this one and its value is needed, that value
-/// (already in registers) is used instead of reading and computing it again.
-fn lane_roots(e: &Emitter, b: usize, t: usize, f: &str, s: &mut String) -> Vec<String> {
-    let body = &e.sig.bodies[b];
-    let live = live_ops(body, None);
-    let given = (0..b).rev().find_map(|k| {
-        let (ops, n) = (&e.sig.bodies[k].ops, e.sig.bodies[k].ops.len());
-        let prefix = e.sig.bodies[k].roots == [n - 1] && body.ops.len() >= n && body.ops[..n] == ops[..];
-        (prefix && live[n - 1]).then(|| (n - 1, format!("k{k}t{t}_v{}", n - 1)))
-    });
-    let given = given.as_ref().map(|(i, v)| (*i, v.as_str()));
-    e.body_hoisting(b, f, &format!("k{b}t{t}_"), None, given, s)
+/// Body `b`'s roots at slot `t` (flat index `f`), named `k{b}t{t}_v…`.
+/// With `given` = (stage k, op), that op is stage k's value at this slot,
+/// already in registers, instead of being read and computed again.
+fn lane_roots(e: &Emitter, b: usize, given: Option<(usize, usize)>, t: usize, f: &str, s: &mut String) -> Vec<String> {
+    let value = given.map(|(k, op)| (op, format!("k{k}t{t}_v{op}")));
+    e.body_hoisting(b, f, &format!("k{b}t{t}_"), None, value.as_ref().map(|(op, v)| (*op, v.as_str())), s)
 }
 
 /// A stage whose value the outputs compute again, costly enough to keep
@@ -695,13 +686,21 @@ fn reused_stage(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
     let k = (0..stages.len()).rfind(|&k| {
         let (ops, n) = (&sig.bodies[k].ops, sig.bodies[k].ops.len());
         math_needs(ops.iter()).any()
-            && sig.bodies[k].roots == [n - 1]
             && ops[n - 1].1 == DType::F32
             && last.ops.len() > n
-            && last.ops[..n] == ops[..]
-            && live_ops(last, None)[n - 1]
+            && stage_value_in(sig, k, stages.len()).is_some()
     })?;
     Some((k, o))
+}
+
+/// The op of body `b` that is stage `k`'s value, when body `b` begins
+/// with stage `k`'s body (whose one root is its last op) and needs that
+/// value: `b` can then be given it instead of computing it again.
+fn stage_value_in(sig: &Sig, k: usize, b: usize) -> Option<usize> {
+    let (stage, body) = (&sig.bodies[k], &sig.bodies[b]);
+    let n = stage.ops.len();
+    let prefix = stage.roots == [n - 1] && body.ops.len() >= n && body.ops[..n] == stage.ops[..];
+    (prefix && live_ops(body, None)[n - 1]).then_some(n - 1)
 }
 
 /// Opens the two loops of a row stage: over blocks of `ROW_BLOCK` elements
