@@ -55,12 +55,12 @@ impl<'a> Emitter<'a> {
 
     /// This emitter, reading contiguous, `Mod` and `Div` leaves' offsets
     /// and periods from the `let`s [`Emitter::meta_lets`] writes.
-    fn with_meta_lets(self) -> Emitter<'a> {
+    pub fn with_meta_lets(self) -> Emitter<'a> {
         Emitter { meta_lets: true, ..self }
     }
 
     /// `let`s holding the meta words those leaves' indices read.
-    fn meta_lets(&self) -> String {
+    pub fn meta_lets(&self) -> String {
         let mut s = String::new();
         for (k, leaf) in self.sig.leaves.iter().enumerate() {
             let base = self.leaf_base[k];

@@ -1,7 +1,7 @@
 //! Hand-written kernels from `shaders/`, completed with a few generated
 //! functions (loads for the input dtype and layout, the reduction's monoid).
 
-use super::fused::{Emitter, reduce_monoid};
+use super::fused::{Emitter, VEC, reduce_monoid};
 use super::{META_DECL, compute_type, storage_type};
 use crate::dtype::DType;
 use crate::ir::{ArgOp, ReduceOp};
@@ -44,6 +44,8 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
     };
     let acc = compute_type(value_dtype);
     let is_arg = matches!(monoid, Monoid::Arg(_));
+    // Arg partials must hold consecutive runs (ties keep the lower index).
+    let lanes = if is_arg { 1 } else { REDUCE_LANES };
     let mut s = String::from(META_DECL);
     let value_out = if is_arg { 2 } else { 1 };
     if is_arg {
@@ -54,21 +56,22 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
         storage_type(value_dtype.wide())
     );
     let (id, merge, take) = monoid_code(monoid, value_dtype);
+    // The accumulator's unit: lane-wise partials of vec4 runs, or one value.
+    let unit = if vec4 { format!("vec4<{acc}>") } else { acc.to_string() };
     s += &format!("fn identity() -> {acc} {{ return {id}; }}\n");
-    s += &format!("fn take(a: {acc}, b: {acc}) -> bool {{ return {take}; }}\n");
+    s += &format!("fn identity_unit() -> {unit} {{ return {unit}(identity()); }}\n");
+    s += &format!("fn take(a: {unit}, b: {unit}) -> bool {{ return {take}; }}\n");
     s += &format!("fn merge(a: {acc}, b: {acc}) -> {acc} {{ return {merge}; }}\n");
+    s += &format!("fn merge_unit(a: {unit}, b: {unit}) -> {unit} {{ return {merge}; }}\n");
+    let value = if vec4 { "merge(merge(u.x, u.y), merge(u.z, u.w))" } else { "u" };
+    s += &format!("fn value(u: {unit}) -> {acc} {{ return {value}; }}\n");
     match src {
         ReduceSource::Prologue(sig) => {
             let e = Emitter::new(sig, 4, vec4);
             s += &e.input_decls(value_out);
-            s += &format!("fn load(row: u32, r: u32) -> {acc} {{\n    let f = row * m(1u) + r;\n");
+            s += &format!("fn load(row: u32, r: u32) -> {unit} {{\n    let f = row * m(1u) + r;\n");
             let v = e.body(0, "f", "", &mut s);
-            if vec4 {
-                let x = &v[0];
-                s += &format!("    return merge(merge({x}.x, {x}.y), merge({x}.z, {x}.w));\n}}\n");
-            } else {
-                s += &format!("    return {};\n}}\n", v[0]);
-            }
+            s += &format!("    return {};\n}}\n", v[0]);
             s += "fn load_index(row: u32, r: u32) -> u32 { return r; }\n";
         }
         ReduceSource::Partials { dtype } => {
@@ -83,15 +86,54 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
             }
         }
     }
+    s += &fold_span(src, is_arg, vec4, &unit, lanes as usize * if vec4 { VEC } else { 1 });
     s += &format!("fn store(slot: u32, v: {acc}, i: u32) {{\n    out_v[slot] = v;\n");
     if is_arg {
         s += "    out_i[slot] = i32(i);\n";
     }
     s += "}\n";
     s += &format!("const STEP: u32 = {}u;\n", if vec4 { 4 } else { 1 });
-    // Arg partials must hold consecutive runs (ties keep the lower index).
-    s += &format!("const LANES: u32 = {}u;\n", if is_arg { 1 } else { REDUCE_LANES });
+    s += &format!("const LANES: u32 = {lanes}u;\n");
     s + REDUCE_TEMPLATE
+}
+
+/// `fold_span(row, start, &acc_i)`: the loop of shaders/reduce.wgsl over
+/// a whole span (runs `stride` elements apart) without bounds checks.
+/// Contiguous vec4 prologues and partials are unrolled, with the meta words
+/// read once (SwiftShader's compiler does not share repeated uniform reads)
+/// and each run folded as soon as it is loaded; other prologues (strided
+/// gathers, whose index arithmetic would be copied 64 times) keep a loop.
+fn fold_span(src: ReduceSource, is_arg: bool, vec4: bool, unit: &str, stride: usize) -> String {
+    let mut s = format!("fn fold_span(row: u32, start: u32, acc_i: ptr<function, u32>) -> {unit} {{\n");
+    s += "    var acc = identity_unit();\n    var i = 0u;\n";
+    let fold = |s: &mut String, r: &str, v: &str| {
+        if is_arg {
+            *s += &format!("    i = select(i, load_index(row, {r}), take(acc, {v}));\n");
+        }
+        *s += &format!("    acc = merge_unit(acc, {v});\n");
+    };
+    let e = match src {
+        ReduceSource::Prologue(_) if !vec4 => {
+            s += &format!("    for (var k = 0u; k < {REDUCE_CHUNK}u; k++) {{\n    let r = start + k * {stride}u;\n");
+            s += "    let v = load(row, r);\n";
+            fold(&mut s, "r", "v");
+            return s + "    }\n    *acc_i = i;\n    return acc;\n}\n";
+        }
+        ReduceSource::Prologue(sig) => Some(Emitter::new(sig, 4, true).with_meta_lets()),
+        ReduceSource::Partials { .. } => None,
+    };
+    s += "    let base = row * m(1u) + start;\n";
+    s += &e.as_ref().map_or(String::new(), Emitter::meta_lets);
+    for k in 0..REDUCE_CHUNK {
+        let at = format!("(base + {}u)", k * stride);
+        let v = match &e {
+            Some(e) => e.body(0, &at, &format!("k{k}_"), &mut s).remove(0),
+            None => format!("in_v[{at}]"),
+        };
+        s += &format!("    let run{k} = {v};\n");
+        fold(&mut s, &format!("start + {}u", k * stride), &format!("run{k}"));
+    }
+    s + "    *acc_i = i;\n    return acc;\n}\n"
 }
 
 /// (identity, merge(a, b), take(a, b)) of a reduction's monoid.
