@@ -91,3 +91,57 @@ fn special_values_follow_ieee() {
         assert!(sin[2].is_nan() && sin[4].is_nan(), "sin(inf), sin(NaN) on {label}: {sin:?}");
     }
 }
+
+/// exp(x − max x) along a row skips exp's overflow test (the argument is
+/// at most 0): on every adapter, in the lanes row kernel (rows of 1024) and
+/// the row-per-invocation one (rows of 2), it gives the bits `exp` gives.
+#[test]
+fn exp_of_a_value_minus_its_row_max_matches_exp_bit_for_bit() {
+    let devices = devices().clone();
+    let mut grid = spread(-104.0, 0.0);
+    grid[..6].copy_from_slice(&[f32::NEG_INFINITY, -0.0, -1e-40, -87.3365, -87.3366, -103.97]);
+    for len in [1024, 2] {
+        // Each row: grid values, then a 0, its max.
+        let mut xs = Vec::with_capacity(N);
+        for chunk in grid.chunks(len - 1) {
+            xs.extend_from_slice(chunk);
+            xs.push(0.0);
+        }
+        let rows = xs.len() / len;
+        xs.truncate(rows * len);
+        for (label, dev) in devices.iter() {
+            let x = Tensor::from_slice(dev, &xs, &[rows, len]).unwrap();
+            let shifted = x.sub(&x.max(&[-1], true).unwrap()).unwrap().exp().unwrap();
+            let got = kiln::block_on(shifted.to_vec::<f32>()).unwrap();
+            let want = kiln::block_on(x.exp().unwrap().to_vec::<f32>()).unwrap();
+            let differ = got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits());
+            assert!(
+                differ.is_none(),
+                "rows of {len} on {label}: exp(x - max x) differs from exp at x = {}",
+                xs[differ.unwrap_or(0)]
+            );
+            let specialized = dev.compiled_sources().iter().any(|s| s.contains("= kiln_exp_no_overflow("));
+            assert!(specialized, "rows of {len} on {label}: no kernel called kiln_exp_no_overflow");
+        }
+    }
+}
+
+/// Only a max makes the argument non-positive: exp(x − min x) along a row
+/// keeps exp's overflow test, so large differences still give ∞.
+#[test]
+fn exp_of_a_value_minus_its_row_min_still_overflows() {
+    let devices = devices().clone();
+    let rows = N / 1024;
+    // Each row spans 130, so x − min x runs past exp's overflow at 88.72.
+    let xs: Vec<f32> = (0..N).map(|i| -10.0 + 130.0 * (i % 1024) as f32 / 1024.0 + (i / 1024) as f32 * 1e-3).collect();
+    for (label, dev) in devices.iter() {
+        let x = Tensor::from_slice(dev, &xs, &[rows, 1024]).unwrap();
+        let d = x.sub(&x.min(&[-1], true).unwrap()).unwrap();
+        let got = kiln::block_on(d.exp().unwrap().to_vec::<f32>()).unwrap();
+        kiln::block_on(d.realize()).unwrap();
+        let want = kiln::block_on(d.exp().unwrap().to_vec::<f32>()).unwrap();
+        assert!(want.contains(&f32::INFINITY), "the case reaches overflow");
+        let differ = got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits());
+        assert!(differ.is_none(), "{label}: exp(x - min x) differs from exp at x = {}", xs[differ.unwrap_or(0)]);
+    }
+}

@@ -45,12 +45,19 @@ pub struct Emitter<'a> {
     /// instead of the meta buffer at each use (SwiftShader's compiler does
     /// not share repeated uniform reads).
     meta_lets: bool,
+    /// A row kernel's stages, whose values `Row(k)` ops read.
+    stages: &'a [ReduceOp],
 }
 
 impl<'a> Emitter<'a> {
     pub fn new(sig: &'a Sig, shape_base: usize, vec4: bool) -> Emitter<'a> {
         let (leaf_base, param_base) = meta_bases(sig, shape_base);
-        Emitter { sig, shape_base, leaf_base, param_base, vec4, meta_lets: false }
+        Emitter { sig, shape_base, leaf_base, param_base, vec4, meta_lets: false, stages: &[] }
+    }
+
+    /// This emitter, in a row kernel whose `Row(k)` ops read `stages`.
+    fn with_stages(self, stages: &'a [ReduceOp]) -> Emitter<'a> {
+        Emitter { stages, ..self }
     }
 
     /// This emitter, reading contiguous, `Mod` and `Div` leaves' offsets
@@ -200,6 +207,9 @@ impl<'a> Emitter<'a> {
                 Op::Row(k) => format!("s{k}"),
                 Op::Acc => "acc".to_string(),
                 Op::Param(p) => self.param(d, *p),
+                Op::Unary(UnaryOp::Exp, x) if shifted_by_row_max(self.sig, self.stages, body, *x) => {
+                    format!("kiln_exp_no_overflow({})", v(*x))
+                }
                 Op::Unary(op, x) => unary(*op, dt(*x), &v(*x), &|d, x| self.lit(d, x)),
                 Op::Binary(op, x, y) => binary(*op, &v(*x), &v(*y), &self.ty(DType::U32)),
                 Op::Where(c, x, y) => format!("select({}, {}, {})", v(*y), v(*x), v(*c)),
@@ -411,7 +421,7 @@ const ROW_BLOCK: usize = 64;
 /// runs of four elements: vector loads on CPU adapters.
 /// Meta: 0 rows, 1 len, 2 threads per grid row, shape at 3.
 pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool, vec4: bool) -> String {
-    let e = Emitter::new(sig, 3, vec4);
+    let e = Emitter::new(sig, 3, vec4).with_stages(stages);
     let step = if vec4 { VEC } else { 1 };
     let mut s = row_decls(&e, stages, outputs, vec4);
     s += &format!("@compute @workgroup_size({WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n");
@@ -577,7 +587,7 @@ impl RowLanes {
 /// the row's lanes in a fixed order with kiln's own merge, every lane
 /// getting the same bits.
 pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: RowLanes) -> String {
-    let e = Emitter::new(sig, 3, true).with_meta_lets();
+    let e = Emitter::new(sig, 3, true).with_meta_lets().with_stages(stages);
     let (l, len) = (lanes.lanes, lanes.len);
     let mut s = row_decls(&e, stages, outputs, true);
     if lanes.combine == Combine::Workgroup {
@@ -726,10 +736,27 @@ fn sums_exp_of_shifted_max(sig: &Sig, stages: &[ReduceOp], k: usize) -> bool {
         && x.ops[x.roots[0]].1 == DType::F32
         && e.roots == [n + 2]
         && e.ops.len() == n + 3
-        && e.ops[..n] == x.ops[..]
         && e.ops[n] == f32_op(Op::Row(k))
         && e.ops[n + 1] == f32_op(Op::Binary(BinaryOp::Sub, x.roots[0], n))
         && e.ops[n + 2] == f32_op(Op::Unary(UnaryOp::Exp, n + 1))
+        && shifted_by_row_max(sig, stages, e, n + 1)
+}
+
+/// Whether op `x` of `body` is `a − max(a)` along the row: it subtracts
+/// row stage k, a max, from the value stage k's body folds, which `body`
+/// computes with the same ops first. Such a value is at most 0 (or NaN), so
+/// its exp cannot overflow. (If a row holds a NaN, WGSL leaves `max`'s
+/// result open, and such a row's exp values are unspecified either way.)
+fn shifted_by_row_max(sig: &Sig, stages: &[ReduceOp], body: &Body, x: usize) -> bool {
+    let Op::Binary(BinaryOp::Sub, a, m) = body.ops[x].0 else {
+        return false;
+    };
+    let Op::Row(k) = body.ops[m].0 else {
+        return false;
+    };
+    let max = &sig.bodies[k];
+    let n = max.ops.len();
+    stages.get(k) == Some(&ReduceOp::Max) && max.roots == [a] && body.ops.len() >= n && body.ops[..n] == max.ops[..]
 }
 
 /// Stages `k` (max of x) and `k + 1` (sum of exp(x − max)) in one pass over
@@ -738,6 +765,7 @@ fn sums_exp_of_shifted_max(sig: &Sig, stages: &[ReduceOp], k: usize) -> bool {
 /// elements), so the row is read once instead of twice. Lanes keep their
 /// own (max, sum) per block; blocks fold into the row's in order, so the
 /// result is deterministic. Guards keep all-−∞ prefixes at a sum of 0.
+/// Every exp here is of a value minus a max at least as large.
 fn online_max_and_exp_sum(e: &Emitter, max: usize, vec4: bool) -> String {
     let (sum, step) = (max + 1, if vec4 { VEC } else { 1 });
     let splat = |x: &str| if vec4 { format!("vec4<f32>({x})") } else { x.to_string() };
@@ -747,17 +775,19 @@ fn online_max_and_exp_sum(e: &Emitter, max: usize, vec4: bool) -> String {
     let x = e.body(max, "f", "", &mut s).remove(0);
     s += &format!("    if (any({x} > b{max})) {{\n        let grown = max(b{max}, {x});\n");
     s += &format!(
-        "        b{sum} = b{sum} * select(kiln_exp(b{max} - grown), {one}, b{max} == grown);\n        b{max} = grown;\n    }}\n"
+        "        b{sum} = b{sum} * select(kiln_exp_no_overflow(b{max} - grown), {one}, b{max} == grown);\n        b{max} = grown;\n    }}\n"
     );
-    s += &format!("    b{sum} = b{sum} + select(kiln_exp({x} - b{max}), {zero}, b{max} == {ninf});\n    }}\n");
+    s += &format!(
+        "    b{sum} = b{sum} + select(kiln_exp_no_overflow({x} - b{max}), {zero}, b{max} == {ninf});\n    }}\n"
+    );
     let block_max =
         if vec4 { format!("max(max(b{max}.x, b{max}.y), max(b{max}.z, b{max}.w))") } else { format!("b{max}") };
     s += &format!("    let row_max = max(s{max}, {block_max});\n");
     let rm = splat("row_max");
-    s += &format!("    let lanes = b{sum} * select(kiln_exp(b{max} - {rm}), {one}, b{max} == {rm});\n");
+    s += &format!("    let lanes = b{sum} * select(kiln_exp_no_overflow(b{max} - {rm}), {one}, b{max} == {rm});\n");
     let lanes = if vec4 { "(lanes.x + lanes.y) + (lanes.z + lanes.w)" } else { "lanes" };
     let old = splat(&format!("s{max} - row_max"));
-    let rescale = if vec4 { format!("kiln_exp({old}).x") } else { format!("kiln_exp({old})") };
+    let rescale = if vec4 { format!("kiln_exp_no_overflow({old}).x") } else { format!("kiln_exp_no_overflow({old})") };
     s += &format!(
         "    s{sum} = s{sum} * select({rescale}, 1.0, s{max} == row_max) + {lanes};\n    s{max} = row_max;\n    }}\n"
     );
