@@ -709,7 +709,7 @@ fn reused_stage(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
 fn stage_value_in(sig: &Sig, k: usize, b: usize) -> Option<usize> {
     let (stage, body) = (&sig.bodies[k], &sig.bodies[b]);
     let n = stage.ops.len();
-    let prefix = stage.roots == [n - 1] && body.ops.len() >= n && body.ops[..n] == stage.ops[..];
+    let prefix = stage.roots == [n - 1] && body.ops.starts_with(&stage.ops);
     (prefix && live_ops(body, None)[n - 1]).then_some(n - 1)
 }
 
@@ -755,8 +755,7 @@ fn shifted_by_row_max(sig: &Sig, stages: &[ReduceOp], body: &Body, x: usize) -> 
         return false;
     };
     let max = &sig.bodies[k];
-    let n = max.ops.len();
-    stages.get(k) == Some(&ReduceOp::Max) && max.roots == [a] && body.ops.len() >= n && body.ops[..n] == max.ops[..]
+    stages.get(k) == Some(&ReduceOp::Max) && max.roots == [a] && body.ops.starts_with(&max.ops)
 }
 
 /// Stages `k` (max of x) and `k + 1` (sum of exp(x − max)) in one pass over
