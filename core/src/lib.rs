@@ -13,6 +13,7 @@ pub mod ir;
 pub mod runtime;
 pub mod sched;
 pub mod shape;
+pub mod spirv;
 pub mod validate;
 
 pub use dtype::{DType, Element};

@@ -26,16 +26,16 @@ pub struct Translations {
     pub glsl: String,
 }
 
-/// Validate `source` and translate its `main` entry point to SPIR-V, MSL,
+/// Validate `source` and translate its `main` entry point to SPIR-V (as
+/// [`crate::spirv::for_vulkan`] writes it), MSL,
 /// HLSL and GLSL (ES 3.1 compute, what wgpu's GL backend emits).
 pub fn translate_all(source: &str) -> Result<Translations> {
-    use naga::back::{glsl, hlsl, msl, spv};
+    use naga::back::{glsl, hlsl, msl};
     let (module, info) = validate_wgsl(source)?;
     let fail = |lang: &str, e: String| KilnError::Shader { message: format!("{lang}: {e}"), wgsl: source.to_string() };
-    // Subgroup operations need SPIR-V 1.3 (Vulkan 1.1), as wgpu emits them.
-    let lang_version = if source.contains("subgroup") { (1, 3) } else { (1, 0) };
-    let spv_options = spv::Options { lang_version, ..Default::default() };
-    let spirv = spv::write_vec(&module, &info, &spv_options, None).map_err(|e| fail("SPIR-V", e.to_string()))?;
+    // What kiln hands Vulkan for kernels with workgroup memory; wgpu's
+    // translation of the others differs only in their (absent) layouts.
+    let spirv = crate::spirv::for_vulkan(&module, &info, source)?;
     let (msl, _) = msl::write_string(&module, &info, &msl::Options::default(), &msl::PipelineOptions::default())
         .map_err(|e| fail("MSL", e.to_string()))?;
     let mut hlsl = String::new();

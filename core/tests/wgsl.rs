@@ -279,11 +279,11 @@ fn the_lanes_row_layout_is_chosen_only_where_it_fits() {
     assert_eq!(fits(128, Combine::Workgroup, &f32_row, 1024).map(|l| l.workgroup_size()), Some(128));
     assert!(fits(8, Combine::Subgroup, &bool_row, 1024).is_none(), "a bool stage");
     // Which combine each kind of adapter gets.
-    let chosen = |backend: &str, width: Option<u32>| {
-        RowLanes::for_device(backend, width, &f32_row, &sum, 1024).map(|l| (l.lanes, l.combine))
+    let chosen = |workgroup_memory: bool, width: Option<u32>| {
+        RowLanes::for_device(workgroup_memory, width, &f32_row, &sum, 1024).map(|l| (l.lanes, l.combine))
     };
-    assert_eq!(chosen("vulkan", Some(8)), Some((8, Combine::Subgroup)));
-    assert_eq!(chosen("vulkan", None), None, "no workgroup memory on Vulkan");
-    assert_eq!(chosen("gl", None), Some((16, Combine::Workgroup)));
-    assert_eq!(chosen("webgpu", None), Some((16, Combine::Workgroup)));
+    assert_eq!(chosen(true, Some(8)), Some((8, Combine::Subgroup)));
+    assert_eq!(chosen(false, Some(8)), Some((8, Combine::Subgroup)));
+    assert_eq!(chosen(true, None), Some((16, Combine::Workgroup)));
+    assert_eq!(chosen(false, None), None, "no workgroup memory");
 }

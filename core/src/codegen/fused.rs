@@ -536,13 +536,12 @@ const LANE_SLOTS_MAX: usize = 64;
 
 impl RowLanes {
     /// The layout for `stages` over rows of `len` (vec4-readable, written
-    /// per element) on an adapter of `backend` whose subgroups are
-    /// `subgroup_width` wide (`None`: no subgroups, or of no fixed width):
-    /// a subgroup per row where the width is known, else a workgroup per
-    /// row off Vulkan (kiln keeps workgroup memory off Vulkan, see
-    /// `MatmulConfig::refusal`), if it fits.
+    /// per element) on an adapter whose subgroups are `subgroup_width` wide
+    /// (`None`: no subgroups, or of no fixed width): a subgroup per row where
+    /// the width is known, else a workgroup per row where the device has
+    /// `workgroup_memory` (`DeviceInfo::workgroup_memory`), if it fits.
     pub fn for_device(
-        backend: &str,
+        workgroup_memory: bool,
         subgroup_width: Option<u32>,
         sig: &Sig,
         stages: &[ReduceOp],
@@ -550,7 +549,7 @@ impl RowLanes {
     ) -> Option<RowLanes> {
         match subgroup_width {
             Some(width) => RowLanes::fitting(width, Combine::Subgroup, sig, stages, len),
-            None if backend != "vulkan" => RowLanes::fitting(WORKGROUP_LANES, Combine::Workgroup, sig, stages, len),
+            None if workgroup_memory => RowLanes::fitting(WORKGROUP_LANES, Combine::Workgroup, sig, stages, len),
             None => None,
         }
     }

@@ -99,15 +99,17 @@ impl MatmulConfig {
     }
 
     /// Why kiln does not run this config on `info`'s device, if it does not:
-    /// subgroup sharing needs subgroups, and staged configs stay off Vulkan,
-    /// where naga 30's SPIR-V gives workgroup arrays an explicit layout that
-    /// Vulkan forbids (VUID-StandaloneSpirv-None-10684, wgpu issue 7696).
+    /// subgroup sharing needs subgroups, and staged configs workgroup memory
+    /// ([`crate::runtime::DeviceInfo::workgroup_memory`]).
     pub fn refusal(&self, info: &crate::runtime::DeviceInfo) -> Option<String> {
         // On the web the adapter's name is often empty.
         let adapter = if info.name.is_empty() { &info.backend } else { &info.name };
         let name = self.name();
-        if self.staged && info.backend == "vulkan" {
-            Some(format!("{name} stages operands in workgroup memory, which kiln leaves off Vulkan ({adapter})"))
+        if self.staged && !info.workgroup_memory {
+            Some(format!(
+                "{name} stages operands in workgroup memory, which kiln leaves off {adapter} ({}: no passthrough shaders)",
+                info.backend
+            ))
         } else if self.share && !info.subgroups {
             Some(format!("{name} shares through subgroups, which {adapter} ({}) lacks", info.backend))
         } else {

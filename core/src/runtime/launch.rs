@@ -259,10 +259,11 @@ impl Recording {
             && vectorizable_reading_rows(&sig)
             && aligned4(&sig, &args);
         let width = match gpu.assumed_subgroup_width.load(Ordering::Relaxed) {
+            super::NO_FIXED_WIDTH => None,
             w if w > 0 && gpu.info.subgroups => Some(w),
             _ => gpu.info.subgroup_size,
         };
-        let lanes = vec4.then(|| RowLanes::for_device(&gpu.info.backend, width, &sig, &stages, len)).flatten();
+        let lanes = vec4.then(|| RowLanes::for_device(gpu.info.workgroup_memory, width, &sig, &stages, len)).flatten();
         let (invocations, wg) = match lanes {
             Some(l) => (rows * l.lanes as usize, l.workgroup_size()),
             None => (rows, WG),

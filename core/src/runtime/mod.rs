@@ -33,6 +33,9 @@ pub struct GpuArray {
     pub dtype: DType,
 }
 
+/// `Gpu::assumed_subgroup_width` for subgroups of no fixed width.
+const NO_FIXED_WIDTH: u32 = u32::MAX;
+
 /// What a device is, for logs, reports and `Device::info()`.
 #[derive(Debug, Clone)]
 pub struct DeviceInfo {
@@ -48,6 +51,10 @@ pub struct DeviceInfo {
     /// The subgroup width when the adapter has subgroups and they are
     /// always this wide (the subgroup-lanes row kernel needs to know it).
     pub subgroup_size: Option<u32>,
+    /// Whether kernels may use workgroup memory: everywhere but on a Vulkan
+    /// device without passthrough shaders, through which kiln hands Vulkan
+    /// SPIR-V without the layouts naga gives workgroup arrays (`crate::spirv`).
+    pub workgroup_memory: bool,
 }
 
 /// Counters that tests and benchmarks read.
@@ -90,6 +97,7 @@ pub(crate) struct Gpu {
     tuner: tune::Tuner,
     /// A subgroup width the row kernels assume instead of the adapter's
     /// (0: none); see [`Device::assume_subgroup_width`].
+    /// 0: the adapter's width; [`NO_FIXED_WIDTH`]: none.
     assumed_subgroup_width: AtomicU32,
 }
 
@@ -154,11 +162,15 @@ impl Device {
         let ai = adapter.get_info();
         let limits = adapter.limits();
         let features = adapter.features();
+        // Passthrough shaders on Vulkan, for kernels with workgroup memory
+        // (see `crate::spirv`).
+        let own_spirv = ai.backend == wgpu::Backend::Vulkan && features.contains(wgpu::Features::PASSTHROUGH_SHADERS);
+        let passthrough = if own_spirv { wgpu::Features::PASSTHROUGH_SHADERS } else { wgpu::Features::empty() };
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("kiln"),
                 // Subgroup operations where offered: some matmul kernels use them.
-                required_features: features & wgpu::Features::SUBGROUP,
+                required_features: (features & wgpu::Features::SUBGROUP) | passthrough,
                 required_limits: limits.clone(),
                 ..Default::default()
             })
@@ -184,13 +196,14 @@ impl Device {
             subgroup_size: (features.contains(wgpu::Features::SUBGROUP)
                 && ai.subgroup_min_size == ai.subgroup_max_size)
                 .then_some(ai.subgroup_min_size),
+            workgroup_memory: ai.backend != wgpu::Backend::Vulkan || own_spirv,
         };
         Ok(Device(Arc::new(Backend::Gpu(Box::new(Gpu {
             pool: BufferPool::new(device.clone()),
             device,
             queue,
             info,
-            pipelines: PipelineCache::default(),
+            pipelines: PipelineCache::new(own_spirv),
             errors,
             lost,
             kernels_launched: AtomicU64::new(0),
@@ -224,6 +237,15 @@ impl Device {
         }
     }
 
+    /// Test hook: generate row kernels as for subgroups of no fixed width,
+    /// i.e. combining a row's lanes through workgroup memory where the
+    /// device has it; [`Device::assume_subgroup_width`] undoes it.
+    pub fn assume_no_fixed_subgroup_width(&self) {
+        if let Backend::Gpu(g) = &*self.0 {
+            g.assumed_subgroup_width.store(NO_FIXED_WIDTH, Ordering::Relaxed);
+        }
+    }
+
     /// The autotuner's choices so far: (shape class, config name).
     pub fn matmul_choices(&self) -> Vec<(String, String)> {
         match &*self.0 {
@@ -253,6 +275,7 @@ impl Device {
                 shader_f16: true,
                 subgroups: false,
                 subgroup_size: None,
+                workgroup_memory: false,
             },
             Backend::Gpu(g) => g.info.clone(),
         }

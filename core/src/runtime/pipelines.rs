@@ -4,6 +4,7 @@
 
 use crate::codegen::KernelKey;
 use crate::error::Result;
+use crate::spirv;
 use crate::validate::validate_wgsl;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,9 +19,16 @@ pub struct Kernel {
 #[derive(Debug, Default)]
 pub struct PipelineCache {
     kernels: Mutex<HashMap<KernelKey, Arc<Kernel>>>,
+    /// Vulkan with passthrough shaders: kernels with workgroup memory are
+    /// compiled by kiln ([`crate::spirv`]), not by wgpu.
+    own_spirv: bool,
 }
 
 impl PipelineCache {
+    pub fn new(own_spirv: bool) -> PipelineCache {
+        PipelineCache { own_spirv, ..Default::default() }
+    }
+
     pub fn get(&self, device: &wgpu::Device, key: &KernelKey) -> Result<Arc<Kernel>> {
         if let Some(k) = self.kernels.lock().unwrap().get(key) {
             return Ok(k.clone());
@@ -30,15 +38,36 @@ impl PipelineCache {
         dump(&name, &source);
         // naga first, so that a bad kernel is an error carrying its source,
         // not an abort inside wgpu.
-        validate_wgsl(&source)?;
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(&name),
-            source: wgpu::ShaderSource::Wgsl(source.as_str().into()),
-        });
+        let (module, info) = validate_wgsl(&source)?;
+        let (shader, layout) = if self.own_spirv && spirv::uses_workgroup_memory(&module) {
+            let words = spirv::for_vulkan(&module, &info, &source)?;
+            let [x, y, z] = module.entry_points.first().map_or([1; 3], |e| e.workgroup_size);
+            // SAFETY: naga validated the module and wrote the words with the
+            // bounds checks wgpu would add; the layout below is the module's.
+            let shader = unsafe {
+                device.create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
+                    label: Some(&name),
+                    entry_points: vec![wgpu::PassthroughShaderEntryPoint {
+                        name: "main".into(),
+                        workgroup_size: (x, y, z),
+                    }]
+                    .into(),
+                    spirv: Some(words.into()),
+                    ..Default::default()
+                })
+            };
+            (shader, Some(explicit_layout(device, &module, &name)))
+        } else {
+            let shader = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&name),
+                source: wgpu::ShaderSource::Wgsl(source.as_str().into()),
+            });
+            (shader, None)
+        };
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&name),
-            layout: None,
-            module: &module,
+            layout: layout.as_ref(),
+            module: &shader,
             entry_point: Some("main"),
             compilation_options: Default::default(),
             cache: None,
@@ -73,4 +102,36 @@ fn dump(name: &str, source: &str) {
     }
     #[cfg(target_arch = "wasm32")]
     let _ = (name, source);
+}
+
+/// The pipeline layout wgpu would derive from `module` (a passthrough
+/// module has no reflection): group 0 holds every buffer binding kiln
+/// kernels declare, all of which they use.
+fn explicit_layout(device: &wgpu::Device, module: &naga::Module, name: &str) -> wgpu::PipelineLayout {
+    let entries: Vec<wgpu::BindGroupLayoutEntry> = module
+        .global_variables
+        .iter()
+        .filter_map(|(_, v)| {
+            let ty = match v.space {
+                naga::AddressSpace::Uniform => wgpu::BufferBindingType::Uniform,
+                naga::AddressSpace::Storage { access } => {
+                    wgpu::BufferBindingType::Storage { read_only: !access.contains(naga::StorageAccess::STORE) }
+                }
+                _ => return None,
+            };
+            Some(wgpu::BindGroupLayoutEntry {
+                binding: v.binding.as_ref()?.binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
+                count: None,
+            })
+        })
+        .collect();
+    let group =
+        device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(name), entries: &entries });
+    device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(name),
+        bind_group_layouts: &[Some(&group)],
+        immediate_size: 0,
+    })
 }
