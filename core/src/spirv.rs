@@ -35,9 +35,13 @@ pub fn uses_workgroup_memory(module: &naga::Module) -> bool {
 }
 
 /// `module` as SPIR-V for Vulkan, with the checks wgpu itself asks naga for
-/// (indices clamped, loops bounded, integer division checked, workgroup
-/// memory zeroed) and without layout decorations on workgroup types.
-/// `source` names the kernel in an error.
+/// (indices clamped, loops bounded, integer division checked) and without
+/// layout decorations on workgroup types. `source` names the kernel in an
+/// error. WGSL promises zeroed workgroup memory; this SPIR-V does not zero
+/// it, because kiln's kernels write it before they read it (the staged
+/// matmul's slices, the row lanes' partials), and naga's zeroing made
+/// lavapipe compile a matmul with two 2048-float tiles for over a minute
+/// (a benchmark of it ran 93 s with the zeroing, 6.6 s without).
 pub fn for_vulkan(module: &naga::Module, info: &ModuleInfo, source: &str) -> Result<Vec<u32>> {
     let words = spv::write_vec(module, info, &options(source), None)
         .map_err(|e| KilnError::Shader { message: format!("SPIR-V: {e}"), wgsl: source.to_string() })?;
@@ -54,7 +58,7 @@ fn options(source: &str) -> spv::Options<'static> {
             image_load: BoundsCheckPolicy::Restrict,
             binding_array: BoundsCheckPolicy::Unchecked,
         },
-        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::Polyfill,
+        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::None,
         force_loop_bounding: true,
         emit_int_div_checks: true,
         ..Default::default()
