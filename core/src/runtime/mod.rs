@@ -95,9 +95,9 @@ pub(crate) struct Gpu {
     kernels_launched: AtomicU64,
     submits: AtomicU64,
     tuner: tune::Tuner,
-    /// A subgroup width the row kernels assume instead of the adapter's
-    /// (0: none); see [`Device::assume_subgroup_width`].
-    /// 0: the adapter's width; [`NO_FIXED_WIDTH`]: none.
+    /// The subgroup width row kernels assume instead of the adapter's (0:
+    /// the adapter's; [`NO_FIXED_WIDTH`]: no fixed width); see
+    /// [`Device::assume_subgroup_width`].
     assumed_subgroup_width: AtomicU32,
 }
 

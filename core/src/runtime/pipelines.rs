@@ -43,7 +43,9 @@ impl PipelineCache {
             let words = spirv::for_vulkan(&module, &info, &source)?;
             let [x, y, z] = module.entry_points.first().map_or([1; 3], |e| e.workgroup_size);
             // SAFETY: naga validated the module and wrote the words with the
-            // bounds checks wgpu would add; the layout below is the module's.
+            // bounds checks wgpu would add; kiln's kernels write workgroup
+            // memory before reading it (it is not zeroed); the layout below
+            // is the module's.
             let shader = unsafe {
                 device.create_shader_module_passthrough(wgpu::ShaderModuleDescriptorPassthrough {
                     label: Some(&name),
