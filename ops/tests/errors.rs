@@ -163,20 +163,34 @@ fn non_contiguous_views_work_on_gpu() {
 #[test]
 fn a_matmul_config_the_device_cannot_run_is_refused_by_name() {
     use kiln_core::codegen::matmul::MatmulConfig;
-    let opts = DeviceOptions { adapter: Some("lavapipe".into()), ..Default::default() };
+    let opts = DeviceOptions { adapter: Some("gl".into()), ..Default::default() };
     let Ok(dev) = pollster::block_on(Device::with_options(opts)) else {
-        eprintln!("skipped: lavapipe (Vulkan) not found on this machine");
+        eprintln!("skipped: no OpenGL adapter on this machine");
         return;
     };
-    let staged = MatmulConfig::CANDIDATES.into_iter().find(|c| c.staged).unwrap();
-    match dev.set_matmul_config(Some(staged)) {
+    assert!(!dev.info().subgroups, "llvmpipe's GL has no subgroups");
+    let shared = MatmulConfig::CANDIDATES.into_iter().find(|c| c.share).unwrap();
+    match dev.set_matmul_config(Some(shared)) {
         Err(e @ KilnError::Invalid { op: "set_matmul_config", .. }) => {
             let m = e.to_string();
-            assert!(m.contains(&staged.name()) && m.contains("Vulkan"), "{m}");
+            assert!(m.contains(&shared.name()) && m.contains("subgroups"), "{m}");
         }
         other => panic!("expected Invalid, got {other:?}"),
     }
     // Refused, so the tuner's choice still holds and matmuls still run.
     let a = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
     assert_eq!(pollster::block_on(a.matmul(&a).unwrap().to_vec::<f32>()).unwrap(), vec![7.0, 10.0, 15.0, 22.0]);
+}
+
+#[test]
+fn staged_matmuls_are_refused_without_workgroup_memory() {
+    use kiln_core::codegen::matmul::MatmulConfig;
+    // A Vulkan device without passthrough shaders (none on this machine).
+    let mut info = Device::cpu().info();
+    (info.name, info.backend, info.workgroup_memory) = ("some GPU".into(), "vulkan".into(), false);
+    let staged = MatmulConfig::CANDIDATES.into_iter().find(|c| c.staged).unwrap();
+    let why = staged.refusal(&info).expect("refused");
+    assert!(why.contains(&staged.name()) && why.contains("some GPU") && why.contains("passthrough"), "{why}");
+    info.workgroup_memory = true;
+    assert_eq!(staged.refusal(&info), None);
 }
