@@ -219,7 +219,10 @@ fn chains(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
 /// one conv layer both ways (forward, and forward with its gradients): ms
 /// per step, and kernels per training step in the note.
 fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
-    let data = || Mnist::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist-10k"));
+    // Env KILN_MNIST_DIR for a binary run away from its checkout (scripts/device-check).
+    let dir =
+        std::env::var("KILN_MNIST_DIR").unwrap_or(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist-10k").into());
+    let data = || Mnist::load(&dir);
     for model in [ModelKind::Mlp, ModelKind::Cnn] {
         let bench = format!("{model} train step (batch 64)");
         if !cx.wants(&bench) {
