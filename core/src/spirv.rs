@@ -65,15 +65,20 @@ fn options(source: &str) -> spv::Options<'static> {
     }
 }
 
-/// One instruction: its opcode and operand words.
-fn instructions(words: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
+/// The instructions after the header, each with all its words.
+fn instructions(words: &[u32]) -> impl Iterator<Item = &[u32]> {
     let mut rest = words.get(HEADER_WORDS..).unwrap_or_default();
     std::iter::from_fn(move || {
         let count = (*rest.first()? >> 16) as usize;
         let (inst, tail) = rest.split_at(count.clamp(1, rest.len()));
         rest = tail;
-        Some((inst[0] & 0xffff, &inst[1..]))
+        Some(inst)
     })
+}
+
+/// An instruction's opcode and operand words.
+fn split(inst: &[u32]) -> (u32, &[u32]) {
+    (inst[0] & 0xffff, &inst[1..])
 }
 
 /// `words` less the layout decorations of the types only Workgroup
@@ -82,7 +87,7 @@ fn instructions(words: &[u32]) -> impl Iterator<Item = (u32, &[u32])> {
 pub fn without_workgroup_layouts(words: &[u32]) -> Vec<u32> {
     let mut parts: HashMap<u32, Vec<u32>> = HashMap::new();
     let (mut workgroup, mut other) = (Vec::new(), Vec::new());
-    for (op, args) in instructions(words) {
+    for (op, args) in instructions(words).map(split) {
         match op {
             OP_TYPE_ARRAY | OP_TYPE_RUNTIME_ARRAY if args.len() >= 2 => {
                 parts.insert(args[0], vec![args[1]]);
@@ -109,18 +114,17 @@ pub fn without_workgroup_layouts(words: &[u32]) -> Vec<u32> {
     let elsewhere = reached(other);
     let strip: HashSet<u32> = reached(workgroup).into_iter().filter(|t| !elsewhere.contains(t)).collect();
     let mut out = words[..HEADER_WORDS.min(words.len())].to_vec();
-    let mut at = HEADER_WORDS;
-    for (op, args) in instructions(words) {
-        let len = args.len() + 1;
-        let layout = match op {
-            OP_DECORATE => args.len() >= 2 && strip.contains(&args[0]) && args[1] == ARRAY_STRIDE,
-            OP_MEMBER_DECORATE => args.len() >= 3 && strip.contains(&args[0]) && MEMBER_LAYOUT.contains(&args[2]),
+    for inst in instructions(words) {
+        let layout = match split(inst) {
+            (OP_DECORATE, args) => args.len() >= 2 && strip.contains(&args[0]) && args[1] == ARRAY_STRIDE,
+            (OP_MEMBER_DECORATE, args) => {
+                args.len() >= 3 && strip.contains(&args[0]) && MEMBER_LAYOUT.contains(&args[2])
+            }
             _ => false,
         };
         if !layout {
-            out.extend_from_slice(&words[at..at + len]);
+            out.extend_from_slice(inst);
         }
-        at += len;
     }
     out
 }
@@ -132,6 +136,7 @@ mod tests {
     /// (target, decoration) of every ArrayStride and member layout decoration.
     fn layouts(words: &[u32]) -> Vec<(u32, u32)> {
         instructions(words)
+            .map(split)
             .filter_map(|(op, a)| match op {
                 OP_DECORATE if a[1] == ARRAY_STRIDE => Some((a[0], a[1])),
                 OP_MEMBER_DECORATE if MEMBER_LAYOUT.contains(&a[2]) => Some((a[0], a[2])),
@@ -142,9 +147,13 @@ mod tests {
 
     /// The types of the Workgroup variables.
     fn workgroup_variable_types(words: &[u32]) -> Vec<u32> {
-        let pointee: HashMap<u32, u32> =
-            instructions(words).filter(|(op, _)| *op == OP_TYPE_POINTER).map(|(_, a)| (a[0], a[2])).collect();
+        let pointee: HashMap<u32, u32> = instructions(words)
+            .map(split)
+            .filter(|(op, _)| *op == OP_TYPE_POINTER)
+            .map(|(_, a)| (a[0], a[2]))
+            .collect();
         instructions(words)
+            .map(split)
             .filter(|(op, a)| *op == OP_VARIABLE && a[2] == STORAGE_WORKGROUP)
             .map(|(_, a)| pointee[&a[0]])
             .collect()

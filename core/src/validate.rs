@@ -33,8 +33,8 @@ pub fn translate_all(source: &str) -> Result<Translations> {
     use naga::back::{glsl, hlsl, msl};
     let (module, info) = validate_wgsl(source)?;
     let fail = |lang: &str, e: String| KilnError::Shader { message: format!("{lang}: {e}"), wgsl: source.to_string() };
-    // What kiln hands Vulkan for kernels with workgroup memory; wgpu's
-    // translation of the others differs only in their (absent) layouts.
+    // What kiln hands Vulkan for kernels with workgroup memory; wgpu
+    // translates the others itself, with options of its own.
     let spirv = crate::spirv::for_vulkan(&module, &info, source)?;
     let (msl, _) = msl::write_string(&module, &info, &msl::Options::default(), &msl::PipelineOptions::default())
         .map_err(|e| fail("MSL", e.to_string()))?;
