@@ -71,7 +71,14 @@ impl PipelineCache {
             layout: layout.as_ref(),
             module: &shader,
             entry_point: Some("main"),
-            compilation_options: Default::default(),
+            // Every kiln kernel writes its workgroup memory before reading
+            // it, so wgpu's zeroing (WGSL's rule) is only cost: on GL it made
+            // compiling a kernel with two 2048-float tiles take about a minute.
+            // Browsers zero regardless (WebGPU has no such option).
+            compilation_options: wgpu::PipelineCompilationOptions {
+                zero_initialize_workgroup_memory: false,
+                ..Default::default()
+            },
             cache: None,
         });
         let kernel = Arc::new(Kernel { pipeline, name, source });
