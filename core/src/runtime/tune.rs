@@ -1,9 +1,12 @@
 //! The matmul autotuner: on the first matmul of a shape class, time each
 //! candidate of the kernel family on this adapter and keep the fastest.
-//! Every candidate runs a product of at most 512 per dimension; for large
-//! classes the few fastest then run again at up to 1024, since rankings
-//! shift with size on CPU adapters (at 512³ llvmpipe GL preferred a
+//! On CPU adapters every candidate runs a product of at most 512 per
+//! dimension; for large classes the few fastest then run again at up to
+//! 1024, since rankings shift with size (at 512³ llvmpipe GL preferred a
 //! 16×8 block that ran at three quarters of the 16×16 one's rate at 2048³).
+//! GPUs time every candidate at the product's own size, up to 2048: they
+//! finish a 512³ product in microseconds, less than a submission costs,
+//! and a big tile that fills the GPU at 2048³ leaves it idle at 512³.
 //! Choices are cached per adapter (name, driver, backend) in memory and,
 //! natively, in a text file: env `KILN_TUNE_CACHE` names it, else
 //! `$XDG_CACHE_HOME/kiln/matmul-tune.txt` or `~/.cache/kiln/…`.
@@ -27,6 +30,8 @@ const TUNE_DIM: usize = 512;
 /// The `FINALISTS` fastest run again at up to this size, where the real
 /// product is larger than `TUNE_DIM` in some dimension.
 const TUNE_DIM_LARGE: usize = 1024;
+/// On GPUs every candidate runs a product of at most this size.
+const TUNE_DIM_GPU: usize = 2048;
 const FINALISTS: usize = 3;
 
 #[derive(Debug, Default)]
@@ -76,16 +81,18 @@ impl Gpu {
         Ok(best)
     }
 
-    /// The fastest usable candidate for an m×k @ k×n product: all of them
-    /// at up to `TUNE_DIM`, then the finalists at up to `TUNE_DIM_LARGE`.
+    /// The fastest usable candidate for an m×k @ k×n product: on CPU
+    /// adapters all of them at up to `TUNE_DIM`, then the finalists at up
+    /// to `TUNE_DIM_LARGE`; on GPUs all of them at up to `TUNE_DIM_GPU`.
     fn tune(&self, dtype: DType, m: usize, n: usize, k: usize) -> Result<MatmulConfig> {
         // Staged configs wait on barriers, which CPU adapters pay for dearly
         // (every lane of the workgroup is switched out and in): not tried there.
         let cpu = self.info.device_type == "Cpu";
         let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.info) && !(c.staged && cpu));
-        let [sm, sn, sk] = [m, n, k].map(|d| d.min(TUNE_DIM));
+        let (sift, large) = if cpu { (TUNE_DIM, TUNE_DIM_LARGE) } else { (TUNE_DIM_GPU, TUNE_DIM_GPU) };
+        let [sm, sn, sk] = [m, n, k].map(|d| d.min(sift));
         let ranked = self.rank(dtype, sm, sn, sk, usable)?;
-        let [lm, ln, lk] = [m, n, k].map(|d| d.min(TUNE_DIM_LARGE));
+        let [lm, ln, lk] = [m, n, k].map(|d| d.min(large));
         if [lm, ln, lk] == [sm, sn, sk] {
             return Ok(ranked[0]);
         }
