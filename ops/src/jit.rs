@@ -81,6 +81,7 @@ where
             });
         }
         let out_nodes: Vec<Node> = outputs.iter().map(|t| t.node().clone()).collect();
+        device.tune_matmuls(&out_nodes).await?;
         if let Some(program) = device.capture(&nodes, &out_nodes)? {
             self.captures.fetch_add(1, Ordering::Relaxed);
             self.programs.lock().unwrap().insert(key, Arc::new(program));

@@ -111,10 +111,14 @@ async function main() {
       const steps = native.losses.length;
       const again = await browser.newPage();
       watch(again, 'determinism');
-      await again.goto(`${base}/index.html?seed=${native.seed}&steps=${steps}&chunk=1`);
+      // With the matmul tuner on, which kiln leaves off for CPU adapters
+      // like this one: the tuned configs must not change the losses.
+      await again.goto(`${base}/index.html?seed=${native.seed}&steps=${steps}&chunk=1&tune=1`);
       await waitFor(again, () => ['done', 'error'].includes(window.demo?.status), 5 * 60_000);
       const run = await again.evaluate(() => window.demo);
       check(!run.error && run.losses.length === steps, `the browser ran ${steps} single steps${run.error ? `: ${run.error}` : ''}`);
+      const choices = run.matmulChoices ?? [];
+      check(choices.length > 0, `the browser tuned its matmuls (kept in memory): ${choices.map(([c, k]) => `${c} -> ${k}`).join(', ')}`);
       const worst = Math.max(...run.losses.map(([, l], i) => Math.abs(l - native.losses[i]) / Math.abs(native.losses[i])));
       fs.writeFileSync(path.join(out, 'determinism.json'), JSON.stringify({ native, browser: run.losses.map(([, l]) => l), worst }, null, 1));
       check(worst <= 1e-3, `seed ${native.seed}: the first ${steps} losses match native ${native.adapter} within ${worst.toExponential(2)} relative (<= 1e-3)`);

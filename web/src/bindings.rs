@@ -33,8 +33,8 @@ pub struct Gpu {
 impl Gpu {
     /// Every matmul kernel-family member this device runs, forced in turn
     /// on a ragged and a vec4-eligible product against the CPU reference
-    /// (`kiln_conformance::matmul_family`; the tuner is off on the web, so
-    /// only this brings them to the browser's compiler). Resolves to
+    /// (`kiln_conformance::matmul_family`; the tuner only times them, so
+    /// this is what checks each one's results in the browser). Resolves to
     /// `{"checked": n, "skipped": [reason], "failures": [what]}`.
     pub fn matmul_family(&self) -> Promise {
         let device = self.device.clone();
@@ -78,6 +78,20 @@ impl Gpu {
             l.max_compute_workgroups_per_dimension,
             i.shader_f16,
         )
+    }
+
+    /// Turn the matmul autotuner on or off (`Device::set_matmul_tuning`; by
+    /// default on for GPUs and off for CPU adapters such as SwiftShader).
+    pub fn set_matmul_tuning(&self, on: bool) {
+        self.device.set_matmul_tuning(Some(on));
+    }
+
+    /// The matmul autotuner's choices so far, as JSON
+    /// `[[shape class, config], …]` (kept in memory on the web).
+    pub fn matmul_choices(&self) -> String {
+        let pairs: Vec<String> =
+            self.device.matmul_choices().iter().map(|(c, k)| format!("[{},{}]", quote(c), quote(k))).collect();
+        format!("[{}]", pairs.join(","))
     }
 
     /// How many kernels this device has compiled (the page reports it).

@@ -96,6 +96,7 @@ async function run(maxSteps) {
     await yieldToBrowser();
   }
   if (demo.accuracies.at(-1)?.[0] !== trainer.steps) await evaluate();
+  demo.matmulChoices = JSON.parse(gpu.matmul_choices());
   showStats();
   running = false;
   setStatus(trainer.steps >= maxSteps ? 'done' : 'paused');
@@ -179,6 +180,8 @@ async function main() {
     fail(`No WebGPU adapter: ${e.message ?? e}`);
     return;
   }
+  // ?tune=1 or 0 overrides kiln's default (tune GPUs, not CPU adapters).
+  if (params.has('tune')) gpu.set_matmul_tuning(params.get('tune') === '1');
   const info = await describeAdapter(gpu);
   demo.adapter = info;
   $('adapter').textContent = info.label;

@@ -226,6 +226,17 @@ impl Device {
         Ok(())
     }
 
+    /// Turn the matmul autotuner on or off for this device (`None`: the
+    /// default, on natively unless env `KILN_TUNE=off`, and in a browser on
+    /// for GPUs but off for CPU adapters, where each page load would spend
+    /// about half a minute timing candidates). Off, matmuls of classes not
+    /// yet tuned run the default config. No-op on the CPU reference.
+    pub fn set_matmul_tuning(&self, on: Option<bool>) {
+        if let Backend::Gpu(g) = &*self.0 {
+            g.set_tuning(on);
+        }
+    }
+
     /// Test hook: generate subgroup row kernels for subgroups `width` wide
     /// instead of the adapter's width (`None`: the adapter's). A width the
     /// adapter does not have sends them down their fallback, which must
@@ -251,6 +262,22 @@ impl Device {
         match &*self.0 {
             Backend::Cpu => Vec::new(),
             Backend::Gpu(g) => g.matmul_choices(),
+        }
+    }
+
+    /// Tune now the matmul shape classes that realizing `roots` would meet.
+    /// Natively realization tunes them itself, waiting on the GPU. A browser
+    /// cannot wait, so there a class first runs the default config and is
+    /// tuned once that realization is awaited: call this before a
+    /// realization captured for replay ([`Device::capture`], `jit`), which
+    /// would otherwise keep the default.
+    pub async fn tune_matmuls(&self, roots: &[Node]) -> Result<()> {
+        match &*self.0 {
+            Backend::Gpu(g) if cfg!(target_arch = "wasm32") => {
+                g.plan_kernels(roots)?;
+                g.tune_pending().await
+            }
+            _ => Ok(()),
         }
     }
 

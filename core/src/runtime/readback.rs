@@ -19,7 +19,7 @@ impl Gpu {
         let mut plan = Plan::new(self);
         plan.run(roots)?;
         plan.submit(None)?;
-        Ok(())
+        self.tune_pending().await
     }
 
     pub(super) async fn read(&self, node: &Node) -> Result<HostArray> {
@@ -55,6 +55,7 @@ impl Gpu {
         };
         staging.buffer().unmap();
         self.check_errors()?;
+        self.tune_pending().await?;
         Ok(HostArray { dtype, shape, data })
     }
 }
@@ -65,16 +66,16 @@ struct Slot<T> {
     waker: Option<Waker>,
 }
 
-struct Sender<T>(Arc<Mutex<Slot<T>>>);
-struct Receiver<T>(Arc<Mutex<Slot<T>>>);
+pub(super) struct Sender<T>(Arc<Mutex<Slot<T>>>);
+pub(super) struct Receiver<T>(Arc<Mutex<Slot<T>>>);
 
-fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
+pub(super) fn oneshot<T>() -> (Sender<T>, Receiver<T>) {
     let slot = Arc::new(Mutex::new(Slot { value: None, waker: None }));
     (Sender(slot.clone()), Receiver(slot))
 }
 
 impl<T> Sender<T> {
-    fn send(self, value: T) {
+    pub(super) fn send(self, value: T) {
         let mut slot = self.0.lock().unwrap();
         slot.value = Some(value);
         if let Some(w) = slot.waker.take() {
