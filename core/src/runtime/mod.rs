@@ -229,7 +229,7 @@ impl Device {
     /// Turn the matmul autotuner on or off for this device (`None`: the
     /// default, on natively unless env `KILN_TUNE=off`, and in a browser on
     /// for GPUs but off for CPU adapters, where each page load would spend
-    /// about half a minute timing candidates). Off, matmuls of classes not
+    /// most of a minute timing candidates). Off, matmuls of classes not
     /// yet tuned run the default config. No-op on the CPU reference.
     pub fn set_matmul_tuning(&self, on: Option<bool>) {
         if let Backend::Gpu(g) = &*self.0 {
