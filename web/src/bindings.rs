@@ -89,9 +89,7 @@ impl Gpu {
     /// The matmul autotuner's choices so far, as JSON
     /// `[[shape class, config], …]` (kept in memory on the web).
     pub fn matmul_choices(&self) -> String {
-        let pairs: Vec<String> =
-            self.device.matmul_choices().iter().map(|(c, k)| format!("[{},{}]", quote(c), quote(k))).collect();
-        format!("[{}]", pairs.join(","))
+        serde_json::to_string(&self.device.matmul_choices()).unwrap_or_else(|_| "[]".into())
     }
 
     /// How many kernels this device has compiled (the page reports it).

@@ -164,11 +164,10 @@ impl Gpu {
         let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.info) && !(c.staged && cpu));
         let (sift, large) = if cpu { (TUNE_DIM, TUNE_DIM_LARGE) } else { (TUNE_DIM_GPU, TUNE_DIM_GPU) };
         let deadline = cfg!(target_arch = "wasm32").then(|| web_time::now() + WEB_BUDGET);
-        let past = || deadline.is_some_and(|d| web_time::now() > d);
         let [sm, sn, sk] = [m, n, k].map(|d| d.min(sift));
         let ranked = self.rank(Product { dtype, m: sm, n: sn, k: sk }, usable, deadline).await?;
         let [lm, ln, lk] = [m, n, k].map(|d| d.min(large));
-        if [lm, ln, lk] == [sm, sn, sk] || past() {
+        if [lm, ln, lk] == [sm, sn, sk] || past(deadline) {
             return Ok(ranked[0]);
         }
         let finalists = ranked.into_iter().take(FINALISTS);
@@ -197,7 +196,7 @@ impl Gpu {
         let args = crate::sched::lower::Args { buffers: vec![a, b], ..Default::default() };
         let mut timed: Vec<(f64, MatmulConfig)> = Vec::new();
         for config in configs {
-            if !timed.is_empty() && deadline.is_some_and(|d| web_time::now() > d) {
+            if !timed.is_empty() && past(deadline) {
                 break;
             }
             let mut rec = Recording::default();
@@ -266,6 +265,11 @@ impl Gpu {
             }
         }
     }
+}
+
+/// Whether `deadline` (seconds on `web_time`) has passed; never, without one.
+fn past(deadline: Option<f64>) -> bool {
+    deadline.is_some_and(|d| web_time::now() > d)
 }
 
 fn cache_path() -> Option<std::path::PathBuf> {
