@@ -69,22 +69,10 @@ pub struct Ceilings {
     pub copy_bytes: f64,
     pub fma: Timing,
     pub fma_flops: f64,
-    copy_run: Box<dyn Fn() -> Result<(), String>>,
-    fma_run: Box<dyn Fn() -> Result<(), String>>,
-}
-
-impl Ceilings {
-    /// The copy rate (bytes/s) measured again now. Figures are compared
-    /// with the ceiling measured right before them: on this shared machine
-    /// the copy rate moved by 2× within one run.
-    pub fn copy_now(&self, reps: Reps) -> Result<f64, String> {
-        Ok(self.copy_bytes / time(reps, &self.copy_run)?.median)
-    }
-
-    /// The FMA rate (flop/s) measured again now, as [`Ceilings::copy_now`].
-    pub fn fma_now(&self, reps: Reps) -> Result<f64, String> {
-        Ok(self.fma_flops / time(reps, &self.fma_run)?.median)
-    }
+    /// The copy and FMA microkernels, each a submit and a wait, to time
+    /// again next to a figure (`measure::time_paired`).
+    pub copy_run: Box<dyn Fn() -> Result<(), String>>,
+    pub fma_run: Box<dyn Fn() -> Result<(), String>>,
 }
 
 /// A device of the bench's own for hand-written WGSL microkernels.

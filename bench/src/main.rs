@@ -125,12 +125,12 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let cx = suites::Ctx { dev: &dev, adapter: &name, reps, ceilings: &c, only: args.only.as_deref() };
         suites::run(&cx, args.quick, &mut out)?;
         if cx.wants("softmax layout") && !args.quick {
-            let copy = c.copy_now(reps)? / 1e9;
-            let bytes = 8.0 * (row_layouts::ROWS * row_layouts::LEN) as f64 / 1e9;
-            for layout in row_layouts::measure(&adapter, reps)? {
+            let bytes = 8.0 * (row_layouts::ROWS * row_layouts::LEN) as f64;
+            for layout in row_layouts::measure(&adapter, reps, &c.copy_run)? {
                 let bench = format!("softmax layout: {}", layout.name);
                 match layout.timing {
-                    Ok(t) => out(Record::rate(&bench, &name, t, bytes, "GB/s").of(copy)),
+                    Ok(p) => out(Record::rate(&bench, &name, p.timing, bytes / 1e9, "GB/s")
+                        .fraction(p.fraction(bytes, c.copy_bytes))),
                     Err(e) => println!("  {bench}: skipped, {e}"),
                 }
             }
@@ -152,7 +152,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     });
     if let Some(path) = docs {
         let header = format!(
-            "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a 2-core machine shared with other sessions. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the ceiling measured again right before that figure, under the same load (the ceiling rows are each adapter's first measurement; the copy rate moved by 2× within one run): FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves (4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element over the chain's; the softmax layouts share one measurement made before them).",
+            "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a 2-core machine shared with other sessions. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the ceiling: the ceiling's microkernel runs next to each repetition (before it, then after the next, in turn), and the fraction is the median over these pairs of the figure's rate over the ceiling's, so that the machine's changes of speed (the copy rate moved by 2× within one run) move both sides alike. The ceiling rows are each adapter's first measurement. FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves (4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element over the chain's).",
             utc_now(),
             started.elapsed().as_secs_f64(),
             load_before,

@@ -17,14 +17,65 @@ pub struct Timing {
 
 pub fn time<E>(reps: Reps, mut run: impl FnMut() -> Result<(), E>) -> Result<Timing, E> {
     run()?;
-    let mut t: Vec<f64> = Vec::with_capacity(reps.0);
-    for _ in 0..reps.0.max(1) {
-        let start = Instant::now();
-        run()?;
-        t.push(start.elapsed().as_secs_f64());
+    let t = (0..reps.0.max(1)).map(|_| seconds(&mut run)).collect::<Result<_, E>>()?;
+    Ok(Timing::of(t))
+}
+
+fn seconds<E>(run: &mut impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    let start = Instant::now();
+    run()?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+impl Timing {
+    fn of(mut t: Vec<f64>) -> Timing {
+        t.sort_by(f64::total_cmp);
+        Timing { median: t[t.len() / 2], min: t[0], max: t[t.len() - 1] }
     }
-    t.sort_by(f64::total_cmp);
-    Ok(Timing { median: t[t.len() / 2], min: t[0], max: t[t.len() - 1] })
+}
+
+/// A figure timed in pairs with its ceiling's microkernel.
+#[derive(Debug, Clone, Copy)]
+pub struct Paired {
+    /// The figure's repetitions.
+    pub timing: Timing,
+    /// The ceiling's repetitions, each next to one of the figure's.
+    pub ceiling: Timing,
+    /// The median over the pairs of the ceiling's time over the figure's.
+    time_ratio: f64,
+}
+
+impl Paired {
+    /// The figure's rate over the ceiling's, when the figure does `work` in
+    /// a repetition and the ceiling `ceiling_work` (in the same unit).
+    pub fn fraction(&self, work: f64, ceiling_work: f64) -> f64 {
+        self.time_ratio * work / ceiling_work
+    }
+}
+
+/// Time `run` and `ceiling` in pairs, back to back and in alternating
+/// order, after a warm-up of each. This machine's speed changes by up to
+/// 2× within a run; a ceiling timed just before a figure's repetitions
+/// could catch the other speed, a pair rarely does.
+pub fn time_paired<E>(
+    reps: Reps,
+    mut ceiling: impl FnMut() -> Result<(), E>,
+    mut run: impl FnMut() -> Result<(), E>,
+) -> Result<Paired, E> {
+    ceiling()?;
+    run()?;
+    let (mut c, mut r) = (Vec::new(), Vec::new());
+    for i in 0..reps.0.max(1) {
+        if i % 2 == 0 {
+            c.push(seconds(&mut ceiling)?);
+            r.push(seconds(&mut run)?);
+        } else {
+            r.push(seconds(&mut run)?);
+            c.push(seconds(&mut ceiling)?);
+        }
+    }
+    let ratios = c.iter().zip(&r).map(|(c, r)| c / r).collect();
+    Ok(Paired { timing: Timing::of(r), ceiling: Timing::of(c), time_ratio: Timing::of(ratios).median })
 }
 
 /// One figure: a rate or a duration, with its spread in the same unit.
@@ -69,8 +120,8 @@ impl Record {
         }
     }
 
-    pub fn of(mut self, ceiling: f64) -> Record {
-        self.ceiling_fraction = Some(self.median / ceiling);
+    pub fn fraction(mut self, fraction: f64) -> Record {
+        self.ceiling_fraction = Some(fraction);
         self
     }
 
@@ -108,4 +159,35 @@ impl Record {
 /// A JSON string literal (serde_json escapes it).
 pub fn quote(s: &str) -> String {
     serde_json::Value::from(s).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn pairs_alternate_which_goes_first() {
+        let calls = RefCell::new(String::new());
+        let log = |c: char| {
+            calls.borrow_mut().push(c);
+            Ok::<(), ()>(())
+        };
+        let p = time_paired(Reps(4), || log('c'), || log('r')).unwrap();
+        // A warm-up of each, then ceiling-first and figure-first in turn.
+        assert_eq!(*calls.borrow(), ["cr", "cr", "rc", "cr", "rc"].concat());
+        assert!(p.timing.min <= p.timing.median && p.timing.median <= p.timing.max);
+        assert_eq!(p.fraction(2.0, 1.0), 2.0 * p.fraction(1.0, 1.0));
+    }
+
+    #[test]
+    fn a_failing_figure_stops_the_pairs() {
+        let mut runs = 0;
+        let failing = || {
+            runs += 1;
+            if runs == 2 { Err("second run failed") } else { Ok(()) }
+        };
+        assert_eq!(time_paired(Reps(5), || Ok(()), failing).unwrap_err(), "second run failed");
+        assert_eq!(runs, 2);
+    }
 }

@@ -11,7 +11,7 @@
 //! checked against a host softmax before it is timed.
 
 use crate::ceilings::Gpu;
-use crate::measure::{Reps, Timing, time};
+use crate::measure::{Paired, Reps, time_paired};
 use kiln::core::codegen::math::{Needs, helpers};
 use kiln::core::wgpu;
 
@@ -25,7 +25,8 @@ const WG_LANES: usize = 16;
 
 pub struct Layout {
     pub name: &'static str,
-    pub timing: Result<Timing, String>,
+    /// Timed in pairs with the copy microkernel.
+    pub timing: Result<Paired, String>,
 }
 
 /// The bindings, and the bit-pattern helper kiln's math functions use.
@@ -164,7 +165,12 @@ fn softmax_error(x: &[f32], y: &[f32]) -> f64 {
     worst
 }
 
-pub fn measure(adapter: &wgpu::Adapter, reps: Reps) -> Result<Vec<Layout>, String> {
+/// Each layout, checked against a host softmax and timed in pairs with `copy`.
+pub fn measure(
+    adapter: &wgpu::Adapter,
+    reps: Reps,
+    copy: &dyn Fn() -> Result<(), String>,
+) -> Result<Vec<Layout>, String> {
     let subgroups = adapter.features().contains(wgpu::Features::SUBGROUP);
     let features = if subgroups { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() };
     let info = adapter.get_info();
@@ -183,7 +189,7 @@ pub fn measure(adapter: &wgpu::Adapter, reps: Reps) -> Result<Vec<Layout>, Strin
             let err = softmax_error(&x, &gpu.read(&dst, bytes)?);
             if softmax && err > 1e-6 { Err(format!("wrong result: off by {err:e}")) } else { Ok(()) }
         });
-        out.push(Layout { name, timing: checked.and_then(|()| time(reps, &run)) });
+        out.push(Layout { name, timing: checked.and_then(|()| time_paired(reps, copy, &run)) });
     }
     Ok(out)
 }

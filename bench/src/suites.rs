@@ -3,7 +3,7 @@
 //! one-element readback that waits for the device.
 
 use crate::ceilings::Ceilings;
-use crate::measure::{Record, Reps, time};
+use crate::measure::{Paired, Record, Reps, time, time_paired};
 use kiln::core::codegen::matmul::{MatmulConfig, ShapeClass};
 use kiln::prelude::*;
 use kiln_mnist::{ModelKind, Trainer};
@@ -45,14 +45,14 @@ impl Ctx<'_> {
         self.only.is_none_or(|o| bench.contains(o))
     }
 
-    /// The FMA ceiling (flop/s), measured again right before a figure.
-    fn fma_now(&self) -> Result<f64> {
-        self.ceilings.fma_now(self.reps).map_err(KilnError::Gpu)
+    /// `run` timed in pairs with the FMA microkernel.
+    fn against_fma(&self, run: impl FnMut() -> Result<()>) -> Result<Paired> {
+        time_paired(self.reps, || (self.ceilings.fma_run)().map_err(KilnError::Gpu), run)
     }
 
-    /// The copy ceiling (bytes/s), measured again right before a figure.
-    fn copy_now(&self) -> Result<f64> {
-        self.ceilings.copy_now(self.reps).map_err(KilnError::Gpu)
+    /// `run` timed in pairs with the copy microkernel.
+    fn against_copy(&self, run: impl FnMut() -> Result<()>) -> Result<Paired> {
+        time_paired(self.reps, || (self.ceilings.copy_run)().map_err(KilnError::Gpu), run)
     }
 
     /// GFLOP/s of an m×k @ k×n f32 product with the tuned config (or `config`).
@@ -60,10 +60,9 @@ impl Ctx<'_> {
         let (a, b) = (input(self.dev, &[m, k])?, input(self.dev, &[k, n])?);
         self.dev.set_matmul_config(config)?;
         wait(&a.matmul(&b)?)?; // tunes this shape class if needed
-        let fma = self.fma_now()?;
-        let t = time(self.reps, || wait(&a.matmul(&b)?));
+        let p = self.against_fma(|| wait(&a.matmul(&b)?));
         self.dev.set_matmul_config(None)?;
-        let t = t?;
+        let p = p?;
         let chosen = match config {
             Some(c) => c.name(),
             None => {
@@ -75,9 +74,11 @@ impl Ctx<'_> {
                 )
             }
         };
-        Ok(Record::rate(bench, self.adapter, t, 2.0 * (m * n * k) as f64 / 1e9, "GFLOP/s")
-            .of(fma / 1e9)
-            .note(format!("{chosen}; FMA ceiling right before: {:.1} GFLOP/s", fma / 1e9)))
+        let flops = 2.0 * (m * n * k) as f64;
+        let fma = self.ceilings.fma_flops / p.ceiling.median / 1e9;
+        Ok(Record::rate(bench, self.adapter, p.timing, flops / 1e9, "GFLOP/s")
+            .fraction(p.fraction(flops, self.ceilings.fma_flops))
+            .note(format!("{chosen}; FMA ceiling alongside: {fma:.1} GFLOP/s")))
     }
 
     /// GB/s of `f(x)` over `shape`, counting `bytes_per_elem` per input element.
@@ -91,11 +92,12 @@ impl Ctx<'_> {
         let x = input(self.dev, shape)?;
         let n: usize = shape.iter().product();
         wait(&f(&x)?)?;
-        let copy = self.copy_now()?;
-        let t = time(self.reps, || wait(&f(&x)?))?;
-        Ok(Record::rate(bench, self.adapter, t, bytes_per_elem * n as f64 / 1e9, "GB/s")
-            .of(copy / 1e9)
-            .note(format!("copy ceiling right before: {:.2} GB/s", copy / 1e9)))
+        let p = self.against_copy(|| wait(&f(&x)?))?;
+        let bytes = bytes_per_elem * n as f64;
+        let copy = self.ceilings.copy_bytes / p.ceiling.median / 1e9;
+        Ok(Record::rate(bench, self.adapter, p.timing, bytes / 1e9, "GB/s")
+            .fraction(p.fraction(bytes, self.ceilings.copy_bytes))
+            .note(format!("copy ceiling alongside: {copy:.2} GB/s")))
     }
 }
 
@@ -195,13 +197,12 @@ fn chains(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         &|t| t.neg(),
     ];
     // Fraction: the copy ceiling's time for the same 8 B/element over the
-    // figure's, the ceiling measured again right before.
+    // figure's, the two timed in pairs.
     let mut timed = |bench: &str, run: &dyn Fn() -> Result<Tensor>| -> Result<()> {
         wait(&run()?)?;
-        let copy_s = 8.0 * (4096.0 * 4096.0) / cx.copy_now()?;
-        let t = time(cx.reps, || wait(&run()?))?;
-        let r = Record::duration(bench, cx.adapter, t, 1e3, "ms");
-        out(Record { ceiling_fraction: Some(copy_s / t.median), ..r });
+        let p = cx.against_copy(|| wait(&run()?))?;
+        let fraction = p.fraction(8.0 * (4096.0 * 4096.0), cx.ceilings.copy_bytes);
+        out(Record::duration(bench, cx.adapter, p.timing, 1e3, "ms").fraction(fraction));
         Ok(())
     };
     // kiln's own generated kernel for one op: what the code generator costs
