@@ -89,6 +89,16 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         return Ok(cold_start(sel)?);
     }
     let reps = Reps(if args.quick { 3 } else { 7 });
+    // The tuner chooses afresh in each run, under the run's own conditions,
+    // unless env KILN_TUNE_CACHE names a cache: a choice an earlier process
+    // cached while the machine was loaded would otherwise be measured.
+    let fresh_cache = std::env::var_os("KILN_TUNE_CACHE")
+        .is_none()
+        .then(|| std::env::temp_dir().join(format!("kiln-bench-tune-{}.txt", std::process::id())));
+    if let Some(path) = &fresh_cache {
+        // SAFETY: no other thread has started yet.
+        unsafe { std::env::set_var("KILN_TUNE_CACHE", path) };
+    }
     let backends = wgpu::Backends::VULKAN | wgpu::Backends::GL;
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     desc.backends = backends;
@@ -152,7 +162,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     });
     if let Some(path) = docs {
         let header = format!(
-            "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a 2-core machine shared with other sessions. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the ceiling: the ceiling's microkernel runs next to each repetition (before it, then after the next, in turn), and the fraction is the median over these pairs of the figure's rate over the ceiling's, so that the machine's changes of speed (the copy rate moved by 2× within one run) move both sides alike. The ceiling rows are each adapter's first measurement. FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves (4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element over the chain's).",
+            "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a 2-core machine shared with other sessions. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the ceiling: the ceiling's microkernel runs next to each repetition (before it, then after the next, in turn), and the fraction is the median over these pairs of the figure's rate over the ceiling's, so that the machine's changes of speed (the copy rate moved by 2× within one run) move both sides alike. The ceiling rows are each adapter's first measurement. The matmul tuner chooses afresh in each run (unless env `KILN_TUNE_CACHE` names a cache). FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves (4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element over the chain's).",
             utc_now(),
             started.elapsed().as_secs_f64(),
             load_before,
@@ -162,6 +172,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let page = std::fs::read_to_string(&path).unwrap_or_default();
         std::fs::write(&path, report::splice(&page, &report::markdown(&records, &header)))?;
         println!("wrote {}", path.display());
+    }
+    if let Some(path) = fresh_cache {
+        let _ = std::fs::remove_file(path); // absent when nothing was tuned
     }
     Ok(())
 }
