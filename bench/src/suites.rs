@@ -69,7 +69,7 @@ impl Ctx<'_> {
                 let class = ShapeClass::of(DType::F32, m, n, k).name();
                 let tuned = self.dev.matmul_choices().into_iter().find(|(c, _)| *c == class);
                 tuned.map_or_else(
-                    || format!("default {}", MatmulConfig::DEFAULT.name()),
+                    || format!("default {}", MatmulConfig::default_for(&self.dev.info()).name()),
                     |(c, cfg)| format!("{c} tuned: {cfg}"),
                 )
             }

@@ -202,9 +202,15 @@ fn catalog() -> Vec<String> {
             }
         }
     }
-    // Every member of the matmul family, plain and with an epilogue.
-    let configs = MatmulConfig::CANDIDATES.into_iter().chain([MatmulConfig::DEFAULT]);
-    let pairs = configs.flat_map(|c| [(c, DType::F32), (c, DType::F16)]);
+    // Every member of the matmul family and the scalar twin a vec4 member
+    // falls back to, plain and with an epilogue.
+    let mut configs = MatmulConfig::CANDIDATES.to_vec();
+    for twin in MatmulConfig::CANDIDATES.map(|c| MatmulConfig { vec: false, ..c }) {
+        if !configs.contains(&twin) {
+            configs.push(twin);
+        }
+    }
+    let pairs = configs.into_iter().flat_map(|c| [(c, DType::F32), (c, DType::F16)]);
     // vec4 configs run on f32 operands only (the runtime falls back otherwise).
     for (config, dtype) in pairs.filter(|(c, d)| !c.vec || *d == DType::F32) {
         for batch_rank in 0..4 {
@@ -253,6 +259,14 @@ fn every_kernel_kind_validates_and_translates() {
     }
     eprintln!("{} kernels translated, {checked} checked by spirv-val", kernels.len());
     assert!(kernels.len() > 200);
+}
+
+#[test]
+fn the_untuned_defaults_are_candidates() {
+    // So the family test and the validation above cover them.
+    for default in [MatmulConfig::DEFAULT_CPU, MatmulConfig::DEFAULT_GPU] {
+        assert!(MatmulConfig::CANDIDATES.contains(&default), "{}", default.name());
+    }
 }
 
 #[test]

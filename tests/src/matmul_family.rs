@@ -61,12 +61,8 @@ pub async fn check(dev: &Device, cases: &[Case]) -> Result<Family> {
 async fn check_forcing(dev: &Device, cases: &[Case]) -> Result<Family> {
     let cpu = Device::cpu();
     let mut family = Family::default();
-    let mut all = MatmulConfig::CANDIDATES.to_vec();
-    if !all.contains(&MatmulConfig::DEFAULT) {
-        all.push(MatmulConfig::DEFAULT);
-    }
     let (info, mut configs) = (dev.info(), Vec::new());
-    for config in all {
+    for config in MatmulConfig::CANDIDATES {
         match dev.set_matmul_config(Some(config)) {
             Err(e) if config.runs_on(&info) => family.failures.push(format!("refused: {e}")),
             Err(e) => family.skipped.push(e.to_string()),

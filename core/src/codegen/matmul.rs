@@ -78,8 +78,23 @@ impl MatmulConfig {
         scfg(8, 8, 8, 8),
         scfg(8, 8, 16, 16),
     ];
-    /// Used for small products, and when tuning is off.
-    pub const DEFAULT: MatmulConfig = cfg(8, 8, 8, 1, false);
+    /// What CPU adapters run untuned: natively only small products, and in a
+    /// browser (where they are not tuned) SwiftShader's every product. The
+    /// demo's MLP step with every product on one config, interleaved here:
+    /// SwiftShader 55.6 ms with this one, 63.3 with 16x16/8x1+vec4 (which
+    /// ran 23.5 → 18.3 ms on lavapipe and 23.2 → 17.2 on GL, where tuning
+    /// is on by default).
+    pub const DEFAULT_CPU: MatmulConfig = cfg(8, 8, 8, 1, false);
+    /// What GPUs run untuned: whole warps and waves (256 invocations), 16
+    /// accumulators each. Chosen, not measured (no GPU here yet); a
+    /// workgroup of 8, the former default, fills a quarter of a 32-lane warp.
+    pub const DEFAULT_GPU: MatmulConfig = cfg(4, 4, 16, 16, false);
+
+    /// The config for products too small to tune, and for all products when
+    /// tuning is off.
+    pub fn default_for(info: &crate::runtime::DeviceInfo) -> MatmulConfig {
+        if info.device_type == "Cpu" { Self::DEFAULT_CPU } else { Self::DEFAULT_GPU }
+    }
 
     /// Output rows and columns one workgroup covers.
     pub fn tile(&self) -> (usize, usize) {
@@ -127,7 +142,7 @@ impl MatmulConfig {
     }
 
     pub fn parse(s: &str) -> Option<MatmulConfig> {
-        MatmulConfig::CANDIDATES.into_iter().chain([MatmulConfig::DEFAULT]).find(|c| c.name() == s.trim())
+        MatmulConfig::CANDIDATES.into_iter().find(|c| c.name() == s.trim())
     }
 }
 

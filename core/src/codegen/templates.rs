@@ -160,8 +160,3 @@ pub(crate) const MATMUL_SHAPE_BASE: usize = 14;
 pub fn matmul_epilogue_base(batch_rank: usize) -> usize {
     MATMUL_SHAPE_BASE + 3 * batch_rank
 }
-
-/// The default member of the matmul family (see `codegen::matmul`).
-pub fn matmul_wgsl(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
-    super::matmul::matmul_kernel(&super::matmul::MatmulConfig::DEFAULT, dtype, batch_rank, epilogue)
-}

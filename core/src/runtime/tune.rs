@@ -127,7 +127,7 @@ impl Gpu {
             return Ok(c);
         }
         if m * n * k < TUNE_MIN_WORK || !self.tuning_on() {
-            return Ok(MatmulConfig::DEFAULT);
+            return Ok(MatmulConfig::default_for(&self.info));
         }
         self.tuner.loaded.get_or_init(|| self.load_cache());
         let class = ShapeClass::of(dtype, m, n, k);
@@ -140,7 +140,7 @@ impl Gpu {
             if !pending.iter().any(|(c, _)| *c == class) {
                 pending.push((class, product));
             }
-            return Ok(MatmulConfig::DEFAULT);
+            return Ok(MatmulConfig::default_for(&self.info));
         }
         let best = pollster::block_on(self.tune(product))?;
         self.choose(class, best);
