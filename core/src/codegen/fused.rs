@@ -555,7 +555,7 @@ impl RowLanes {
     }
 
     /// The layout with `lanes` per row combined by `combine`, if the row
-    /// splits into whole vec4s per lane, at most [`LANE_SLOTS_MAX`] each,
+    /// splits into whole vec4s per lane, at most `LANE_SLOTS_MAX` (64) each,
     /// and every stage is a 32-bit value.
     pub fn fitting(lanes: u32, combine: Combine, sig: &Sig, stages: &[ReduceOp], len: usize) -> Option<RowLanes> {
         let word = (0..stages.len()).all(|k| matches!(stage_dtype(sig, k), DType::F32 | DType::I32 | DType::U32));

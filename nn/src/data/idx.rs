@@ -1,4 +1,4 @@
-//! The IDX format (http://yann.lecun.com/exdb/mnist/): two zero bytes, an
+//! The IDX format (<http://yann.lecun.com/exdb/mnist/>): two zero bytes, an
 //! element type code, the rank, each dimension as a big-endian u32, then
 //! the elements big-endian, row-major. Gzipped files are recognized by
 //! their magic (0x1f 0x8b) and inflated with flate2's pure-Rust backend,
