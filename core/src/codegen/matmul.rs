@@ -93,7 +93,7 @@ impl MatmulConfig {
     /// The config for products too small to tune, and for all products when
     /// tuning is off.
     pub fn default_for(info: &crate::runtime::DeviceInfo) -> MatmulConfig {
-        if info.device_type == "Cpu" { Self::DEFAULT_CPU } else { Self::DEFAULT_GPU }
+        if info.is_cpu_adapter() { Self::DEFAULT_CPU } else { Self::DEFAULT_GPU }
     }
 
     /// Output rows and columns one workgroup covers.

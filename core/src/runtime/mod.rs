@@ -57,6 +57,14 @@ pub struct DeviceInfo {
     pub workgroup_memory: bool,
 }
 
+impl DeviceInfo {
+    /// Whether the adapter is a CPU (SwiftShader, llvmpipe), whose compilers
+    /// and costs differ from a GPU's: the tuner and the matmul defaults ask.
+    pub fn is_cpu_adapter(&self) -> bool {
+        self.device_type == "Cpu"
+    }
+}
+
 /// Counters that tests and benchmarks read.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceStats {
@@ -229,7 +237,7 @@ impl Device {
     /// Turn the matmul autotuner on or off for this device (`None`: the
     /// default, on natively unless env `KILN_TUNE=off`, and in a browser on
     /// for GPUs but off for CPU adapters, where each page load would spend
-    /// most of a minute timing candidates). Off, matmuls of classes not
+    /// most of a minute compiling and timing candidates). Off, matmuls of classes not
     /// yet tuned run the default config. No-op on the CPU reference.
     pub fn set_matmul_tuning(&self, on: Option<bool>) {
         if let Backend::Gpu(g) = &*self.0 {

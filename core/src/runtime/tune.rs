@@ -108,7 +108,7 @@ impl Gpu {
     /// for no faster step.
     fn tuning_by_default(&self) -> bool {
         if cfg!(target_arch = "wasm32") {
-            self.info.device_type != "Cpu"
+            !self.info.is_cpu_adapter()
         } else {
             !std::env::var("KILN_TUNE").is_ok_and(|v| v == "off" || v == "0")
         }
@@ -175,7 +175,7 @@ impl Gpu {
         let Product { dtype, m, n, k } = product;
         // Staged configs wait on barriers, which CPU adapters pay for dearly
         // (every lane of the workgroup is switched out and in): not tried there.
-        let cpu = self.info.device_type == "Cpu";
+        let cpu = self.info.is_cpu_adapter();
         let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.info) && !(c.staged && cpu));
         let (sift, large) = if cpu { (TUNE_DIM, TUNE_DIM_LARGE) } else { (TUNE_DIM_GPU, TUNE_DIM_GPU) };
         let deadline = web_time::now() + BUDGET;
@@ -193,9 +193,9 @@ impl Gpu {
     /// one compiles and times every candidate; rounds two and three time
     /// again, in turn, those within twice the best, and each keeps its
     /// fastest timing. Taking the rounds in turn rather than a candidate's
-    /// three timings together matters on a machine whose speed changes:
-    /// here, llvmpipe GL tuned under load kept a config that ran 2048³ at
-    /// 18.5 GFLOP/s, where the one it passed over ran at 23–26. A timing
+    /// three timings together means a change of the machine's speed during
+    /// tuning (this machine's moves by up to 2×) slows every candidate
+    /// alike instead of ranking whichever it fell on last. A timing
     /// covers as many submissions as take `MIN_TIMED`. Past `deadline`
     /// (seconds on `web_time`) no new candidate is compiled; those already
     /// compiled still take their rounds, which cost little beside compiling.
