@@ -146,6 +146,11 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
     if cx.wants("softmax [4096,1024]") {
         out(cx.memory("softmax [4096,1024]", &[4096, 1024], 8.0, |x| x.softmax(-1))?);
     }
+    // Rows too long for the row kernel (a vocabulary's logits): tree
+    // reductions, then an elementwise pass that reads their values per row.
+    if cx.wants("softmax [16,262144]") {
+        out(cx.memory("softmax [16,262144]", &[16, 262144], 8.0, |x| x.softmax(-1))?);
+    }
     if cx.wants("layer norm [4096,1024]") {
         out(cx.memory("layer norm [4096,1024]", &[4096, 1024], 8.0, layer_norm)?);
     }

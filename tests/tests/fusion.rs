@@ -185,3 +185,31 @@ fn vectorized_walks_cover_ragged_sizes() {
         check("vec4 stride", move |d| random(d, &[n], 25).exp(), |k| k == 1, 1e-6);
     }
 }
+
+#[test]
+fn broadcast_indices_step_across_grid_strides() {
+    // Each vec4 invocation walks up to 8 vec4s a grid apart, stepping its
+    // broadcast leaves' row and column instead of dividing: periods that do
+    // not divide the grid's stride (1020), that exceed it (51000), shorter
+    // than a vec4 step's span (12), several at once. (One bias of a period
+    // of at least 64 takes the rows walk instead.)
+    let rows = |d: &Device| {
+        let x = random(d, &[300, 1020], 30);
+        x.mul(&random(d, &[300, 1], 31))?.sub(&random(d, &[300, 1], 32))
+    };
+    check("row broadcasts", rows, |k| k == 1, 1e-6);
+    let planes = |d: &Device| {
+        let x = random(d, &[6, 50, 1020], 33).add(&random(d, &[50, 1020], 34))?;
+        x.add(&random(d, &[1020], 35))?.mul(&random(d, &[6, 1, 1], 36))?.exp()
+    };
+    check("plane and column broadcasts", planes, |k| k == 1, 1e-6);
+    let short = |d: &Device| random(d, &[25500, 12], 37).add(&random(d, &[12], 38));
+    check("a short period", short, |k| k == 1, 1e-6);
+    // A tree reduction's prologue over the same kind of leaves: a period
+    // shorter than a span of the reduction (12) and one longer (40008).
+    let prologue = |d: &Device| {
+        let x = random(d, &[8, 3334, 12], 39).add(&random(d, &[12], 40))?.mul(&random(d, &[8, 1, 1], 41))?;
+        x.reshape(&[8, 40008])?.sum(&[1], false)
+    };
+    check("reduce prologue broadcasts", prologue, |_| true, 1e-5);
+}

@@ -45,6 +45,12 @@ pub struct Emitter<'a> {
     /// instead of the meta buffer at each use (SwiftShader's compiler does
     /// not share repeated uniform reads).
     meta_lets: bool,
+    /// Index `Mod` and `Div` leaves by the quotient and remainder
+    /// [`Emitter::periodic_start`] sets up and [`Emitter::periodic_advance`]
+    /// steps, instead of dividing at every element (CPU adapters have no
+    /// vector integer division: one per lane, a third of a row-broadcast
+    /// subtraction's time on lavapipe).
+    periodic: bool,
     /// A row kernel's stages, whose values `Row(k)` ops read.
     stages: &'a [ReduceOp],
 }
@@ -52,7 +58,7 @@ pub struct Emitter<'a> {
 impl<'a> Emitter<'a> {
     pub fn new(sig: &'a Sig, shape_base: usize, vec4: bool) -> Emitter<'a> {
         let (leaf_base, param_base) = meta_bases(sig, shape_base);
-        Emitter { sig, shape_base, leaf_base, param_base, vec4, meta_lets: false, stages: &[] }
+        Emitter { sig, shape_base, leaf_base, param_base, vec4, meta_lets: false, periodic: false, stages: &[] }
     }
 
     /// This emitter, in a row kernel whose `Row(k)` ops read `stages`.
@@ -64,6 +70,46 @@ impl<'a> Emitter<'a> {
     /// and periods from the `let`s [`Emitter::meta_lets`] writes.
     pub fn with_meta_lets(self) -> Emitter<'a> {
         Emitter { meta_lets: true, ..self }
+    }
+
+    /// This emitter, reading `Mod` and `Div` leaves at the quotient and
+    /// remainder of [`Emitter::periodic_start`].
+    pub fn with_periodic(self) -> Emitter<'a> {
+        Emitter { periodic: true, ..self }
+    }
+
+    /// Variables holding `f0 / period` and `f0 % period` for each `Mod` and
+    /// `Div` leaf, for a walk whose flat index starts at `f0` and grows by
+    /// `step` (both u32 expressions) at each [`Emitter::periodic_advance`].
+    pub fn periodic_start(&self, f0: &str, step: &str) -> String {
+        let mut s = String::new();
+        for k in self.periodic_leaves() {
+            let p = self.word(self.leaf_base[k] + 1);
+            s += &format!("    var pq{k} = {f0} / {p};\n    var pr{k} = {f0} % {p};\n");
+            s += &format!("    let sq{k} = {step} / {p};\n    let sr{k} = {step} % {p};\n");
+        }
+        s
+    }
+
+    /// Steps the quotients and remainders of [`Emitter::periodic_start`]
+    /// by its `step`: no division, and no u32 overflow (`pr + sr` is not
+    /// formed unless it stays below the period).
+    pub fn periodic_advance(&self) -> String {
+        if self.periodic_leaves().next().is_none() {
+            return String::new();
+        }
+        let mut s = String::from("    {\n");
+        for k in self.periodic_leaves() {
+            let p = self.word(self.leaf_base[k] + 1);
+            s += &format!("    let wrap{k} = pr{k} >= {p} - sr{k};\n");
+            s += &format!("    pr{k} = select(pr{k} + sr{k}, pr{k} - ({p} - sr{k}), wrap{k});\n");
+            s += &format!("    pq{k} += sq{k} + select(0u, 1u, wrap{k});\n");
+        }
+        s + "    }\n"
+    }
+
+    fn periodic_leaves(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.sig.leaves.len()).filter(|&k| matches!(self.sig.leaves[k].access, Access::Mod | Access::Div))
     }
 
     /// `let`s holding the meta words those leaves' indices read.
@@ -116,6 +162,8 @@ impl<'a> Emitter<'a> {
         let (offset, period) = (self.word(base), self.word(base + 1));
         match self.sig.leaves[k].access {
             Access::Contiguous => return format!("({offset} + {f})"),
+            Access::Mod if self.periodic => return format!("({offset} + pr{k})"),
+            Access::Div if self.periodic => return format!("({offset} + pq{k})"),
             Access::Mod => return format!("({offset} + {f} % {period})"),
             Access::Div => return format!("({offset} + {f} / {period})"),
             Access::Strided => {}
@@ -351,13 +399,16 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
         // Invocation t takes vec4s t, t + T, t + 2T, ... (T invocations in
         // all): neighbours read neighbouring memory, and the per-invocation
         // cost of CPU adapters is shared by several vec4s.
+        let e = e.with_periodic();
         s += "    let stride = m(1u) * nwg.y;\n";
+        s += &e.periodic_start("(t * 4u)", "(stride * 4u)");
         s += &format!("    for (var i = 0u; i < {ROWS_PER_INVOCATION}u; i++) {{\n");
         s += "    let q = t + i * stride;\n    if (q * 4u >= n) { break; }\n    let f = q * 4u;\n";
         let roots = e.body(0, "f", "", &mut s);
         for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
             s += &format!("    out{k}[q] = {};\n", store(d, r));
         }
+        s += &e.periodic_advance();
         s += "    }\n";
     } else if outputs.contains(&DType::F16) {
         // Two elements per invocation, so f16 outputs write whole words.
