@@ -133,12 +133,22 @@ impl MatmulConfig {
         }
     }
 
-    /// Identifies the candidate set, so a tuning cache written for another
-    /// set of candidates is not trusted (FNV-1a of their names).
+    /// Identifies the candidate set and their kernels, so a tuning cache
+    /// written for other candidates, or for kernels a later kiln changed
+    /// under the same names, is not trusted (FNV-1a of their names and
+    /// their f32 WGSL).
     pub fn family_fingerprint() -> String {
-        let names: Vec<String> = MatmulConfig::CANDIDATES.iter().map(MatmulConfig::name).collect();
-        let hash = names.join(",").bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193));
-        format!("{hash:08x}")
+        static FINGERPRINT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        FINGERPRINT
+            .get_or_init(|| {
+                let text: String = MatmulConfig::CANDIDATES
+                    .iter()
+                    .map(|c| format!("{}\n{}", c.name(), matmul_kernel(c, DType::F32, 0, None)))
+                    .collect();
+                let hash = text.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193));
+                format!("{hash:08x}")
+            })
+            .clone()
     }
 
     pub fn parse(s: &str) -> Option<MatmulConfig> {
