@@ -135,13 +135,34 @@ fn catalog() -> Vec<String> {
             for contiguous in [true, false] {
                 let s = sig(3, &[(dtype, contiguous)], &[], vec![(Op::Unary(UnaryOp::Abs, LOAD), dtype)], vec![0]);
                 let vec4 = contiguous && matches!(monoid, Monoid::Reduce(_)) && dtype != DType::F16;
-                let key = |vec4| KernelKey::Reduce { monoid, prologue: Some(s.clone()), partials: dtype.wide(), vec4 };
-                out.push(key(false).wgsl());
-                if vec4 {
-                    out.push(key(true).wgsl());
+                // Each pass as CPU adapters run it and as GPUs do (workgroup),
+                // over small inputs and large (streams).
+                for (workgroup, streams) in [(false, false), (false, true), (true, false), (true, true)] {
+                    let key = |vec4| KernelKey::Reduce {
+                        monoid,
+                        prologue: Some(s.clone()),
+                        partials: dtype.wide(),
+                        vec4,
+                        workgroup,
+                        streams,
+                    };
+                    out.push(key(false).wgsl());
+                    if vec4 {
+                        out.push(key(true).wgsl());
+                    }
                 }
             }
-            out.push(KernelKey::Reduce { monoid, prologue: None, partials: dtype.wide(), vec4: false }.wgsl());
+            for workgroup in [false, true] {
+                let key = KernelKey::Reduce {
+                    monoid,
+                    prologue: None,
+                    partials: dtype.wide(),
+                    vec4: false,
+                    workgroup,
+                    streams: false,
+                };
+                out.push(key.wgsl());
+            }
         }
     }
     // Row kernels: softmax's shape (max, then sum of exp, then divide).

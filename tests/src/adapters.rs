@@ -67,3 +67,24 @@ pub fn shared() -> std::sync::MutexGuard<'static, Vec<(String, Device)>> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
 }
+
+/// Run `check(label, device)` on every adapter with workgroup memory under
+/// the Vulkan validation layer, printing the others as skipped; panics
+/// when none has it or when the layer reported anything.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn each_with_workgroup_memory(check: impl Fn(&str, &Device)) {
+    eprintln!("{}", crate::validation::setup());
+    let (found, _) = kiln::block_on(discover());
+    let mut checked = 0;
+    for found in &found {
+        if !found.device.info().workgroup_memory {
+            eprintln!("skipped on {}: no workgroup memory", found.label);
+            continue;
+        }
+        check(&found.label, &found.device);
+        checked += 1;
+    }
+    assert!(checked > 0, "no adapter has workgroup memory");
+    let messages = crate::validation::take_messages();
+    assert!(messages.is_empty(), "the validation layer reported:\n{}", messages.join("\n"));
+}

@@ -213,3 +213,12 @@ fn broadcast_indices_step_across_grid_strides() {
     };
     check("reduce prologue broadcasts", prologue, |_| true, 1e-5);
 }
+
+#[test]
+fn large_reductions_stream_and_small_ones_take_one_pass() {
+    // A first pass over at least 2^20 elements interleaves whole
+    // workgroups (rows of an odd length: the scalar loop and short spans);
+    // a 64×64 reduction still takes one kernel.
+    check("odd rows", |d| random(d, &[5, 250001], 42).sum(&[1], false), |k| k >= 3, 1e-5);
+    check("a small column sum", |d| random(d, &[64, 64], 43).sum(&[0], false), |k| k == 1, 1e-5);
+}

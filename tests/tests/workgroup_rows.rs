@@ -17,28 +17,16 @@ fn outputs(dev: &Device) -> Result<Vec<Vec<f32>>> {
 
 #[test]
 fn rows_combined_through_workgroup_memory_match_the_reference() {
-    eprintln!("{}", kiln_conformance::validation::setup());
     let want = outputs(&Device::cpu()).unwrap();
-    let (found, _) = kiln::block_on(kiln_conformance::adapters::discover());
-    let mut checked = 0;
-    for found in &found {
-        let dev = &found.device;
-        if !dev.info().workgroup_memory {
-            eprintln!("skipped on {}: no workgroup memory", found.label);
-            continue;
-        }
+    kiln_conformance::adapters::each_with_workgroup_memory(|label, dev| {
         dev.assume_no_fixed_subgroup_width();
         let got = outputs(dev);
         dev.assume_subgroup_width(None);
         for (k, (g, w)) in got.unwrap().iter().zip(&want).enumerate() {
             let worst = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            assert!(worst <= 2e-5, "output {k} on {}: off by {worst:e}", found.label);
+            assert!(worst <= 2e-5, "output {k} on {label}: off by {worst:e}");
         }
-        assert!(dev.compiled_sources().iter().any(|s| s.contains("var<workgroup>")), "{}", found.label);
-        eprintln!("{}: rows through workgroup memory match the reference", found.label);
-        checked += 1;
-    }
-    assert!(checked > 0, "no adapter has workgroup memory");
-    let messages = kiln_conformance::validation::take_messages();
-    assert!(messages.is_empty(), "the validation layer reported:\n{}", messages.join("\n"));
+        assert!(dev.compiled_sources().iter().any(|s| s.contains("var<workgroup>")), "{label}");
+        eprintln!("{label}: rows through workgroup memory match the reference");
+    });
 }

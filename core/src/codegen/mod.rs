@@ -152,6 +152,11 @@ pub enum KernelKey {
         prologue: Option<Sig>,
         partials: DType,
         vec4: bool,
+        /// One partial per workgroup, combined in workgroup memory (GPUs).
+        workgroup: bool,
+        /// The streaming layout of a first pass over a large input
+        /// ([`templates::reduce_shape`]).
+        streams: bool,
     },
     Row {
         sig: Sig,
@@ -176,11 +181,12 @@ impl KernelKey {
             KernelKey::Elementwise { sig, outputs, out_strided, walk } => {
                 fused::elementwise_wgsl(sig, outputs, *out_strided, *walk)
             }
-            KernelKey::Reduce { monoid, prologue: Some(sig), vec4, .. } => {
-                templates::reduce_wgsl(*monoid, ReduceSource::Prologue(sig), *vec4)
+            KernelKey::Reduce { monoid, prologue: Some(sig), vec4, workgroup, streams, .. } => {
+                templates::reduce_wgsl(*monoid, ReduceSource::Prologue(sig), *vec4, *workgroup, *streams)
             }
-            KernelKey::Reduce { monoid, prologue: None, partials, .. } => {
-                templates::reduce_wgsl(*monoid, ReduceSource::Partials { dtype: *partials }, false)
+            KernelKey::Reduce { monoid, prologue: None, partials, workgroup, streams, .. } => {
+                let src = ReduceSource::Partials { dtype: *partials };
+                templates::reduce_wgsl(*monoid, src, false, *workgroup, *streams)
             }
             KernelKey::Row { sig, stages, outputs, lanes: Some(lanes), .. } => {
                 fused::row_lanes_wgsl(sig, stages, outputs, *lanes)
@@ -205,12 +211,18 @@ impl KernelKey {
                 };
                 ("ew", Some(sig), suffix)
             }
-            KernelKey::Reduce { monoid, prologue, .. } => {
+            KernelKey::Reduce { monoid, prologue, workgroup, .. } => {
                 let kind = match monoid {
                     Monoid::Reduce(op) => op.name(),
                     Monoid::Arg(op) => op.name(),
                 };
-                (kind, prologue.as_ref(), if prologue.is_some() { "" } else { "_partials" })
+                let suffix = match (prologue.is_some(), workgroup) {
+                    (true, false) => "",
+                    (true, true) => "_wg",
+                    (false, false) => "_partials",
+                    (false, true) => "_partials_wg",
+                };
+                (kind, prologue.as_ref(), suffix)
             }
             KernelKey::Row { sig, lanes, .. } => ("row", Some(sig), if lanes.is_some() { "_lanes" } else { "" }),
             KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),

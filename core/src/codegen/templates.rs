@@ -8,9 +8,14 @@ use crate::ir::{ArgOp, ReduceOp};
 use crate::sched::lower::Sig;
 
 pub const REDUCE_TEMPLATE: &str = include_str!("../../../shaders/reduce.wgsl");
+/// The entry point of a pass on CPU adapters: one partial per invocation.
+pub const REDUCE_PASS: &str = include_str!("../../../shaders/reduce_pass.wgsl");
+/// The entry point of a pass on GPUs: one partial per workgroup.
+pub const REDUCE_WORKGROUP: &str = include_str!("../../../shaders/reduce_workgroup.wgsl");
+/// Invocations per workgroup of a reduce pass (both entry points; a power
+/// of two, for the workgroup tree).
+pub const REDUCE_WG: usize = 256;
 
-/// Elements one reduce invocation folds (PER_THREAD in reduce.wgsl).
-pub const REDUCE_CHUNK: usize = 64;
 /// Longest k range of one matmul dispatch.
 pub const MATMUL_K_CHUNK: usize = 16384;
 
@@ -31,21 +36,44 @@ pub enum ReduceSource<'a> {
     Partials { dtype: DType },
 }
 
-/// Invocations that share a span of a row in a plain reduce pass (the SIMD
-/// width of CPU adapters with AVX2; see shaders/reduce.wgsl).
-const REDUCE_LANES: u32 = 8;
+/// A first pass over at least this many elements reads them in the
+/// streaming layout ([`reduce_shape`]); smaller inputs keep the layout that
+/// folds more per invocation, so that they take fewer passes (a 64×64
+/// input, one).
+pub const REDUCE_STREAM_MIN: usize = 1 << 20;
+
+/// The runs one invocation of a reduce pass folds (PER_THREAD in
+/// shaders/reduce.wgsl) and the invocations that share a span of a row
+/// (LANES). Arg reductions take consecutive runs (ties keep the lower
+/// index). With `streams` (a plain first pass over a large input) a
+/// whole workgroup is interleaved, so that each
+/// invocation's runs are 8 streams 4 KB apart (at vec4s), which CPU
+/// prefetchers follow at once: a read-only probe over 16M f32 read at
+/// 0.94–0.97 of copy on lavapipe, 0.88 on GL and 1.27 on SwiftShader in
+/// that layout, against 0.72–0.74, 0.71 and 0.95 in spans of 8 lanes and
+/// 64 runs, the layout before and still that of other passes
+/// (docs/BENCHMARKS.md).
+pub fn reduce_shape(monoid: Monoid, streams: bool) -> (usize, u32) {
+    match monoid {
+        Monoid::Arg(_) => (64, 1),
+        Monoid::Reduce(_) if streams => (8, REDUCE_WG as u32),
+        Monoid::Reduce(_) => (64, 8),
+    }
+}
 
 /// A reduce pass; with `vec4` (a contiguous prologue, rows a multiple of 4
-/// long, 4-aligned leaves) each invocation reads its run as vec4s.
-pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
+/// long, 4-aligned leaves) each invocation reads its run as vec4s; with
+/// `workgroup` each workgroup combines its invocations' partials into one
+/// in workgroup memory (shaders/reduce_workgroup.wgsl); `streams`: see
+/// [`reduce_shape`].
+pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool, workgroup: bool, streams: bool) -> String {
     let value_dtype = match src {
         ReduceSource::Prologue(sig) => sig.bodies[0].ops[sig.bodies[0].roots[0]].1,
         ReduceSource::Partials { dtype } => dtype,
     };
     let acc = compute_type(value_dtype);
     let is_arg = matches!(monoid, Monoid::Arg(_));
-    // Arg partials must hold consecutive runs (ties keep the lower index).
-    let lanes = if is_arg { 1 } else { REDUCE_LANES };
+    let (per_thread, lanes) = reduce_shape(monoid, streams);
     let mut s = String::from(META_DECL);
     let value_out = if is_arg { 2 } else { 1 };
     if is_arg {
@@ -56,11 +84,13 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
         storage_type(value_dtype.wide())
     );
     let (id, merge, take) = monoid_code(monoid, value_dtype);
+    s += &format!("alias Acc = {acc};\n");
     // The accumulator's unit: lane-wise partials of vec4 runs, or one value.
     let unit = if vec4 { format!("vec4<{acc}>") } else { acc.to_string() };
     s += &format!("fn identity() -> {acc} {{ return {id}; }}\n");
     s += &format!("fn identity_unit() -> {unit} {{ return {unit}(identity()); }}\n");
     s += &format!("fn take(a: {unit}, b: {unit}) -> bool {{ return {take}; }}\n");
+    s += &format!("fn take_value(a: {acc}, b: {acc}) -> bool {{ return {take}; }}\n");
     s += &format!("fn merge(a: {acc}, b: {acc}) -> {acc} {{ return {merge}; }}\n");
     s += &format!("fn merge_unit(a: {unit}, b: {unit}) -> {unit} {{ return {merge}; }}\n");
     let value = if vec4 { "merge(merge(u.x, u.y), merge(u.z, u.w))" } else { "u" };
@@ -86,15 +116,16 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
             }
         }
     }
-    s += &fold_span(src, is_arg, vec4, &unit, lanes as usize * if vec4 { VEC } else { 1 });
+    s += &fold_span(src, is_arg, vec4, &unit, per_thread, lanes as usize * if vec4 { VEC } else { 1 });
     s += &format!("fn store(slot: u32, v: {acc}, i: u32) {{\n    out_v[slot] = v;\n");
     if is_arg {
         s += "    out_i[slot] = i32(i);\n";
     }
     s += "}\n";
     s += &format!("const STEP: u32 = {}u;\n", if vec4 { 4 } else { 1 });
-    s += &format!("const LANES: u32 = {lanes}u;\n");
-    s + REDUCE_TEMPLATE
+    s += &format!("const LANES: u32 = {lanes}u;\nconst PER_THREAD: u32 = {per_thread}u;\n");
+    s += &format!("const REDUCE_WG: u32 = {REDUCE_WG}u;\n");
+    s + REDUCE_TEMPLATE + if workgroup { REDUCE_WORKGROUP } else { REDUCE_PASS }
 }
 
 /// `fold_span(row, start, &acc_i)`: the loop of shaders/reduce.wgsl over
@@ -103,7 +134,7 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool) -> String {
 /// read once (SwiftShader's compiler does not share repeated uniform reads)
 /// and each run folded as soon as it is loaded; other prologues (strided
 /// gathers, whose index arithmetic would be copied 64 times) keep a loop.
-fn fold_span(src: ReduceSource, is_arg: bool, vec4: bool, unit: &str, stride: usize) -> String {
+fn fold_span(src: ReduceSource, is_arg: bool, vec4: bool, unit: &str, runs: usize, stride: usize) -> String {
     let mut s = format!("fn fold_span(row: u32, start: u32, acc_i: ptr<function, u32>) -> {unit} {{\n");
     s += "    var acc = identity_unit();\n    var i = 0u;\n";
     let fold = |s: &mut String, r: &str, v: &str| {
@@ -114,7 +145,7 @@ fn fold_span(src: ReduceSource, is_arg: bool, vec4: bool, unit: &str, stride: us
     };
     let e = match src {
         ReduceSource::Prologue(_) if !vec4 => {
-            s += &format!("    for (var k = 0u; k < {REDUCE_CHUNK}u; k++) {{\n    let r = start + k * {stride}u;\n");
+            s += &format!("    for (var k = 0u; k < {runs}u; k++) {{\n    let r = start + k * {stride}u;\n");
             s += "    let v = load(row, r);\n";
             fold(&mut s, "r", "v");
             return s + "    }\n    *acc_i = i;\n    return acc;\n}\n";
@@ -124,7 +155,7 @@ fn fold_span(src: ReduceSource, is_arg: bool, vec4: bool, unit: &str, stride: us
     };
     s += "    let base = row * m(1u) + start;\n";
     s += &e.as_ref().map_or(String::new(), Emitter::meta_lets);
-    for k in 0..REDUCE_CHUNK {
+    for k in 0..runs {
         let at = format!("(base + {}u)", k * stride);
         let v = match &e {
             Some(e) => e.body(0, &at, &format!("k{k}_"), &mut s).remove(0),

@@ -9,7 +9,9 @@ use super::pool::PooledBuffer;
 use super::realize::ReadRequest;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::codegen::matmul::MatmulConfig;
-use crate::codegen::templates::{MATMUL_K_CHUNK, Monoid, REDUCE_CHUNK, matmul_epilogue_base};
+use crate::codegen::templates::{
+    MATMUL_K_CHUNK, Monoid, REDUCE_STREAM_MIN, REDUCE_WG, matmul_epilogue_base, reduce_shape,
+};
 use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
@@ -52,6 +54,20 @@ impl Gpu {
             });
         }
         Ok([x as u32, y as u32, 1])
+    }
+
+    /// Whether tree reductions combine each workgroup's partials in
+    /// workgroup memory: on GPUs, where a barrier is cheap and each pass a
+    /// dispatch; not on CPU adapters, whose barriers are costly (measured
+    /// in docs/BENCHMARKS.md). [`crate::Device::set_workgroup_reductions`]
+    /// overrides it for tests.
+    pub(super) fn workgroup_reductions(&self) -> bool {
+        let by_type = !self.info.is_cpu_adapter();
+        let on = match self.workgroup_reductions.load(Ordering::Relaxed) {
+            0 => by_type,
+            set => set == 2,
+        };
+        on && self.info.workgroup_memory
     }
 
     /// Storage buffers one kernel may bind (WebGPU guarantees 8).
@@ -196,19 +212,26 @@ impl Recording {
             && len.is_multiple_of(VEC)
             && vectorizable(&sig)
             && aligned4(&sig, &args);
+        let workgroup = gpu.workgroup_reductions();
         let mut prologue = Some((sig, args));
         let mut inputs: Vec<Arc<PooledBuffer>> = Vec::new();
         loop {
             let step = if vec4 && prologue.is_some() { VEC } else { 1 };
-            let groups = len.div_ceil(REDUCE_CHUNK * step);
-            let last = groups == 1;
-            let grid = gpu.grid(op, (rows * groups).div_ceil(WG as usize))?;
+            let streams = prologue.is_some() && matches!(monoid, Monoid::Reduce(_)) && rows * len >= REDUCE_STREAM_MIN;
+            let (per_thread, _) = reduce_shape(monoid, streams);
+            let groups = len.div_ceil(per_thread * step);
+            // Partials this pass leaves per row: one per invocation, or one
+            // per workgroup of REDUCE_WG invocations.
+            let partials = if workgroup { groups.div_ceil(REDUCE_WG) } else { groups };
+            let last = partials == 1;
+            let workgroups = if workgroup { rows * partials } else { (rows * groups).div_ceil(REDUCE_WG) };
+            let grid = gpu.grid(op, workgroups)?;
             let mut meta = Meta::default();
-            meta.u(rows).u(len).u(groups).u(grid[0] as usize * WG as usize);
+            meta.u(rows).u(len).u(groups).u(grid[0] as usize * REDUCE_WG);
             let (v_out, i_out) = if last {
                 (values.clone(), indices.cloned())
             } else {
-                let part = |d| gpu.alloc(op, d, &[rows * groups]);
+                let part = |d| gpu.alloc(op, d, &[rows * partials]);
                 (part(value_dtype)?, indices.map(|_| part(DType::I32)).transpose()?)
             };
             let outputs: Vec<_> = i_out.iter().cloned().chain([v_out.clone()]).collect();
@@ -216,11 +239,27 @@ impl Recording {
                 Some((sig, args)) => {
                     Self::fused_meta(&mut meta, &sig, &args, view_shape);
                     let buffers = outputs.into_iter().chain(args.buffers).collect();
-                    (KernelKey::Reduce { monoid, prologue: Some(sig), partials: value_dtype, vec4 }, buffers)
+                    let key = KernelKey::Reduce {
+                        monoid,
+                        prologue: Some(sig),
+                        partials: value_dtype,
+                        vec4,
+                        workgroup,
+                        streams,
+                    };
+                    (key, buffers)
                 }
                 None => {
                     let buffers = outputs.into_iter().chain(inputs.drain(..)).collect();
-                    (KernelKey::Reduce { monoid, prologue: None, partials: value_dtype, vec4: false }, buffers)
+                    let key = KernelKey::Reduce {
+                        monoid,
+                        prologue: None,
+                        partials: value_dtype,
+                        vec4: false,
+                        workgroup,
+                        streams: false,
+                    };
+                    (key, buffers)
                 }
             };
             self.dispatch(gpu, &key, meta, buffers, grid, rows * len)?;
@@ -228,7 +267,7 @@ impl Recording {
                 return Ok(());
             }
             inputs = std::iter::once(v_out).chain(i_out).collect();
-            len = groups;
+            len = partials;
         }
     }
 

@@ -18,7 +18,7 @@ use crate::ir::{Node, Realized};
 use crate::shape::Layout;
 use pipelines::PipelineCache;
 use pool::{BufferPool, PoolStats, PooledBuffer};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use adapter::describe as describe_adapter;
@@ -59,7 +59,8 @@ pub struct DeviceInfo {
 
 impl DeviceInfo {
     /// Whether the adapter is a CPU (SwiftShader, llvmpipe), whose compilers
-    /// and costs differ from a GPU's: the tuner and the matmul defaults ask.
+    /// and costs differ from a GPU's: the tuner, the matmul defaults and the
+    /// reductions ask.
     pub fn is_cpu_adapter(&self) -> bool {
         self.device_type == "Cpu"
     }
@@ -107,6 +108,8 @@ pub(crate) struct Gpu {
     /// the adapter's; [`NO_FIXED_WIDTH`]: no fixed width); see
     /// [`Device::assume_subgroup_width`].
     assumed_subgroup_width: AtomicU32,
+    /// Set by [`Device::set_workgroup_reductions`]: 0 by device type, 1 off, 2 on.
+    workgroup_reductions: AtomicU8,
 }
 
 enum Backend {
@@ -218,6 +221,7 @@ impl Device {
             submits: AtomicU64::new(0),
             tuner: tune::Tuner::default(),
             assumed_subgroup_width: AtomicU32::new(0),
+            workgroup_reductions: AtomicU8::new(0),
         })))))
     }
 
@@ -262,6 +266,16 @@ impl Device {
     pub fn assume_no_fixed_subgroup_width(&self) {
         if let Backend::Gpu(g) = &*self.0 {
             g.assumed_subgroup_width.store(NO_FIXED_WIDTH, Ordering::Relaxed);
+        }
+    }
+
+    /// Test hook: make tree reductions combine each workgroup's partials in
+    /// workgroup memory (`Some(true)`, what GPUs run) or not (`Some(false)`,
+    /// what CPU adapters run); `None`: by device type. Ignored where the
+    /// device has no workgroup memory.
+    pub fn set_workgroup_reductions(&self, on: Option<bool>) {
+        if let Backend::Gpu(g) = &*self.0 {
+            g.workgroup_reductions.store(on.map_or(0, |on| if on { 2 } else { 1 }), Ordering::Relaxed);
         }
     }
 
