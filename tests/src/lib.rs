@@ -14,6 +14,7 @@ pub mod nn_cases;
 pub mod report;
 pub mod rng;
 pub mod validation;
+pub mod workgroup_reductions;
 
 use kiln::prelude::*;
 

@@ -48,6 +48,20 @@ impl Gpu {
         })
     }
 
+    /// Tree reductions with each workgroup's partials combined in workgroup
+    /// memory (what GPUs run), forced on this device and checked against
+    /// the CPU reference (`kiln_conformance::workgroup_reductions`), so
+    /// that Dawn compiles and runs those kernels too. Resolves to
+    /// `{"failures": [what]}`.
+    pub fn workgroup_reductions(&self) -> Promise {
+        let device = self.device.clone();
+        future_to_promise(async move {
+            let failures = kiln_conformance::workgroup_reductions::check(&device).await.map_err(js_err)?;
+            let list = failures.iter().map(|s| quote(s)).collect::<Vec<_>>().join(",");
+            Ok(format!("{{\"failures\":[{list}]}}").into())
+        })
+    }
+
     /// Resolves to a `Gpu`, or rejects saying why (no WebGPU, no adapter).
     pub fn init() -> Promise {
         future_to_promise(async {

@@ -37,6 +37,8 @@ async function main() {
   if (!filter) {
     $('status').textContent = 'running every matmul kernel-family member';
     summary.matmul_family = JSON.parse(await gpu.matmul_family());
+    $('status').textContent = 'running the reductions GPUs run (workgroup tree)';
+    summary.workgroup_reductions = JSON.parse(await gpu.workgroup_reductions());
   }
   summary.pipelines = gpu.pipelines();
   summary.done = true;

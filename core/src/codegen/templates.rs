@@ -49,8 +49,8 @@ pub const REDUCE_STREAM_MIN: usize = 1 << 20;
 /// whole workgroup is interleaved, so that each
 /// invocation's runs are 8 streams 4 KB apart (at vec4s), which CPU
 /// prefetchers follow at once: a read-only probe over 16M f32 read at
-/// 0.94–0.97 of copy on lavapipe, 0.88 on GL and 1.27 on SwiftShader in
-/// that layout, against 0.72–0.74, 0.71 and 0.95 in spans of 8 lanes and
+/// 0.94–1.00 of copy on lavapipe, 0.88 on GL and 1.27 on SwiftShader in
+/// that layout, against 0.69–0.74, 0.71 and 0.95 in spans of 8 lanes and
 /// 64 runs, the layout before and still that of other passes
 /// (docs/BENCHMARKS.md).
 pub fn reduce_shape(monoid: Monoid, streams: bool) -> (usize, u32) {
