@@ -12,9 +12,9 @@ pub const REDUCE_TEMPLATE: &str = include_str!("../../../shaders/reduce.wgsl");
 pub const REDUCE_PASS: &str = include_str!("../../../shaders/reduce_pass.wgsl");
 /// The entry point of a pass on GPUs: one partial per workgroup.
 pub const REDUCE_WORKGROUP: &str = include_str!("../../../shaders/reduce_workgroup.wgsl");
-/// Invocations per workgroup of a reduce pass (both entry points; a power
-/// of two, for the workgroup tree).
-pub const REDUCE_WG: usize = 256;
+/// Invocations per workgroup of a reduce pass (both entry points): kiln's
+/// usual workgroup, a power of two, as the workgroup tree needs.
+pub const REDUCE_WG: usize = super::WG as usize;
 
 /// Longest k range of one matmul dispatch.
 pub const MATMUL_K_CHUNK: usize = 16384;

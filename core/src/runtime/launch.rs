@@ -216,8 +216,10 @@ impl Recording {
         let mut prologue = Some((sig, args));
         let mut inputs: Vec<Arc<PooledBuffer>> = Vec::new();
         loop {
-            let step = if vec4 && prologue.is_some() { VEC } else { 1 };
-            let streams = prologue.is_some() && matches!(monoid, Monoid::Reduce(_)) && rows * len >= REDUCE_STREAM_MIN;
+            // The first pass reads the fused input; later ones the partials.
+            let first = prologue.is_some();
+            let step = if vec4 && first { VEC } else { 1 };
+            let streams = first && matches!(monoid, Monoid::Reduce(_)) && rows * len >= REDUCE_STREAM_MIN;
             let (per_thread, _) = reduce_shape(monoid, streams);
             let groups = len.div_ceil(per_thread * step);
             // Partials this pass leaves per row: one per invocation, or one
@@ -235,32 +237,20 @@ impl Recording {
                 (part(value_dtype)?, indices.map(|_| part(DType::I32)).transpose()?)
             };
             let outputs: Vec<_> = i_out.iter().cloned().chain([v_out.clone()]).collect();
-            let (key, buffers) = match prologue.take() {
+            let (prologue_sig, buffers) = match prologue.take() {
                 Some((sig, args)) => {
                     Self::fused_meta(&mut meta, &sig, &args, view_shape);
-                    let buffers = outputs.into_iter().chain(args.buffers).collect();
-                    let key = KernelKey::Reduce {
-                        monoid,
-                        prologue: Some(sig),
-                        partials: value_dtype,
-                        vec4,
-                        workgroup,
-                        streams,
-                    };
-                    (key, buffers)
+                    (Some(sig), outputs.into_iter().chain(args.buffers).collect())
                 }
-                None => {
-                    let buffers = outputs.into_iter().chain(inputs.drain(..)).collect();
-                    let key = KernelKey::Reduce {
-                        monoid,
-                        prologue: None,
-                        partials: value_dtype,
-                        vec4: false,
-                        workgroup,
-                        streams: false,
-                    };
-                    (key, buffers)
-                }
+                None => (None, outputs.into_iter().chain(inputs.drain(..)).collect()),
+            };
+            let key = KernelKey::Reduce {
+                monoid,
+                prologue: prologue_sig,
+                partials: value_dtype,
+                vec4: vec4 && first,
+                workgroup,
+                streams,
             };
             self.dispatch(gpu, &key, meta, buffers, grid, rows * len)?;
             if last {
