@@ -123,6 +123,29 @@ fn catalog() -> Vec<String> {
         s.bodies[0].roots = vec![4];
         out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
     }
+    // Row statistics alone (an op depending only on one, hoisted): eighths
+    // of rows, and a reduction's prologue loading them once per span.
+    let mut s = sig(2, &[(DType::F32, true), (DType::F32, true)], &[], vec![], vec![]);
+    s.leaves[1].access = Access::Div;
+    s.bodies[0].ops.push((Op::Unary(UnaryOp::Exp, 1), DType::F32));
+    s.bodies[0].ops.push((Op::Binary(BinaryOp::Sub, 0, 2), DType::F32));
+    s.bodies[0].roots = vec![3];
+    let walk = Walk::Vec4Segments;
+    out.push(KernelKey::Elementwise { sig: s.clone(), outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
+    for (workgroup, streams) in [(false, false), (false, true), (true, false), (true, true)] {
+        let prologue = Some(s.clone());
+        let monoid = Monoid::Reduce(ReduceOp::Sum);
+        let key = KernelKey::Reduce {
+            monoid,
+            prologue,
+            partials: DType::F32,
+            vec4: true,
+            workgroup,
+            streams,
+            row_leaves: true,
+        };
+        out.push(key.wgsl());
+    }
     // A multi-output kernel with f16 and f32 outputs sharing a subexpression.
     let ops = vec![(Op::Unary(UnaryOp::Exp, LOAD), DType::F32), (Op::Cast(0), DType::F16)];
     out.push(ew(sig(2, &[(DType::F32, false)], &[], ops, vec![0, 1]), vec![DType::F32, DType::F16]));
@@ -145,6 +168,7 @@ fn catalog() -> Vec<String> {
                         vec4,
                         workgroup,
                         streams,
+                        row_leaves: false,
                     };
                     out.push(key(false).wgsl());
                     if vec4 {
@@ -160,6 +184,7 @@ fn catalog() -> Vec<String> {
                     vec4: false,
                     workgroup,
                     streams: false,
+                    row_leaves: false,
                 };
                 out.push(key.wgsl());
             }

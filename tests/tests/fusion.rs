@@ -215,6 +215,26 @@ fn broadcast_indices_step_across_grid_strides() {
 }
 
 #[test]
+fn row_statistics_are_loaded_once_per_invocation() {
+    // Elementwise kernels whose only broadcasts are row statistics walk
+    // eighths of rows (the last rows' invocations past a workgroup's end);
+    // a tree reduction loads a statistic constant along its row once per
+    // span (one repeat of a row, of two rows, and one of a part of a row).
+    let normalize = |d: &Device| {
+        let x = random(d, &[20, 4096], 44);
+        x.sub(&random(d, &[20, 1], 45))?.exp()?.div(&random(d, &[20, 1], 46))
+    };
+    check("long rows", normalize, |k| k == 1, 1e-6);
+    check("a few short rows", |d| random(d, &[7, 256], 47).mul(&random(d, &[7, 1], 48)), |k| k == 1, 1e-6);
+    let row = |d: &Device| random(d, &[8, 40960], 49).sub(&random(d, &[8, 1], 50))?.exp()?.sum(&[1], false);
+    check("a row's statistic in a reduction", row, |_| true, 1e-5);
+    let pairs = |d: &Device| random(d, &[6, 2, 1024], 51).mul(&random(d, &[6, 1, 1], 52))?.sum(&[2], false);
+    check("a statistic of two rows", pairs, |_| true, 1e-5);
+    let part = |d: &Device| random(d, &[8, 40, 1024], 53).sub(&random(d, &[8, 40, 1], 54))?.sum(&[1, 2], false);
+    check("a statistic of part of a row", part, |_| true, 1e-5);
+}
+
+#[test]
 fn large_reductions_stream_and_small_ones_take_one_pass() {
     // A first pass over at least 2^20 elements interleaves whole
     // workgroups (rows of an odd length: the scalar loop and short spans);

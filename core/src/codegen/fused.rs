@@ -31,6 +31,12 @@ pub enum Walk {
     /// once per invocation, not once per row (on CPU adapters a load costs
     /// as much as a whole row of arithmetic).
     Vec4Rows,
+    /// The elements seen as rows of the row-broadcast leaves' repeat (every
+    /// `Div` leaf's, with no `Mod` leaf): one vec4 in each eighth of a row
+    /// per invocation, so a row statistic is loaded once per invocation,
+    /// not splatted from a per-lane load at every vec4, and the loads are
+    /// [`ROWS_PER_INVOCATION`] streams an eighth of a row apart.
+    Vec4Segments,
 }
 
 /// Writes the statements of one body; knows where meta keeps everything.
@@ -132,9 +138,10 @@ impl<'a> Emitter<'a> {
         if self.meta_lets { format!("meta{w}") } else { format!("m({w}u)") }
     }
 
-    /// The meta word holding the first `Mod` leaf's period.
-    fn mod_period_word(&self) -> Option<usize> {
-        let k = self.sig.leaves.iter().position(|l| l.access == Access::Mod)?;
+    /// The meta word holding the period (`Mod`) or repeat (`Div`) of the
+    /// first leaf read as `access`.
+    fn first_period_word(&self, access: Access) -> Option<usize> {
+        let k = self.sig.leaves.iter().position(|l| l.access == access)?;
         Some(self.leaf_base[k] + 1)
     }
 
@@ -202,21 +209,22 @@ impl<'a> Emitter<'a> {
         self.body_hoisting(b, f, "", None, Some(given), s)
     }
 
-    /// [`Emitter::body`], with the ops that depend only on `Mod` leaves and
-    /// params written to `hoisted` (outside the caller's row loop) when given,
-    /// and op `given.0` read from `given.1`. Only ops the roots need are written.
-    fn body_hoisting(
+    /// [`Emitter::body`], with the ops that depend only on leaves read as
+    /// `hoisted.1` and params written to `hoisted.0` (outside the caller's
+    /// loop; named without `pfx`, so one copy serves every prefix) when
+    /// given, and op `given.0` read from `given.1`. Only ops the roots need
+    /// are written.
+    pub fn body_hoisting(
         &self,
         b: usize,
         f: &str,
         pfx: &str,
-        mut hoisted: Option<&mut String>,
+        mut hoisted: Option<(&mut String, Access)>,
         given: Option<(usize, &str)>,
         s: &mut String,
     ) -> Vec<String> {
         let body: &Body = &self.sig.bodies[b];
         let live = live_ops(body, given.map(|g| g.0));
-        let mut invariant = vec![false; body.ops.len()];
         let strided = body.ops.iter().any(|(op, _)| match op {
             Op::Load(k) | Op::Iota { leaf: k, .. } | Op::Gather { src: k, .. } => {
                 self.sig.leaves[*k].access == Access::Strided
@@ -230,8 +238,9 @@ impl<'a> Emitter<'a> {
                     .replace("let c", &format!("let {pfx}c")),
             );
         }
-        let v = |i: usize| format!("{pfx}v{i}");
+        let mut invariant = vec![false; body.ops.len()];
         for (i, (op, d)) in body.ops.iter().enumerate() {
+            let v = |j: usize| var_name(pfx, invariant[j], j);
             if !live[i] {
                 continue;
             }
@@ -267,22 +276,21 @@ impl<'a> Emitter<'a> {
                     continue;
                 }
             };
-            invariant[i] = hoisted.is_some()
-                && match op {
-                    Op::Load(k) => self.sig.leaves[*k].access == Access::Mod,
-                    Op::Param(_) => true,
-                    Op::Unary(_, x) | Op::Cast(x) => invariant[*x],
-                    Op::Binary(_, x, y) => invariant[*x] && invariant[*y],
-                    Op::Where(c, x, y) => invariant[*c] && invariant[*x] && invariant[*y],
-                    _ => false,
-                };
-            let line = format!("    let {}: {} = {value};\n", v(i), self.ty(d));
-            match hoisted.as_deref_mut() {
-                Some(pre) if invariant[i] => pre.push_str(&line),
+            invariant[i] = hoisted.as_ref().is_some_and(|h| match op {
+                Op::Load(k) => self.sig.leaves[*k].access == h.1,
+                Op::Param(_) => true,
+                Op::Unary(_, x) | Op::Cast(x) => invariant[*x],
+                Op::Binary(_, x, y) => invariant[*x] && invariant[*y],
+                Op::Where(c, x, y) => invariant[*c] && invariant[*x] && invariant[*y],
+                _ => false,
+            });
+            let line = format!("    let {}: {} = {value};\n", var_name(pfx, invariant[i], i), self.ty(d));
+            match hoisted.as_mut() {
+                Some((pre, _)) if invariant[i] => pre.push_str(&line),
                 _ => s.push_str(&line),
             }
         }
-        body.roots.iter().map(|&r| v(r)).collect()
+        body.roots.iter().map(|&r| var_name(pfx, invariant[r], r)).collect()
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -378,18 +386,37 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
         if vec4 && d == DType::Bool { format!("select(vec4<u32>(0u), vec4<u32>(1u), {v})") } else { store_expr(d, v) }
     };
     if walk == Walk::Vec4Rows {
-        let period = e.mod_period_word().expect("a Vec4Rows kernel has a broadcast leaf");
+        let period = e.first_period_word(Access::Mod).expect("a Vec4Rows kernel has a broadcast leaf");
         s += &format!("    let period = m({period}u);\n    let cols = period / 4u;\n");
         s += &format!("    let r0 = (t / cols) * {ROWS_PER_INVOCATION}u;\n    let rows = n / period;\n");
         s += "    if (r0 >= rows) { return; }\n    let col = (t % cols) * 4u;\n";
         let mut pre = String::new();
         let mut inner = String::new();
-        let roots = e.body_hoisting(0, "f", "", Some(&mut pre), None, &mut inner);
+        let roots = e.body_hoisting(0, "f", "", Some((&mut pre, Access::Mod)), None, &mut inner);
         // Mod leaves read at `col` (= f % period), so hoisted loads see `f = col`.
         s += "    let f = col;\n";
         s += &pre;
         s += &format!("    for (var i = 0u; i < {ROWS_PER_INVOCATION}u; i++) {{\n");
         s += "    let r = r0 + i;\n    if (r >= rows) { break; }\n    let f = r * period + col;\n";
+        s += &inner;
+        for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+            s += &format!("    out{k}[f >> 2u] = {};\n", store(d, r));
+        }
+        s += "    }\n";
+    } else if walk == Walk::Vec4Segments {
+        let repeat = e.first_period_word(Access::Div).expect("a Vec4Segments kernel has a row-broadcast leaf");
+        s += &format!("    let repeat = m({repeat}u);\n    let segment = repeat / {ROWS_PER_INVOCATION}u;\n");
+        s += "    let per_row = segment / 4u;\n    let row = t / per_row;\n";
+        s += "    if (row >= n / repeat) { return; }\n";
+        let mut pre = String::new();
+        let mut inner = String::new();
+        let roots = e.body_hoisting(0, "f", "", Some((&mut pre, Access::Div)), None, &mut inner);
+        // Div leaves read at f / repeat, so hoisted loads see the row's start.
+        s += "    let f = row * repeat;\n";
+        s += &pre;
+        s += "    let f0 = f + (t % per_row) * 4u;\n";
+        s += &format!("    for (var i = 0u; i < {ROWS_PER_INVOCATION}u; i++) {{\n");
+        s += "    let f = f0 + i * segment;\n";
         s += &inner;
         for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
             s += &format!("    out{k}[f >> 2u] = {};\n", store(d, r));
@@ -442,6 +469,12 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
         }
     }
     s + "}\n"
+}
+
+/// The variable holding op `i` of a body: hoisted ones are shared by every
+/// prefix.
+fn var_name(pfx: &str, hoisted: bool, i: usize) -> String {
+    if hoisted { format!("hv{i}") } else { format!("{pfx}v{i}") }
 }
 
 /// (identity, merge(a, b)) of a reduction in compute type `d`.

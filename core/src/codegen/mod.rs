@@ -157,6 +157,9 @@ pub enum KernelKey {
         /// The streaming layout of a first pass over a large input
         /// ([`templates::reduce_shape`]).
         streams: bool,
+        /// Every `Div` leaf of the prologue repeats by a multiple of the
+        /// row (`x − max(x)` over long rows): loaded once per span.
+        row_leaves: bool,
     },
     Row {
         sig: Sig,
@@ -181,12 +184,13 @@ impl KernelKey {
             KernelKey::Elementwise { sig, outputs, out_strided, walk } => {
                 fused::elementwise_wgsl(sig, outputs, *out_strided, *walk)
             }
-            KernelKey::Reduce { monoid, prologue: Some(sig), vec4, workgroup, streams, .. } => {
-                templates::reduce_wgsl(*monoid, ReduceSource::Prologue(sig), *vec4, *workgroup, *streams)
+            KernelKey::Reduce { monoid, prologue: Some(sig), vec4, workgroup, streams, row_leaves, .. } => {
+                let src = ReduceSource::Prologue(sig);
+                templates::reduce_wgsl(*monoid, src, *vec4, *workgroup, *streams, *row_leaves)
             }
             KernelKey::Reduce { monoid, prologue: None, partials, workgroup, streams, .. } => {
                 let src = ReduceSource::Partials { dtype: *partials };
-                templates::reduce_wgsl(*monoid, src, false, *workgroup, *streams)
+                templates::reduce_wgsl(*monoid, src, false, *workgroup, *streams, false)
             }
             KernelKey::Row { sig, stages, outputs, lanes: Some(lanes), .. } => {
                 fused::row_lanes_wgsl(sig, stages, outputs, *lanes)
@@ -208,6 +212,7 @@ impl KernelKey {
                     Walk::Flat => "",
                     Walk::Vec4 => "_vec4",
                     Walk::Vec4Rows => "_rows",
+                    Walk::Vec4Segments => "_segments",
                 };
                 ("ew", Some(sig), suffix)
             }

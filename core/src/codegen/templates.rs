@@ -5,7 +5,7 @@ use super::fused::{Emitter, VEC, reduce_monoid};
 use super::{META_DECL, compute_type, storage_type};
 use crate::dtype::DType;
 use crate::ir::{ArgOp, ReduceOp};
-use crate::sched::lower::Sig;
+use crate::sched::lower::{Access, Sig};
 
 pub const REDUCE_TEMPLATE: &str = include_str!("../../../shaders/reduce.wgsl");
 /// The entry point of a pass on CPU adapters: one partial per invocation.
@@ -65,8 +65,16 @@ pub fn reduce_shape(monoid: Monoid, streams: bool) -> (usize, u32) {
 /// long, 4-aligned leaves) each invocation reads its run as vec4s; with
 /// `workgroup` each workgroup combines its invocations' partials into one
 /// in workgroup memory (shaders/reduce_workgroup.wgsl); `streams`: see
-/// [`reduce_shape`].
-pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool, workgroup: bool, streams: bool) -> String {
+/// [`reduce_shape`]; `row_leaves`: every `Div` leaf of the prologue repeats
+/// by a multiple of the row, so an unrolled span loads it once.
+pub fn reduce_wgsl(
+    monoid: Monoid,
+    src: ReduceSource,
+    vec4: bool,
+    workgroup: bool,
+    streams: bool,
+    row_leaves: bool,
+) -> String {
     let value_dtype = match src {
         ReduceSource::Prologue(sig) => sig.bodies[0].ops[sig.bodies[0].roots[0]].1,
         ReduceSource::Partials { dtype } => dtype,
@@ -116,7 +124,8 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool, workgroup: boo
             }
         }
     }
-    s += &fold_span(src, is_arg, vec4, &unit, per_thread, lanes as usize * if vec4 { VEC } else { 1 });
+    let stride = lanes as usize * if vec4 { VEC } else { 1 };
+    s += &fold_span(src, is_arg, vec4, row_leaves, &unit, per_thread, stride);
     s += &format!("fn store(slot: u32, v: {acc}, i: u32) {{\n    out_v[slot] = v;\n");
     if is_arg {
         s += "    out_i[slot] = i32(i);\n";
@@ -134,7 +143,19 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, vec4: bool, workgroup: boo
 /// read once (SwiftShader's compiler does not share repeated uniform reads)
 /// and each run folded as soon as it is loaded; other prologues (strided
 /// gathers, whose index arithmetic would be copied 64 times) keep a loop.
-fn fold_span(src: ReduceSource, is_arg: bool, vec4: bool, unit: &str, runs: usize, stride: usize) -> String {
+/// With `row_leaves` the ops of an unrolled prologue that depend only on
+/// `Div` leaves (a row's statistic) are computed once, at the first run:
+/// a per-lane load and division at every run cost a row-broadcast sum as
+/// much as its own reads on lavapipe.
+fn fold_span(
+    src: ReduceSource,
+    is_arg: bool,
+    vec4: bool,
+    row_leaves: bool,
+    unit: &str,
+    runs: usize,
+    stride: usize,
+) -> String {
     let mut s = format!("fn fold_span(row: u32, start: u32, acc_i: ptr<function, u32>) -> {unit} {{\n");
     s += "    var acc = identity_unit();\n    var i = 0u;\n";
     let fold = |s: &mut String, r: &str, v: &str| {
@@ -155,16 +176,28 @@ fn fold_span(src: ReduceSource, is_arg: bool, vec4: bool, unit: &str, runs: usiz
     };
     s += "    let base = row * m(1u) + start;\n";
     s += &e.as_ref().map_or(String::new(), Emitter::meta_lets);
+    // The hoisted ops index their leaves at the first run; a `Div` leaf
+    // repeating by a multiple of the row reads the same element at all.
+    let mut hoisted = String::new();
+    let mut unrolled = String::new();
     for k in 0..runs {
         let at = format!("(base + {}u)", k * stride);
         let v = match &e {
-            Some(e) => e.body(0, &at, &format!("k{k}_"), &mut s).remove(0),
+            Some(e) => {
+                let mut pre = String::new();
+                let hoist = row_leaves.then_some((&mut pre, Access::Div));
+                let v = e.body_hoisting(0, &at, &format!("k{k}_"), hoist, None, &mut unrolled).remove(0);
+                if k == 0 {
+                    hoisted = pre;
+                }
+                v
+            }
             None => format!("in_v[{at}]"),
         };
-        s += &format!("    let run{k} = {v};\n");
-        fold(&mut s, &format!("start + {}u", k * stride), &format!("run{k}"));
+        unrolled += &format!("    let run{k} = {v};\n");
+        fold(&mut unrolled, &format!("start + {}u", k * stride), &format!("run{k}"));
     }
-    s + "    *acc_i = i;\n    return acc;\n}\n"
+    s + &hoisted + &unrolled + "    *acc_i = i;\n    return acc;\n}\n"
 }
 
 /// (identity, merge(a, b), take(a, b)) of a reduction's monoid.

@@ -160,20 +160,13 @@ impl Recording {
             && dtypes.iter().all(|&d| d != DType::F16)
             && vectorizable(&sig)
             && aligned4(&sig, &args);
-        let walk = if !vec4 {
-            Walk::Flat
-        } else if rows_walk(&sig, &args, n) {
-            Walk::Vec4Rows
-        } else {
-            Walk::Vec4
-        };
+        let walk = if vec4 { vec4_walk(&sig, &args, n) } else { Walk::Flat };
         let threads = match walk {
             Walk::Vec4Rows => {
-                let period =
-                    Access::of(&args.layouts[sig.leaves.iter().position(|l| l.access == Access::Mod).expect("a bias")])
-                        .1;
+                let period = shared_period(&sig, &args, Access::Mod).flatten().expect("a bias");
                 (period / VEC) * (n / period).div_ceil(ROWS_PER_INVOCATION)
             }
+            Walk::Vec4Segments => n / (VEC * ROWS_PER_INVOCATION),
             Walk::Vec4 => n.div_ceil(VEC).div_ceil(ROWS_PER_INVOCATION),
             Walk::Flat if dtypes.contains(&DType::F16) => n.div_ceil(2),
             Walk::Flat => n,
@@ -213,6 +206,7 @@ impl Recording {
             && vectorizable(&sig)
             && aligned4(&sig, &args);
         let workgroup = gpu.workgroup_reductions();
+        let row_leaves = vec4 && row_constant_leaves(&sig, &args, len);
         let mut prologue = Some((sig, args));
         let mut inputs: Vec<Arc<PooledBuffer>> = Vec::new();
         loop {
@@ -251,6 +245,7 @@ impl Recording {
                 vec4: vec4 && first,
                 workgroup,
                 streams,
+                row_leaves: row_leaves && first,
             };
             self.dispatch(gpu, &key, meta, buffers, grid, rows * len)?;
             if last {
@@ -396,15 +391,43 @@ impl Recording {
     }
 }
 
-/// Whether a vectorized elementwise launch walks rows of its broadcast
-/// period: every `Mod` leaf shares one period of at least 64 elements (so
-/// neighbouring invocations still read neighbouring memory) and there are
-/// rows to share the loads over.
-fn rows_walk(sig: &Sig, args: &Args, n: usize) -> bool {
-    let mut periods =
-        sig.leaves.iter().zip(&args.layouts).filter(|(l, _)| l.access == Access::Mod).map(|(_, l)| Access::of(l).1);
-    let Some(period) = periods.next() else { return false };
-    periods.all(|p| p == period) && period >= 64 && period.is_multiple_of(VEC) && n / period >= 2
+/// How a vectorized elementwise launch of `n` elements walks them.
+/// - Rows of its broadcast period (`Vec4Rows`) when every `Mod` leaf shares
+///   one period of at least 64 elements (so neighbouring invocations still
+///   read neighbouring memory) and there are rows to share the loads over.
+/// - Eighths of rows (`Vec4Segments`) when there is no `Mod` leaf and every
+///   `Div` leaf shares one repeat of at least 256 elements that splits into
+///   eight whole vec4 runs (so eight neighbouring invocations read 128
+///   contiguous bytes).
+/// - Otherwise vec4s a grid apart.
+fn vec4_walk(sig: &Sig, args: &Args, n: usize) -> Walk {
+    match (shared_period(sig, args, Access::Mod), shared_period(sig, args, Access::Div)) {
+        (Some(Some(p)), _) if p >= 64 && p.is_multiple_of(VEC) && n / p >= 2 => Walk::Vec4Rows,
+        (None, Some(Some(r))) if r >= 256 && r.is_multiple_of(VEC * ROWS_PER_INVOCATION) && n.is_multiple_of(r) => {
+            Walk::Vec4Segments
+        }
+        _ => Walk::Vec4,
+    }
+}
+
+/// Whether a reduction over rows of `len` reads `Div` leaves, all of them
+/// constant along each row (repeating by a multiple of `len`).
+fn row_constant_leaves(sig: &Sig, args: &Args, len: usize) -> bool {
+    let mut repeats = periods(sig, args, Access::Div);
+    repeats.clone().next().is_some() && repeats.all(|r| r.is_multiple_of(len))
+}
+
+/// The period (`Mod`) or repeat (`Div`) of the leaves read as `access`:
+/// None without such leaves, Some(None) when they differ.
+fn shared_period(sig: &Sig, args: &Args, access: Access) -> Option<Option<usize>> {
+    let mut periods = periods(sig, args, access);
+    let first = periods.next()?;
+    Some(periods.all(|p| p == first).then_some(first))
+}
+
+/// The periods (`Mod`) or repeats (`Div`) of the leaves read as `access`.
+fn periods<'a>(sig: &'a Sig, args: &'a Args, access: Access) -> impl Iterator<Item = usize> + Clone + 'a {
+    sig.leaves.iter().zip(&args.layouts).filter(move |(l, _)| l.access == access).map(|(_, l)| Access::of(l).1)
 }
 
 impl Gpu {
@@ -477,5 +500,65 @@ impl Gpu {
         self.queue.submit([encoder.finish()]);
         self.check_errors()?;
         Ok(staging)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::lower::LeafDesc;
+
+    /// A signature reading f32 leaves laid out as `layouts`, and its args.
+    fn reading(layouts: &[Layout]) -> (Sig, Args) {
+        let leaves = layouts
+            .iter()
+            .enumerate()
+            .map(|(i, l)| LeafDesc { dtype: DType::F32, buffer: Some(i), access: Access::of(l).0 })
+            .collect();
+        let buffers = vec![DType::F32; layouts.len()];
+        let sig = Sig { rank: layouts[0].shape.len(), leaves, params: vec![], buffers, bodies: vec![] };
+        (sig, Args { layouts: layouts.to_vec(), ..Default::default() })
+    }
+
+    /// `kept` (a shape of the same rank, 1 where broadcast) expanded to `shape`.
+    fn broadcast(kept: &[usize], shape: &[usize]) -> Layout {
+        Layout::contiguous(kept).expand(shape)
+    }
+
+    fn walk(layouts: &[Layout]) -> Walk {
+        let (sig, args) = reading(layouts);
+        vec4_walk(&sig, &args, numel(&layouts[0].shape))
+    }
+
+    #[test]
+    fn row_statistics_take_eighths_of_rows() {
+        let x = |s: &[usize]| Layout::contiguous(s);
+        assert_eq!(walk(&[x(&[20, 4096]), broadcast(&[20, 1], &[20, 4096])]), Walk::Vec4Segments);
+        assert_eq!(walk(&[x(&[7, 256]), broadcast(&[7, 1], &[7, 256])]), Walk::Vec4Segments);
+        // Rows that do not split into eight vec4 runs, or are short.
+        assert_eq!(walk(&[x(&[300, 1020]), broadcast(&[300, 1], &[300, 1020])]), Walk::Vec4);
+        assert_eq!(walk(&[x(&[64, 128]), broadcast(&[64, 1], &[64, 128])]), Walk::Vec4);
+        // Two repeats; a bias beside the row statistic.
+        let planes = [x(&[6, 50, 1024]), broadcast(&[6, 1, 1], &[6, 50, 1024]), broadcast(&[6, 50, 1], &[6, 50, 1024])];
+        assert_eq!(walk(&planes), Walk::Vec4);
+        let bias = [broadcast(&[1, 1024], &[64, 1024]), broadcast(&[64, 1], &[64, 1024])];
+        assert_eq!(walk(&bias), Walk::Vec4Rows);
+    }
+
+    #[test]
+    fn reductions_hoist_leaves_constant_along_their_rows() {
+        let constant = |layouts: &[Layout], len: usize| {
+            let (sig, args) = reading(layouts);
+            row_constant_leaves(&sig, &args, len)
+        };
+        let x = Layout::contiguous(&[8, 40960]);
+        assert!(constant(&[x.clone(), broadcast(&[8, 1], &[8, 40960])], 40960));
+        // A repeat of two rows: [6, 2, 1024] minus [6, 1, 1], summed over the last axis.
+        let pairs = [Layout::contiguous(&[6, 2, 1024]), broadcast(&[6, 1, 1], &[6, 2, 1024])];
+        assert!(constant(&pairs, 1024));
+        // [8, 40, 1024] minus [8, 40, 1], summed over the last two axes.
+        let inner = [Layout::contiguous(&[8, 40, 1024]), broadcast(&[8, 40, 1], &[8, 40, 1024])];
+        assert!(!constant(&inner, 40960));
+        assert!(!constant(&[x], 40960));
     }
 }
