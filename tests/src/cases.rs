@@ -470,6 +470,12 @@ fn softmax(s: &mut Suite) {
             let masked = below(&x, -3.0)?.logical_or(&below(&col, 8.0)?)?;
             f(Tensor::where_cond(&masked, &Tensor::scalar(d, f64::NEG_INFINITY, DType::F32)?, &x)?, -1)
         });
+        // Rows too long for the row kernel, 2^24 elements in all: tree
+        // reductions whose prologue loads the row max once per span, and a
+        // last pass walking eighths of rows (`Walk::Vec4Segments`).
+        s.add(name, "f32 [16, 2^20] axis -1 (long rows)", tol, move |d| {
+            f(input(d, 97, &[16, 1 << 20], DType::F32, -5.0, 5.0)?, -1)
+        });
         // A costly input computed in the row kernel: the kernel may keep
         // tanh(x) (or exp(tanh(x) − max)) in the output for the last pass.
         for shape in [[33, 1024], [33, 1023]] {
