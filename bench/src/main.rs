@@ -38,6 +38,10 @@ struct Args {
     /// Only the figures whose name contains this (the ceilings always run).
     #[arg(long)]
     only: Option<String>,
+    /// After each kiln figure, run it once more with kernel profiling on
+    /// and print its device time per kernel (adapters with timestamps).
+    #[arg(long)]
+    profile: bool,
 }
 
 /// A short label: lavapipe (Vulkan), llvmpipe (GL), SwiftShader (Vulkan).
@@ -132,7 +136,14 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         out(Record::rate("ceiling: copy", &name, c.copy, c.copy_bytes / 1e9, "GB/s"));
         out(Record::rate("ceiling: FMA", &name, c.fma, c.fma_flops / 1e9, "GFLOP/s"));
         let dev = kiln::block_on(Device::from_adapter(adapter.clone()))?;
-        let cx = suites::Ctx { dev: &dev, adapter: &name, reps, ceilings: &c, only: args.only.as_deref() };
+        let cx = suites::Ctx {
+            dev: &dev,
+            adapter: &name,
+            reps,
+            ceilings: &c,
+            only: args.only.as_deref(),
+            profile: args.profile,
+        };
         suites::run(&cx, args.quick, &mut out)?;
         if cx.wants("softmax layout") && !args.quick {
             let bytes = 8.0 * (row_layouts::ROWS * row_layouts::LEN) as f64;

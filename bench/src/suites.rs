@@ -38,11 +38,45 @@ pub struct Ctx<'a> {
     pub reps: Reps,
     pub ceilings: &'a Ceilings,
     pub only: Option<&'a str>,
+    /// After each figure, one more run with kernel profiling on, printed.
+    pub profile: bool,
 }
 
 impl Ctx<'_> {
     pub fn wants(&self, bench: &str) -> bool {
         self.only.is_none_or(|o| bench.contains(o))
+    }
+
+    /// With `profile`, one more `run` with kernel profiling on: its device
+    /// time in all and per kernel (summed over launches of one name),
+    /// printed under the figure; not part of any figure.
+    fn print_profile(&self, run: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        if !self.profile {
+            return Ok(());
+        }
+        if let Err(e) = self.dev.set_kernel_profiling(true) {
+            println!("    profile: {e}");
+            return Ok(());
+        }
+        let ran = run();
+        let timings = kiln::block_on(self.dev.kernel_profile());
+        self.dev.set_kernel_profiling(false)?;
+        ran?;
+        let timings = timings?;
+        let mut per_kernel: Vec<(String, usize, f64)> = Vec::new();
+        for t in &timings {
+            match per_kernel.iter_mut().find(|k| k.0 == t.name) {
+                Some(k) => (k.1, k.2) = (k.1 + 1, k.2 + t.nanos),
+                None => per_kernel.push((t.name.clone(), 1, t.nanos)),
+            }
+        }
+        per_kernel.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let total: f64 = timings.iter().map(|t| t.nanos).sum();
+        println!("    device time {:.3} ms over {} launches:", total / 1e6, timings.len());
+        for (name, count, nanos) in per_kernel.iter().take(12) {
+            println!("      {:>8.3} ms  {count:>3}×  {name}", nanos / 1e6);
+        }
+        Ok(())
     }
 
     /// `run` timed in pairs with the FMA microkernel.
@@ -61,6 +95,7 @@ impl Ctx<'_> {
         self.dev.set_matmul_config(config)?;
         wait(&a.matmul(&b)?)?; // tunes this shape class if needed
         let p = self.against_fma(|| wait(&a.matmul(&b)?));
+        self.print_profile(&mut || wait(&a.matmul(&b)?))?;
         self.dev.set_matmul_config(None)?;
         let p = p?;
         let chosen = match config {
@@ -93,6 +128,7 @@ impl Ctx<'_> {
         let n: usize = shape.iter().product();
         wait(&f(&x)?)?;
         let p = self.against_copy(|| wait(&f(&x)?))?;
+        self.print_profile(&mut || wait(&f(&x)?))?;
         let bytes = bytes_per_elem * n as f64;
         let copy = self.ceilings.copy_bytes / p.ceiling.median / 1e9;
         Ok(Record::rate(bench, self.adapter, p.timing, bytes / 1e9, "GB/s")
@@ -206,6 +242,7 @@ fn chains(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
     let mut timed = |bench: &str, run: &dyn Fn() -> Result<Tensor>| -> Result<()> {
         wait(&run()?)?;
         let p = cx.against_copy(|| wait(&run()?))?;
+        cx.print_profile(&mut || wait(&run()?))?;
         let fraction = p.fraction(8.0 * (4096.0 * 4096.0), cx.ceilings.copy_bytes);
         out(Record::duration(bench, cx.adapter, p.timing, 1e3, "ms").fraction(fraction));
         Ok(())
@@ -240,6 +277,7 @@ fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         wait(&kiln::block_on(trainer.step())?)?;
         let kernels = cx.dev.stats().kernels_launched - before;
         let t = time(cx.reps, || wait(&kiln::block_on(trainer.step())?))?;
+        cx.print_profile(&mut || wait(&kiln::block_on(trainer.step())?))?;
         out(Record::duration(&bench, cx.adapter, t, 1e3, "ms").note(format!("{kernels} kernels per step")));
     }
     // The CNN's second layer: [64, 16, 12, 12] * [32, 16, 5, 5].

@@ -34,7 +34,9 @@
 //! ```
 
 pub use kiln_autodiff::{Tree, Vjp, grad, stop_gradient, tree, value_and_grad, vjp};
-pub use kiln_core::{self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KilnError, Result};
+pub use kiln_core::{
+    self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KernelTiming, KilnError, Result,
+};
 /// `#[derive(Tree)]` for parameter structs (see [`Tree`]).
 pub use kiln_derive::Tree;
 pub use kiln_ops::{DotView, Graph, Jit, Key, Tensor, jit, random};

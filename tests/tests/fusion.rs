@@ -232,6 +232,19 @@ fn row_statistics_are_loaded_once_per_invocation() {
     check("a statistic of two rows", pairs, |_| true, 1e-5);
     let part = |d: &Device| random(d, &[8, 40, 1024], 53).sub(&random(d, &[8, 40, 1], 54))?.sum(&[1, 2], false);
     check("a statistic of part of a row", part, |_| true, 1e-5);
+    // A scalar read everywhere (Adam's bias correction from its step
+    // count), in elementwise kernels of every walk and a reduction.
+    let corrected = |d: &Device, shape: &[usize]| {
+        // Realized, as an optimizer's state is (not a constant to fold).
+        let step = Tensor::scalar(d, 3.0, DType::F32)?.cast(DType::I32)?;
+        kiln::block_on(step.realize())?;
+        let scale = step.cast(DType::F32)?.mul_scalar(-0.1)?.exp()?;
+        random(d, shape, 55).mul(&scale)?.add(&step.cast(DType::F32)?)
+    };
+    for shape in [[784, 512], [2, 10], [3, 12], [3, 7]] {
+        check(&format!("a scalar over {shape:?}"), |d| corrected(d, &shape), |k| k == 1, 1e-6);
+    }
+    check("a scalar in a reduction", |d| corrected(d, &[64, 1000])?.sum(&[1], false), |_| true, 1e-5);
 }
 
 #[test]

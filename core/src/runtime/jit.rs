@@ -10,6 +10,7 @@
 use super::launch::Recording;
 use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
+use super::profile;
 use super::realize::Plan;
 use super::{Backend, Device, Gpu, GpuArray};
 use crate::error::{KilnError, Result};
@@ -159,15 +160,16 @@ impl Program {
         let mut encoder =
             gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln jit") });
         if let Some(meta) = &self.meta {
-            let mut pass = encoder
-                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("kiln jit"), timestamp_writes: None });
-            for l in &self.launches {
-                let buffers: Vec<Arc<PooledBuffer>> = l.buffers.iter().map(buffer).collect();
-                let bind_group = gpu.bind_group(&l.kernel, meta, l.meta_slot, &buffers);
-                pass.set_pipeline(&l.kernel.pipeline);
-                pass.set_bind_group(0, &bind_group, &[]);
-                pass.dispatch_workgroups(l.groups[0], l.groups[1], l.groups[2]);
-            }
+            let launches: Vec<profile::Launch> = self
+                .launches
+                .iter()
+                .map(|l| {
+                    let buffers: Vec<Arc<PooledBuffer>> = l.buffers.iter().map(buffer).collect();
+                    let bind_group = gpu.bind_group(&l.kernel, meta, l.meta_slot, &buffers);
+                    profile::Launch { kernel: l.kernel.clone(), bind_group, groups: l.groups }
+                })
+                .collect();
+            gpu.encode_launches(&mut encoder, &launches, "kiln jit");
         }
         gpu.queue.submit([encoder.finish()]);
         gpu.submits.fetch_add(1, Ordering::Relaxed);

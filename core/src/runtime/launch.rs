@@ -6,6 +6,7 @@
 use super::Gpu;
 use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
+use super::profile::Launch;
 use super::realize::ReadRequest;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::codegen::matmul::MatmulConfig;
@@ -483,14 +484,16 @@ impl Gpu {
             let usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
             let meta_buffer = self.pool.get((rec.meta.len() * 4) as u64, usage);
             self.queue.write_buffer(meta_buffer.buffer(), 0, bytemuck::cast_slice(&rec.meta));
-            let mut pass = encoder
-                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("kiln"), timestamp_writes: None });
-            for d in &rec.dispatches {
-                let bind_group = self.bind_group(&d.kernel, &meta_buffer, d.meta_slot, &d.buffers);
-                pass.set_pipeline(&d.kernel.pipeline);
-                pass.set_bind_group(0, &bind_group, &[]);
-                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
-            }
+            let launches: Vec<Launch> = rec
+                .dispatches
+                .iter()
+                .map(|d| Launch {
+                    kernel: d.kernel.clone(),
+                    bind_group: self.bind_group(&d.kernel, &meta_buffer, d.meta_slot, &d.buffers),
+                    groups: d.groups,
+                })
+                .collect();
+            self.encode_launches(&mut encoder, &launches, "kiln");
         }
         let staging = read.map(|r| {
             let staging = self.pool.get(r.bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
@@ -543,6 +546,10 @@ mod tests {
         assert_eq!(walk(&planes), Walk::Vec4);
         let bias = [broadcast(&[1, 1024], &[64, 1024]), broadcast(&[64, 1], &[64, 1024])];
         assert_eq!(walk(&bias), Walk::Vec4Rows);
+        // A scalar is a row statistic whose row is the whole tensor.
+        let scalar = Layout::contiguous(&[]).expand(&[784, 512]);
+        assert_eq!(Access::of(&scalar), (Access::Div, 784 * 512));
+        assert_eq!(walk(&[x(&[784, 512]), scalar]), Walk::Vec4Segments);
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod jit;
 mod launch;
 mod pipelines;
 pub mod pool;
+mod profile;
 mod readback;
 mod realize;
 mod tune;
@@ -18,11 +19,12 @@ use crate::ir::{Node, Realized};
 use crate::shape::Layout;
 use pipelines::PipelineCache;
 use pool::{BufferPool, PoolStats, PooledBuffer};
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use adapter::describe as describe_adapter;
 pub use jit::Program;
+pub use profile::KernelTiming;
 pub use realize::PlannedKernel;
 
 /// A realized GPU value: a pooled buffer seen through a strided layout.
@@ -110,6 +112,9 @@ pub(crate) struct Gpu {
     assumed_subgroup_width: AtomicU32,
     /// Set by [`Device::set_workgroup_reductions`]: 0 by device type, 1 off, 2 on.
     workgroup_reductions: AtomicU8,
+    /// Set by [`Device::set_kernel_profiling`].
+    profiling: AtomicBool,
+    profiler: profile::Profiler,
 }
 
 enum Backend {
@@ -180,8 +185,10 @@ impl Device {
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("kiln"),
-                // Subgroup operations where offered: some matmul kernels use them.
-                required_features: (features & wgpu::Features::SUBGROUP) | passthrough,
+                // Subgroup operations where offered: some matmul kernels use
+                // them. Timestamps for `set_kernel_profiling`.
+                required_features: (features & (wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY))
+                    | passthrough,
                 required_limits: limits.clone(),
                 ..Default::default()
             })
@@ -222,6 +229,8 @@ impl Device {
             tuner: tune::Tuner::default(),
             assumed_subgroup_width: AtomicU32::new(0),
             workgroup_reductions: AtomicU8::new(0),
+            profiling: AtomicBool::new(false),
+            profiler: profile::Profiler::default(),
         })))))
     }
 
@@ -276,6 +285,31 @@ impl Device {
     pub fn set_workgroup_reductions(&self, on: Option<bool>) {
         if let Backend::Gpu(g) = &*self.0 {
             g.workgroup_reductions.store(on.map_or(0, |on| if on { 2 } else { 1 }), Ordering::Relaxed);
+        }
+    }
+
+    /// Time every kernel launch on the device's own clock from now on
+    /// (`false`: stop), for [`Device::kernel_profile`]. Each launch then
+    /// runs in a compute pass of its own. An error on the CPU device and
+    /// on adapters without timestamp queries (llvmpipe's OpenGL, browsers
+    /// that do not grant `timestamp-query`).
+    pub fn set_kernel_profiling(&self, on: bool) -> Result<()> {
+        match &*self.0 {
+            Backend::Cpu => Err(KilnError::Invalid {
+                op: "set_kernel_profiling",
+                detail: "the CPU reference device launches no kernels".into(),
+            }),
+            Backend::Gpu(g) => g.set_profiling(on),
+        }
+    }
+
+    /// The launches timed since profiling began or since the last call, in
+    /// launch order; waits for their submits to finish. Empty on the CPU
+    /// device.
+    pub async fn kernel_profile(&self) -> Result<Vec<KernelTiming>> {
+        match &*self.0 {
+            Backend::Cpu => Ok(Vec::new()),
+            Backend::Gpu(g) => g.take_profile().await,
         }
     }
 

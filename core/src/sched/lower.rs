@@ -6,7 +6,7 @@ use super::expr::{Fused, Kind, PendingMatmul, RowStage, origin_of, postorder};
 use crate::dtype::DType;
 use crate::ir::{BinaryOp, UnaryOp};
 use crate::runtime::pool::PooledBuffer;
-use crate::shape::Layout;
+use crate::shape::{Layout, numel};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -74,7 +74,8 @@ pub enum Access {
     Contiguous,
     /// `offset + f % period`: broadcast over leading dims (a bias).
     Mod,
-    /// `offset + f / repeat`: broadcast over trailing dims (a row statistic).
+    /// `offset + f / repeat`: broadcast over trailing dims (a row statistic;
+    /// a scalar is one whose row is the whole tensor).
     Div,
     /// `offset + Σ coord[d] · stride[d]`.
     Strided,
@@ -89,6 +90,13 @@ impl Access {
         }
         let (shape, strides) = (&layout.shape, &layout.strides);
         let broadcast = |d: usize| shape[d] == 1 || strides[d] == 0;
+        if (0..shape.len()).all(broadcast) {
+            // One element read everywhere (a scalar such as an optimizer's
+            // step count): a row statistic whose row is the whole tensor,
+            // so it vectorizes and loads once (as coordinates it cost
+            // Adam's update a division per dimension at every element).
+            return (Access::Div, numel(shape).max(1));
+        }
         for k in 1..shape.len() {
             let inner = Layout { shape: shape[k..].to_vec(), strides: strides[k..].to_vec(), offset: 0 };
             if (0..k).all(broadcast) && inner.is_contiguous() {
