@@ -385,43 +385,26 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
     let store = |d: DType, v: &str| {
         if vec4 && d == DType::Bool { format!("select(vec4<u32>(0u), vec4<u32>(1u), {v})") } else { store_expr(d, v) }
     };
+    // The vec4 stores of `roots` at flat index `f`.
+    let outputs_stored = |roots: &[String]| -> String {
+        let stores = outputs.iter().zip(roots).enumerate();
+        stores.map(|(k, (&d, r))| format!("    out{k}[f >> 2u] = {};\n", store(d, r))).collect()
+    };
     if walk == Walk::Vec4Rows {
         let period = e.first_period_word(Access::Mod).expect("a Vec4Rows kernel has a broadcast leaf");
-        s += &format!("    let period = m({period}u);\n    let cols = period / 4u;\n");
-        s += &format!("    let r0 = (t / cols) * {ROWS_PER_INVOCATION}u;\n    let rows = n / period;\n");
-        s += "    if (r0 >= rows) { return; }\n    let col = (t % cols) * 4u;\n";
-        let mut pre = String::new();
-        let mut inner = String::new();
-        let roots = e.body_hoisting(0, "f", "", Some((&mut pre, Access::Mod)), None, &mut inner);
+        let mut setup = format!("    let period = m({period}u);\n    let cols = period / 4u;\n");
+        setup += &format!("    let r0 = (t / cols) * {ROWS_PER_INVOCATION}u;\n    let rows = n / period;\n");
+        setup += "    if (r0 >= rows) { return; }\n    let col = (t % cols) * 4u;\n";
         // Mod leaves read at `col` (= f % period), so hoisted loads see `f = col`.
-        s += "    let f = col;\n";
-        s += &pre;
-        s += &format!("    for (var i = 0u; i < {ROWS_PER_INVOCATION}u; i++) {{\n");
-        s += "    let r = r0 + i;\n    if (r >= rows) { break; }\n    let f = r * period + col;\n";
-        s += &inner;
-        for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
-            s += &format!("    out{k}[f >> 2u] = {};\n", store(d, r));
-        }
-        s += "    }\n";
+        let each = "    let r = r0 + i;\n    if (r >= rows) { break; }\n    let f = r * period + col;\n";
+        s += &hoisted_walk(&e, Access::Mod, &setup, "col", each, &outputs_stored);
     } else if walk == Walk::Vec4Segments {
         let repeat = e.first_period_word(Access::Div).expect("a Vec4Segments kernel has a row-broadcast leaf");
-        s += &format!("    let repeat = m({repeat}u);\n    let segment = repeat / {ROWS_PER_INVOCATION}u;\n");
-        s += "    let per_row = segment / 4u;\n    let row = t / per_row;\n";
-        s += "    if (row >= n / repeat) { return; }\n";
-        let mut pre = String::new();
-        let mut inner = String::new();
-        let roots = e.body_hoisting(0, "f", "", Some((&mut pre, Access::Div)), None, &mut inner);
+        let mut setup = format!("    let repeat = m({repeat}u);\n    let segment = repeat / {ROWS_PER_INVOCATION}u;\n");
+        setup += "    let per_row = segment / 4u;\n    let row = t / per_row;\n";
+        setup += "    if (row >= n / repeat) { return; }\n    let f0 = row * repeat + (t % per_row) * 4u;\n";
         // Div leaves read at f / repeat, so hoisted loads see the row's start.
-        s += "    let f = row * repeat;\n";
-        s += &pre;
-        s += "    let f0 = f + (t % per_row) * 4u;\n";
-        s += &format!("    for (var i = 0u; i < {ROWS_PER_INVOCATION}u; i++) {{\n");
-        s += "    let f = f0 + i * segment;\n";
-        s += &inner;
-        for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
-            s += &format!("    out{k}[f >> 2u] = {};\n", store(d, r));
-        }
-        s += "    }\n";
+        s += &hoisted_walk(&e, Access::Div, &setup, "row * repeat", "    let f = f0 + i * segment;\n", &outputs_stored);
     } else if vec4 {
         // Invocation t takes vec4s t, t + T, t + 2T, ... (T invocations in
         // all): neighbours read neighbouring memory, and the per-invocation
@@ -475,6 +458,26 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
 /// prefix.
 fn var_name(pfx: &str, hoisted: bool, i: usize) -> String {
     if hoisted { format!("hv{i}") } else { format!("{pfx}v{i}") }
+}
+
+/// The body of a walk that computes what depends only on leaves read as
+/// `access` once per invocation, at flat index `hoisted_f`, after `setup`;
+/// then [`ROWS_PER_INVOCATION`] times: `each` (which binds `f`), the rest
+/// of the body, and `stores` of its roots.
+fn hoisted_walk(
+    e: &Emitter,
+    access: Access,
+    setup: &str,
+    hoisted_f: &str,
+    each: &str,
+    stores: &dyn Fn(&[String]) -> String,
+) -> String {
+    let mut pre = String::new();
+    let mut inner = String::new();
+    let roots = e.body_hoisting(0, "f", "", Some((&mut pre, access)), None, &mut inner);
+    let mut s = format!("{setup}    let f = {hoisted_f};\n{pre}");
+    s += &format!("    for (var i = 0u; i < {ROWS_PER_INVOCATION}u; i++) {{\n{each}{inner}");
+    s + &stores(&roots) + "    }\n"
 }
 
 /// (identity, merge(a, b)) of a reduction in compute type `d`.
