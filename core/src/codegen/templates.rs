@@ -145,8 +145,8 @@ pub fn reduce_wgsl(
 /// gathers, whose index arithmetic would be copied 64 times) keep a loop.
 /// With `row_leaves` the ops of an unrolled prologue that depend only on
 /// `Div` leaves (a row's statistic) are computed once, at the first run:
-/// a per-lane load and division at every run cost a row-broadcast sum as
-/// much as its own reads on lavapipe.
+/// a per-lane load and division at every run nearly doubled a
+/// row-broadcast sum's time on lavapipe (3.8 against 2.0 ms over 4M).
 fn fold_span(
     src: ReduceSource,
     is_arg: bool,
@@ -177,7 +177,7 @@ fn fold_span(
     s += "    let base = row * m(1u) + start;\n";
     s += &e.as_ref().map_or(String::new(), Emitter::meta_lets);
     // The hoisted ops index their leaves at the first run; a `Div` leaf
-    // repeating by a multiple of the row reads the same element at all.
+    // repeating by a multiple of the row reads the same element at every run.
     let mut hoisted = String::new();
     let mut unrolled = String::new();
     for k in 0..runs {
