@@ -166,7 +166,7 @@ impl Program {
                 .map(|l| {
                     let buffers: Vec<Arc<PooledBuffer>> = l.buffers.iter().map(buffer).collect();
                     let bind_group = gpu.bind_group(&l.kernel, meta, l.meta_slot, &buffers);
-                    profile::Launch { kernel: l.kernel.clone(), bind_group, groups: l.groups }
+                    profile::Launch { kernel: &l.kernel, bind_group, groups: l.groups }
                 })
                 .collect();
             gpu.encode_launches(&mut encoder, &launches, "kiln jit");

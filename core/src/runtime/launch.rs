@@ -488,7 +488,7 @@ impl Gpu {
                 .dispatches
                 .iter()
                 .map(|d| Launch {
-                    kernel: d.kernel.clone(),
+                    kernel: &d.kernel,
                     bind_group: self.bind_group(&d.kernel, &meta_buffer, d.meta_slot, &d.buffers),
                     groups: d.groups,
                 })

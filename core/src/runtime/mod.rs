@@ -19,7 +19,7 @@ use crate::ir::{Node, Realized};
 use crate::shape::Layout;
 use pipelines::PipelineCache;
 use pool::{BufferPool, PoolStats, PooledBuffer};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use adapter::describe as describe_adapter;
@@ -112,8 +112,7 @@ pub(crate) struct Gpu {
     assumed_subgroup_width: AtomicU32,
     /// Set by [`Device::set_workgroup_reductions`]: 0 by device type, 1 off, 2 on.
     workgroup_reductions: AtomicU8,
-    /// Set by [`Device::set_kernel_profiling`].
-    profiling: AtomicBool,
+    /// Switched by [`Device::set_kernel_profiling`].
     profiler: profile::Profiler,
 }
 
@@ -229,7 +228,6 @@ impl Device {
             tuner: tune::Tuner::default(),
             assumed_subgroup_width: AtomicU32::new(0),
             workgroup_reductions: AtomicU8::new(0),
-            profiling: AtomicBool::new(false),
             profiler: profile::Profiler::default(),
         })))))
     }
@@ -291,8 +289,8 @@ impl Device {
     /// Time every kernel launch on the device's own clock from now on
     /// (`false`: stop), for [`Device::kernel_profile`]. Each launch then
     /// runs in a compute pass of its own. An error on the CPU device and
-    /// on adapters without timestamp queries (llvmpipe's OpenGL, browsers
-    /// that do not grant `timestamp-query`).
+    /// on adapters without timestamp queries (browsers that do not grant
+    /// `timestamp-query`, for one).
     pub fn set_kernel_profiling(&self, on: bool) -> Result<()> {
         match &*self.0 {
             Backend::Cpu => Err(KilnError::Invalid {

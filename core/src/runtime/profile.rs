@@ -10,10 +10,9 @@
 
 use super::Gpu;
 use super::pipelines::Kernel;
-use super::readback::oneshot;
 use crate::error::{KilnError, Result};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One launch as the device timed it.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,15 +26,16 @@ pub struct KernelTiming {
 }
 
 /// One launch to encode: its kernel, bindings and grid.
-pub(super) struct Launch {
-    pub kernel: Arc<Kernel>,
+pub(super) struct Launch<'a> {
+    pub kernel: &'a Kernel,
     pub bind_group: wgpu::BindGroup,
     pub groups: [u32; 3],
 }
 
-/// Launches timed in submits not yet read back.
+/// Whether launches are timed, and those timed in submits not yet read back.
 #[derive(Default)]
 pub(super) struct Profiler {
+    on: AtomicBool,
     pending: Mutex<Vec<Stamped>>,
 }
 
@@ -61,7 +61,7 @@ impl Gpu {
         if launches.is_empty() {
             return;
         }
-        if !self.profiling.load(Ordering::Relaxed) {
+        if !self.profiler.on.load(Ordering::Relaxed) {
             let desc = wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None };
             let mut pass = encoder.begin_compute_pass(&desc);
             launches.iter().for_each(|l| Self::record(&mut pass, l));
@@ -117,7 +117,7 @@ impl Gpu {
                 detail: format!("{} ({}) has no timestamp queries", self.info.name, self.info.backend),
             });
         }
-        self.profiling.store(on, Ordering::Relaxed);
+        self.profiler.on.store(on, Ordering::Relaxed);
         Ok(())
     }
 
@@ -128,18 +128,8 @@ impl Gpu {
         let period = f64::from(self.queue.get_timestamp_period());
         let mut out = Vec::new();
         for s in stamped {
-            let slice = s.staging.slice(..);
-            let (sender, receiver) = oneshot();
-            slice.map_async(wgpu::MapMode::Read, move |r| sender.send(r.map_err(|e| e.to_string())));
-            #[cfg(not(target_arch = "wasm32"))]
-            self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| KilnError::Readback(e.to_string()))?;
-            receiver.await.map_err(KilnError::Readback)?;
-            let ticks: Vec<u64> = {
-                let mapped = slice.get_mapped_range().map_err(|e| KilnError::Readback(e.to_string()))?;
-                // A copy, whatever the mapping's alignment (on the web it is a JS copy).
-                bytemuck::pod_collect_to_vec(&mapped)
-            };
-            s.staging.unmap();
+            // A copy, whatever the mapping's alignment (on the web it is a JS copy).
+            let ticks: Vec<u64> = self.map_read(s.staging.slice(..), bytemuck::pod_collect_to_vec).await?;
             for ((name, groups), t) in s.launches.into_iter().zip(ticks.chunks(STAMPS as usize)) {
                 // A clock that wraps or steps back reads as 0, not as ages.
                 let nanos = t[1].saturating_sub(t[0]) as f64 * period;

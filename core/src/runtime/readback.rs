@@ -43,20 +43,27 @@ impl Gpu {
         let Some(staging) = plan.submit(request)? else {
             return Ok(HostArray { dtype, shape, data: vec![] });
         };
-        let slice = staging.buffer().slice(..words * 4);
+        let data = self
+            .map_read(staging.buffer().slice(..words * 4), |bytes| unpack_words(dtype, bytemuck::cast_slice(bytes), n))
+            .await?;
+        self.check_errors()?;
+        self.tune_pending().await?;
+        Ok(HostArray { dtype, shape, data })
+    }
+}
+
+impl Gpu {
+    /// Map `slice` of a staging buffer for reading once the submits that
+    /// write it finish, hand its bytes to `read`, and unmap it.
+    pub(super) async fn map_read<T>(&self, slice: wgpu::BufferSlice<'_>, read: impl FnOnce(&[u8]) -> T) -> Result<T> {
         let (sender, receiver) = oneshot();
         slice.map_async(wgpu::MapMode::Read, move |r| sender.send(r.map_err(|e| e.to_string())));
         #[cfg(not(target_arch = "wasm32"))]
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| KilnError::Readback(e.to_string()))?;
         receiver.await.map_err(KilnError::Readback)?;
-        let data = {
-            let mapped = slice.get_mapped_range().map_err(|e| KilnError::Readback(e.to_string()))?;
-            unpack_words(dtype, bytemuck::cast_slice(&mapped), n)
-        };
-        staging.buffer().unmap();
-        self.check_errors()?;
-        self.tune_pending().await?;
-        Ok(HostArray { dtype, shape, data })
+        let value = read(&slice.get_mapped_range().map_err(|e| KilnError::Readback(e.to_string()))?);
+        slice.buffer().unmap();
+        Ok(value)
     }
 }
 
