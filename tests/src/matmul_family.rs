@@ -29,14 +29,16 @@ pub const CASES: [Case; 7] = [
         random(d, &[40, 66], 7)?.cast(DType::F16)?.matmul(&random(d, &[66, 70], 8)?.cast(DType::F16)?)
     }),
     // K and N multiples of 4, contiguous: the vec4 configs run these.
-    ("vec4-eligible relu(x @ w + b) 37x52 @ 52x44", |d| {
-        random(d, &[37, 52], 12)?.matmul(&random(d, &[52, 44], 13)?)?.add(&random(d, &[44], 14)?)?.relu()
+    // More row blocks than one launch-order group holds (and a last
+    // group cut short) for every config, and several column blocks.
+    ("vec4-eligible relu(x @ w + b) 1100x52 @ 52x140", |d| {
+        random(d, &[1100, 52], 12)?.matmul(&random(d, &[52, 140], 13)?)?.add(&random(d, &[140], 14)?)?.relu()
     }),
     ("vec4-eligible batched [2,3,19,68] @ [3,68,20]", |d| {
         random(d, &[2, 3, 19, 68], 15)?.matmul(&random(d, &[3, 68, 20], 16)?)
     }),
-    ("relu(x @ w + b) epilogue 130x72 @ 72x90", |d| {
-        random(d, &[130, 72], 9)?.matmul(&random(d, &[72, 90], 10)?)?.add(&random(d, &[90], 11)?)?.relu()
+    ("relu(x @ w + b) epilogue 1030x72 @ 72x90", |d| {
+        random(d, &[1030, 72], 9)?.matmul(&random(d, &[72, 90], 10)?)?.add(&random(d, &[90], 11)?)?.relu()
     }),
 ];
 

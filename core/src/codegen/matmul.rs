@@ -392,16 +392,40 @@ fn main_staged(c: &MatmulConfig) -> String {
     s + &store_vec_blocks(c) + "}\n"
 }
 
+/// Block rows per group of the launch order ([`GROUPED_ORDER`]).
+const GROUP_ROWS: u32 = 8;
+
+/// The workgroup's output block `wg` (x: column block, y: row block, z:
+/// batch), from its place in the launch order: groups of `GROUP_ROWS` row
+/// blocks, each walked column block by column block, every row block of
+/// the group in turn (the last group may be shorter). Row-major order
+/// streams all of B past each A row block; this order keeps a B column
+/// panel and the group's A row blocks in cache while they are reused.
+/// lavapipe at 2048³ (32x8/8x1+sg+vec4, GFLOP/s): 25.2 row-major, 29.8
+/// with groups of 4, 32.1–33.4 with 8, 27.9 with 16; at 1024³ 34.5–38.8
+/// with any of them (noise). CPU adapters run workgroups in launch order,
+/// GPUs roughly so, which is how their L2 sees the same reuse.
+const GROUPED_ORDER: &str = "    let per_group = {G}u * grid.x;
+    let linear = grid_id.y * grid.x + grid_id.x;
+    let first = (linear / per_group) * {G}u;
+    let height = min(grid.y - first, {G}u);
+    let within = linear % per_group;
+    let wg = vec3<u32>(within / height, first + within % height, grid_id.z);
+";
+
 /// `@compute` and `fn main(` with the builtins `c` reads, through the
-/// common lets. One-dimensional workgroups: naga allows subgroup lane ids
-/// only there.
+/// common lets and the block `wg` this workgroup computes. One-dimensional
+/// workgroups: naga allows subgroup lane ids only there.
 fn entry(c: &MatmulConfig) -> String {
     let mut s = format!("@compute @workgroup_size({})\n", c.wx * c.wy);
-    s += "fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>";
+    s += "fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) grid_id: vec3<u32>";
+    s += ", @builtin(num_workgroups) grid: vec3<u32>";
     if c.share {
         s += ", @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_lane: u32";
     }
-    s + ") {\n    let M = m(0u);\n    let N = m(2u);\n    let batch = wg.z + m(6u);\n"
+    s += ") {\n    let M = m(0u);\n    let N = m(2u);\n";
+    s += &GROUPED_ORDER.replace("{G}", &GROUP_ROWS.to_string());
+    s + "    let batch = wg.z + m(6u);\n"
 }
 
 /// The lane's column index `lx`, the block's first row `row0`, A's row
