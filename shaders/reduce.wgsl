@@ -43,16 +43,20 @@ fn fold_slot(row: u32, g: u32, groups: u32, len: u32, acc_i: ptr<function, u32>)
     let start = (span * LANES * PER_THREAD + g % LANES) * STEP;
     var acc = identity_unit();
     var i = 0u;
-    if (lanes == LANES && start + (PER_THREAD - 1u) * LANES * STEP < len) {
+    let whole = lanes == LANES && start + (PER_THREAD - 1u) * LANES * STEP < len;
+    if (whole) {
         acc = fold_span(row, start, &i);
-    } else {
-        for (var k = 0u; k < PER_THREAD; k++) {
-            let r = start + k * lanes * STEP;
-            if (r < len) {
-                let v = load(row, r);
-                i = select(i, load_index(row, r), take(acc, v));
-                acc = merge_unit(acc, v);
-            }
+    }
+    // The other spans: a loop no lane of a whole span enters, not an else
+    // branch, which CPU adapters run masked for every SIMD batch (a sum's
+    // first pass: 10.0 → 7.5 ms on lavapipe).
+    let runs = select(PER_THREAD, 0u, whole);
+    for (var k = 0u; k < runs; k++) {
+        let r = start + k * lanes * STEP;
+        if (r < len) {
+            let v = load(row, r);
+            i = select(i, load_index(row, r), take(acc, v));
+            acc = merge_unit(acc, v);
         }
     }
     *acc_i = i;
