@@ -10,7 +10,9 @@
 // accumulator), `load_index(row, r)`, `identity_unit()`, `merge_unit(a, b)`,
 // `value(acc)` (a unit folded to one value), `fold_span(row, start, &acc_i)`
 // (the loop below over a whole span), `store(slot, v, i)`, STEP (1, or 4
-// when a contiguous prologue is read as vec4s), LANES and PER_THREAD.
+// when a contiguous prologue is read as vec4s), LANES, PER_THREAD and
+// WHOLE_SPANS (every span of every row is whole, known at launch: the
+// loop for the others folds away).
 //
 // Invocation g of a row folds PER_THREAD runs of STEP elements of its row
 // into one partial, in order. With LANES = 1 they are consecutive: partial
@@ -43,7 +45,7 @@ fn fold_slot(row: u32, g: u32, groups: u32, len: u32, acc_i: ptr<function, u32>)
     let start = (span * LANES * PER_THREAD + g % LANES) * STEP;
     var acc = identity_unit();
     var i = 0u;
-    let whole = lanes == LANES && start + (PER_THREAD - 1u) * LANES * STEP < len;
+    let whole = WHOLE_SPANS || (lanes == LANES && start + (PER_THREAD - 1u) * LANES * STEP < len);
     if (whole) {
         acc = fold_span(row, start, &i);
     }

@@ -143,6 +143,7 @@ fn catalog() -> Vec<String> {
             workgroup,
             streams,
             row_leaves: true,
+            whole: streams,
         };
         out.push(key.wgsl());
     }
@@ -169,6 +170,9 @@ fn catalog() -> Vec<String> {
                         workgroup,
                         streams,
                         row_leaves: false,
+                        // Both forms of each pass: with and without the
+                        // code for spans that are not whole.
+                        whole: streams,
                     };
                     out.push(key(false).wgsl());
                     if vec4 {
@@ -185,6 +189,7 @@ fn catalog() -> Vec<String> {
                     workgroup,
                     streams: false,
                     row_leaves: false,
+                    whole: workgroup,
                 };
                 out.push(key.wgsl());
             }

@@ -160,6 +160,9 @@ pub enum KernelKey {
         /// Every `Div` leaf of the prologue repeats by a multiple of the
         /// row (`x − max(x)` over long rows): loaded once per span.
         row_leaves: bool,
+        /// Every span of every row is whole (the row a multiple of the
+        /// elements a span covers): the kernel has no code for the others.
+        whole: bool,
     },
     Row {
         sig: Sig,
@@ -184,13 +187,13 @@ impl KernelKey {
             KernelKey::Elementwise { sig, outputs, out_strided, walk } => {
                 fused::elementwise_wgsl(sig, outputs, *out_strided, *walk)
             }
-            KernelKey::Reduce { monoid, prologue: Some(sig), vec4, workgroup, streams, row_leaves, .. } => {
+            KernelKey::Reduce { monoid, prologue: Some(sig), vec4, workgroup, streams, row_leaves, whole, .. } => {
                 let src = ReduceSource::Prologue(sig);
-                templates::reduce_wgsl(*monoid, src, *vec4, *workgroup, *streams, *row_leaves)
+                templates::reduce_wgsl(*monoid, src, *vec4, *workgroup, *streams, *row_leaves, *whole)
             }
-            KernelKey::Reduce { monoid, prologue: None, partials, workgroup, streams, .. } => {
+            KernelKey::Reduce { monoid, prologue: None, partials, workgroup, streams, whole, .. } => {
                 let src = ReduceSource::Partials { dtype: *partials };
-                templates::reduce_wgsl(*monoid, src, false, *workgroup, *streams, false)
+                templates::reduce_wgsl(*monoid, src, false, *workgroup, *streams, false, *whole)
             }
             KernelKey::Row { sig, stages, outputs, lanes: Some(lanes), .. } => {
                 fused::row_lanes_wgsl(sig, stages, outputs, *lanes)

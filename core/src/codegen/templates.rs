@@ -61,12 +61,21 @@ pub fn reduce_shape(monoid: Monoid, streams: bool) -> (usize, u32) {
     }
 }
 
+/// Whether every span of a pass over rows of `len` is whole: a span covers
+/// LANES · PER_THREAD runs of `step` elements ([`reduce_shape`]).
+pub fn whole_spans(monoid: Monoid, streams: bool, len: usize, step: usize) -> bool {
+    let (per_thread, lanes) = reduce_shape(monoid, streams);
+    len.is_multiple_of(per_thread * lanes as usize * step)
+}
+
 /// A reduce pass; with `vec4` (a contiguous prologue, rows a multiple of 4
 /// long, 4-aligned leaves) each invocation reads its run as vec4s; with
 /// `workgroup` each workgroup combines its invocations' partials into one
 /// in workgroup memory (shaders/reduce_workgroup.wgsl); `streams`: see
 /// [`reduce_shape`]; `row_leaves`: every `Div` leaf of the prologue repeats
-/// by a multiple of the row, so an unrolled span loads it once.
+/// by a multiple of the row, so an unrolled span loads it once; `whole`:
+/// every span is whole ([`whole_spans`]), so the code for the others is
+/// left out.
 pub fn reduce_wgsl(
     monoid: Monoid,
     src: ReduceSource,
@@ -74,6 +83,7 @@ pub fn reduce_wgsl(
     workgroup: bool,
     streams: bool,
     row_leaves: bool,
+    whole: bool,
 ) -> String {
     let value_dtype = match src {
         ReduceSource::Prologue(sig) => sig.bodies[0].ops[sig.bodies[0].roots[0]].1,
@@ -133,6 +143,7 @@ pub fn reduce_wgsl(
     s += "}\n";
     s += &format!("const STEP: u32 = {}u;\n", if vec4 { 4 } else { 1 });
     s += &format!("const LANES: u32 = {lanes}u;\nconst PER_THREAD: u32 = {per_thread}u;\n");
+    s += &format!("const WHOLE_SPANS: bool = {whole};\n");
     s += &format!("const REDUCE_WG: u32 = {REDUCE_WG}u;\n");
     s + REDUCE_TEMPLATE + if workgroup { REDUCE_WORKGROUP } else { REDUCE_PASS }
 }

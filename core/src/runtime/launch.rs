@@ -11,7 +11,7 @@ use super::realize::ReadRequest;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::codegen::matmul::MatmulConfig;
 use crate::codegen::templates::{
-    MATMUL_K_CHUNK, Monoid, REDUCE_STREAM_MIN, REDUCE_WG, matmul_epilogue_base, reduce_shape,
+    MATMUL_K_CHUNK, Monoid, REDUCE_STREAM_MIN, REDUCE_WG, matmul_epilogue_base, reduce_shape, whole_spans,
 };
 use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
 use crate::dtype::DType;
@@ -247,6 +247,7 @@ impl Recording {
                 workgroup,
                 streams,
                 row_leaves: row_leaves && first,
+                whole: whole_spans(monoid, streams, len, step),
             };
             self.dispatch(gpu, &key, meta, buffers, grid, rows * len)?;
             if last {
