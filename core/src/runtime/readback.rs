@@ -50,9 +50,7 @@ impl Gpu {
         self.tune_pending().await?;
         Ok(HostArray { dtype, shape, data })
     }
-}
 
-impl Gpu {
     /// Map `slice` of a staging buffer for reading once the submits that
     /// write it finish, hand its bytes to `read`, and unmap it.
     pub(super) async fn map_read<T>(&self, slice: wgpu::BufferSlice<'_>, read: impl FnOnce(&[u8]) -> T) -> Result<T> {

@@ -293,7 +293,6 @@ impl Gpu {
     }
 }
 
-/// Whether `deadline` (seconds on `web_time`) has passed.
 /// Indices of `seconds` (timings in the order of the candidate list),
 /// fastest first, except that the first listed of those within
 /// [`NEAR_TIE`] of the fastest goes first.
@@ -305,6 +304,7 @@ fn fastest_first(seconds: &[f64]) -> Vec<usize> {
     tie_winner.into_iter().chain(rest).collect()
 }
 
+/// Whether `deadline` (seconds on `web_time`) has passed.
 fn past(deadline: f64) -> bool {
     web_time::now() > deadline
 }
