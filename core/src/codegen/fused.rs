@@ -477,11 +477,12 @@ fn hoisted_walk(
     let mut inner = String::new();
     let roots = e.body_hoisting(0, "f", "", Some((&mut pre, access)), None, &mut inner);
     let mut s = format!("{setup}    let f = {hoisted_f};\n{pre}");
-    // Unrolled, each step in its own block: CPU adapters' compilers keep the
-    // loop, and unrolled a long-row softmax's output pass ran 14% faster on
-    // lavapipe (docs/BENCHMARKS.md).
+    // Unrolled, each step in its own block: CPU adapters' compilers keep a
+    // loop as written; unrolled, a long-row softmax's output pass ran 14%
+    // faster on lavapipe (docs/BENCHMARKS.md).
+    let step = format!("{each}{inner}{}", stores(&roots));
     for i in 0..ROWS_PER_INVOCATION {
-        s += &format!("    {{\n    let i = {i}u;\n{each}{inner}{}    }}\n", stores(&roots));
+        s += &format!("    {{\n    let i = {i}u;\n{step}    }}\n");
     }
     s
 }
