@@ -1,7 +1,8 @@
 //! Kernel profiling: on every adapter with timestamp queries, each launch
 //! (plain realizations and jit replays alike) comes back timed, by name, in
 //! launch order, with the same results as unprofiled; adapters without
-//! timestamps refuse by name, and are reported as skipped.
+//! timestamps refuse by name, and are reported as skipped. And
+//! `Device::synchronize`, which waits for realized work on every device.
 
 use kiln::prelude::*;
 
@@ -66,4 +67,19 @@ fn every_launch_is_timed_where_the_adapter_has_timestamps() {
     let cpu = Device::cpu();
     assert!(cpu.set_kernel_profiling(true).is_err());
     assert!(kiln::block_on(cpu.kernel_profile()).unwrap().is_empty());
+}
+
+#[test]
+fn synchronize_waits_for_realized_work_on_every_device() {
+    let cpu = ("cpu reference".to_string(), Device::cpu());
+    let shared = kiln_conformance::adapters::shared();
+    for (label, dev) in shared.iter().chain([&cpu]) {
+        let (x, w) = (random(dev, &[64, 96], 3), random(dev, &[96, 300], 4));
+        let outs = work(&x, &w).unwrap();
+        kiln::block_on(Tensor::realize_all(&outs.iter().collect::<Vec<_>>())).unwrap();
+        kiln::block_on(dev.synchronize()).unwrap_or_else(|e| panic!("{label}: {e}"));
+        // Twice in a row, with nothing in flight, is no error either.
+        kiln::block_on(dev.synchronize()).unwrap_or_else(|e| panic!("{label}: {e}"));
+        assert_eq!(values(&outs), values(&work(&x, &w).unwrap()), "{label}: the waited-for results");
+    }
 }

@@ -401,6 +401,19 @@ impl Device {
         }
     }
 
+    /// Wait until every kernel submitted so far has finished. Realizing
+    /// only submits; reading waits for what it reads. Call this before
+    /// timing a realize, and before the process exits while a device that
+    /// is never dropped (in a `static`) may still run work: lavapipe
+    /// compiles a kernel on its queue thread at first launch, and one still
+    /// compiling while the process exits crashes in LLVM's torn-down state.
+    pub async fn synchronize(&self) -> Result<()> {
+        match &*self.0 {
+            Backend::Cpu => Ok(()),
+            Backend::Gpu(g) => g.synchronize().await,
+        }
+    }
+
     /// The kernels that realizing `roots` would launch, each with the IR
     /// nodes it computes; nothing is launched or stored.
     pub fn plan_kernels(&self, roots: &[Node]) -> Result<Vec<PlannedKernel>> {

@@ -51,6 +51,16 @@ impl Gpu {
         Ok(HostArray { dtype, shape, data })
     }
 
+    /// Wait for every submit so far to finish.
+    pub(super) async fn synchronize(&self) -> Result<()> {
+        let (sender, receiver) = oneshot();
+        self.queue.on_submitted_work_done(move || sender.send(()));
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| KilnError::Gpu(e.to_string()))?;
+        receiver.await;
+        self.check_errors()
+    }
+
     /// Map `slice` of a staging buffer for reading once the submits that
     /// write it finish, hand its bytes to `read`, and unmap it.
     pub(super) async fn map_read<T>(&self, slice: wgpu::BufferSlice<'_>, read: impl FnOnce(&[u8]) -> T) -> Result<T> {
