@@ -114,7 +114,7 @@ fn catalog() -> Vec<String> {
     }
     // Broadcast leaves read without coordinates: a bias (period) and a row
     // statistic (repeat), scalar and four at a time.
-    for walk in [Walk::Flat, Walk::Vec4, Walk::Vec4Rows] {
+    for walk in [Walk::Flat, Walk::Vec4, Walk::Vec4Rows, Walk::Vec4Straddling] {
         let mut s = sig(2, &[(DType::F32, true), (DType::F32, true), (DType::Bool, true)], &[], vec![], vec![]);
         s.leaves[1].access = Access::Mod;
         s.leaves[2].access = Access::Div;
@@ -123,6 +123,17 @@ fn catalog() -> Vec<String> {
         s.bodies[0].roots = vec![4];
         out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
     }
+    // A row index (an iota along rows) next to a row statistic, on rows
+    // that a vec4 may straddle.
+    let mut s = sig(2, &[(DType::F32, true)], &[DType::I32, DType::I32], vec![], vec![]);
+    s.leaves[0].access = Access::Div;
+    s.leaves.push(LeafDesc { dtype: DType::I32, buffer: None, access: Access::Div });
+    s.bodies[0].ops.push((Op::Iota { leaf: 1, start: 0, step: 1 }, DType::I32));
+    s.bodies[0].ops.push((Op::Cast(1), DType::F32));
+    s.bodies[0].ops.push((Op::Binary(BinaryOp::Mul, 0, 2), DType::F32));
+    s.bodies[0].roots = vec![3];
+    let walk = Walk::Vec4Straddling;
+    out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
     // Row statistics alone (an op depending only on one, hoisted): eighths
     // of rows, and a reduction's prologue loading them once per span.
     let mut s = sig(2, &[(DType::F32, true), (DType::F32, true)], &[], vec![], vec![]);

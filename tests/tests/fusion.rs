@@ -215,6 +215,34 @@ fn broadcast_indices_step_across_grid_strides() {
 }
 
 #[test]
+fn rows_that_do_not_split_into_vec4s_are_read_four_at_a_time() {
+    // Rows of a length that is not a multiple of 4 (GPT-2's vocabulary of
+    // 50257 among them): a vec4 may straddle two rows, so each of its
+    // elements reads its own row's statistic (or row index). Repeats
+    // shorter than a vec4 stay one element at a time.
+    for (rows, len) in [(4, 7), (12, 5), (3, 3), (64, 50257), (300, 1023)] {
+        let normalize = move |d: &Device| {
+            let x = random(d, &[rows, len], 60);
+            x.sub(&random(d, &[rows, 1], 61))?.exp()?.div(&random(d, &[rows, 1], 62))
+        };
+        check(&format!("row statistics over [{rows}, {len}]"), normalize, |k| k == 1, 1e-6);
+        let by_row = move |d: &Device| {
+            let index = Tensor::arange(d, 0.0, rows as f64, 1.0, DType::F32)?.reshape(&[rows as isize, 1])?;
+            random(d, &[rows, len], 63).mul(&index)
+        };
+        check(&format!("a row index over [{rows}, {len}]"), by_row, |k| k == 1, 1e-6);
+        for (label, dev) in devices().iter() {
+            let y = normalize(dev).unwrap();
+            let names: Vec<String> =
+                dev.plan_kernels(&[y.node().clone()]).unwrap().into_iter().map(|k| k.name).collect();
+            let vectorized = (rows * len) % 4 == 0 && len >= 4;
+            assert_eq!(names.len(), 1, "{label}: {names:?}");
+            assert_eq!(names[0].ends_with("_straddling"), vectorized, "[{rows}, {len}] on {label}: {names:?}");
+        }
+    }
+}
+
+#[test]
 fn row_statistics_are_loaded_once_per_invocation() {
     // Elementwise kernels whose only broadcasts are row statistics walk
     // eighths of rows (the last rows' invocations past a workgroup's end);

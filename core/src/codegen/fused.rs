@@ -37,6 +37,10 @@ pub enum Walk {
     /// not splatted from a per-lane load at every vec4, and the loads are
     /// [`ROWS_PER_INVOCATION`] streams an eighth of a row apart.
     Vec4Segments,
+    /// `Vec4`, over rows of the row-broadcast leaves' repeat that do not
+    /// split into vec4s (a vocabulary's 50257): a vec4 may straddle two
+    /// rows, so each of its elements reads its own row's value.
+    Vec4Straddling,
 }
 
 /// Writes the statements of one body; knows where meta keeps everything.
@@ -57,6 +61,8 @@ pub struct Emitter<'a> {
     /// vector integer division: one per lane, a third of a row-broadcast
     /// subtraction's time on lavapipe).
     periodic: bool,
+    /// Read `Div` leaves per element of a vec4 ([`Walk::Vec4Straddling`]).
+    straddling: bool,
     /// A row kernel's stages, whose values `Row(k)` ops read.
     stages: &'a [ReduceOp],
 }
@@ -64,7 +70,8 @@ pub struct Emitter<'a> {
 impl<'a> Emitter<'a> {
     pub fn new(sig: &'a Sig, shape_base: usize, vec4: bool) -> Emitter<'a> {
         let (leaf_base, param_base) = meta_bases(sig, shape_base);
-        Emitter { sig, shape_base, leaf_base, param_base, vec4, meta_lets: false, periodic: false, stages: &[] }
+        let (meta_lets, periodic, straddling) = (false, false, false);
+        Emitter { sig, shape_base, leaf_base, param_base, vec4, meta_lets, periodic, straddling, stages: &[] }
     }
 
     /// This emitter, in a row kernel whose `Row(k)` ops read `stages`.
@@ -82,6 +89,12 @@ impl<'a> Emitter<'a> {
     /// remainder of [`Emitter::periodic_start`].
     pub fn with_periodic(self) -> Emitter<'a> {
         Emitter { periodic: true, ..self }
+    }
+
+    /// This emitter, reading each `Div` leaf once per element of a vec4
+    /// (whose repeat is at least 4, so a vec4 spans at most two rows).
+    pub fn with_straddling(self) -> Emitter<'a> {
+        Emitter { straddling: true, ..self }
     }
 
     /// Variables holding `f0 / period` and `f0 % period` for each `Mod` and
@@ -182,15 +195,45 @@ impl<'a> Emitter<'a> {
         format!("u32({at})")
     }
 
+    /// Whether leaf `k` is a `Div` leaf read once per element of a vec4.
+    fn straddles(&self, k: usize) -> bool {
+        self.vec4 && self.straddling && self.sig.leaves[k].access == Access::Div
+    }
+
+    /// `Div` leaf `k`'s element index for each element of the vec4 at flat
+    /// index `f`: the row of its first, or the next one where the row ends
+    /// within the vec4 (one division per vec4, none with `periodic`).
+    fn straddling_indices(&self, k: usize, f: &str) -> [String; 4] {
+        let base = self.leaf_base[k];
+        let (offset, repeat) = (self.word(base), self.word(base + 1));
+        let (q, r) = if self.periodic {
+            (format!("pq{k}"), format!("pr{k}"))
+        } else {
+            (format!("({f} / {repeat})"), format!("({f} % {repeat})"))
+        };
+        std::array::from_fn(|j| match j {
+            0 => format!("({offset} + {q})"),
+            _ => format!("({offset} + {q} + select(0u, 1u, {r} + {j}u >= {repeat}))"),
+        })
+    }
+
+    /// Leaf `k` at each of `indices`, into one vec4 (a vec4 binding's
+    /// element `at` is `[at >> 2][at & 3]`).
+    fn load_elements(&self, k: usize, indices: &[String]) -> String {
+        let leaf = &self.sig.leaves[k];
+        let buf = format!("in{}", leaf.buffer.expect("load of a computed leaf"));
+        let lanes: Vec<String> =
+            indices.iter().map(|at| load_expr(leaf.dtype, &buf, &format!("{at} >> 2u][{at} & 3u"))).collect();
+        format!("vec4<{}>({})", compute_type(leaf.dtype), lanes.join(", "))
+    }
+
     fn load(&self, k: usize, at: &str) -> String {
         let leaf = &self.sig.leaves[k];
         let buf = format!("in{}", leaf.buffer.expect("load of a computed leaf"));
         let splat = leaf.access == Access::Div;
         match (self.vec4, leaf.dtype) {
             // All four lanes read one element when the leaf repeats by 4s.
-            (true, d) if splat => {
-                format!("vec4<{}>({})", compute_type(d), load_expr(d, &buf, &format!("{at} >> 2u][{at} & 3u")))
-            }
+            (true, _) if splat => self.load_elements(k, &[at.to_string()]),
             (true, DType::Bool) => format!("({buf}[{at} >> 2u] != vec4<u32>(0u))"),
             (true, _) => format!("{buf}[{at} >> 2u]"),
             (false, d) => load_expr(d, &buf, at),
@@ -248,10 +291,13 @@ impl<'a> Emitter<'a> {
             let dt = |j: usize| body.ops[j].1;
             let value = match op {
                 _ if given.is_some_and(|g| g.0 == i) => given.unwrap().1.to_string(),
+                Op::Load(k) if self.straddles(*k) => self.load_elements(*k, &self.straddling_indices(*k, f)),
                 Op::Load(k) => self.load(*k, &self.index(*k, f, pfx)),
                 Op::Iota { leaf, start, step } => {
                     let at = self.index(*leaf, f, pfx);
-                    let idx = if self.vec4 && self.sig.leaves[*leaf].access == Access::Div {
+                    let idx = if self.straddles(*leaf) {
+                        format!("{}(vec4<u32>({}))", self.ty(d), self.straddling_indices(*leaf, f).join(", "))
+                    } else if self.vec4 && self.sig.leaves[*leaf].access == Access::Div {
                         format!("{}(vec4<u32>({at}))", self.ty(d))
                     } else if self.vec4 {
                         format!("{}(vec4<u32>({at}) + vec4<u32>(0u, 1u, 2u, 3u))", self.ty(d))
@@ -409,7 +455,7 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
         // Invocation t takes vec4s t, t + T, t + 2T, ... (T invocations in
         // all): neighbours read neighbouring memory, and the per-invocation
         // cost of CPU adapters is shared by several vec4s.
-        let e = e.with_periodic();
+        let e = if walk == Walk::Vec4Straddling { e.with_periodic().with_straddling() } else { e.with_periodic() };
         s += "    let stride = m(1u) * nwg.y;\n";
         s += &e.periodic_start("(t * 4u)", "(stride * 4u)");
         s += &format!("    for (var i = 0u; i < {ROWS_PER_INVOCATION}u; i++) {{\n");

@@ -216,6 +216,7 @@ impl KernelKey {
                     Walk::Vec4 => "_vec4",
                     Walk::Vec4Rows => "_rows",
                     Walk::Vec4Segments => "_segments",
+                    Walk::Vec4Straddling => "_straddling",
                 };
                 ("ew", Some(sig), suffix)
             }

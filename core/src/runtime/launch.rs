@@ -83,14 +83,16 @@ impl Gpu {
     }
 }
 
-/// Whether every leaf of `sig` can be read four elements at a time.
-fn aligned4(sig: &Sig, args: &Args) -> bool {
+/// Whether every leaf of `sig` can be read four elements at a time; with
+/// `straddling`, `Div` leaves whose repeat is not a multiple of 4 (but at
+/// least 4) count, read per element ([`Walk::Vec4Straddling`]).
+fn aligned4(sig: &Sig, args: &Args, straddling: bool) -> bool {
     sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| {
         let (_, period) = Access::of(l);
         match leaf.access {
             Access::Contiguous => l.offset.is_multiple_of(VEC),
             Access::Mod => l.offset.is_multiple_of(VEC) && period.is_multiple_of(VEC),
-            Access::Div => period.is_multiple_of(VEC),
+            Access::Div => period.is_multiple_of(VEC) || (straddling && period >= VEC),
             Access::Strided => false,
         }
     })
@@ -160,7 +162,7 @@ impl Recording {
             && n.is_multiple_of(VEC)
             && dtypes.iter().all(|&d| d != DType::F16)
             && vectorizable(&sig)
-            && aligned4(&sig, &args);
+            && aligned4(&sig, &args, true);
         let walk = if vec4 { vec4_walk(&sig, &args, n) } else { Walk::Flat };
         let threads = match walk {
             Walk::Vec4Rows => {
@@ -168,7 +170,7 @@ impl Recording {
                 (period / VEC) * (n / period).div_ceil(ROWS_PER_INVOCATION)
             }
             Walk::Vec4Segments => n / (VEC * ROWS_PER_INVOCATION),
-            Walk::Vec4 => n.div_ceil(VEC).div_ceil(ROWS_PER_INVOCATION),
+            Walk::Vec4 | Walk::Vec4Straddling => n.div_ceil(VEC).div_ceil(ROWS_PER_INVOCATION),
             Walk::Flat if dtypes.contains(&DType::F16) => n.div_ceil(2),
             Walk::Flat => n,
         };
@@ -205,7 +207,7 @@ impl Recording {
         let vec4 = matches!(monoid, Monoid::Reduce(_))
             && len.is_multiple_of(VEC)
             && vectorizable(&sig)
-            && aligned4(&sig, &args);
+            && aligned4(&sig, &args, false);
         let workgroup = gpu.workgroup_reductions();
         let row_leaves = vec4 && row_constant_leaves(&sig, &args, len);
         let mut prologue = Some((sig, args));
@@ -283,7 +285,7 @@ impl Recording {
             && len.is_multiple_of(VEC)
             && dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool)
             && vectorizable_reading_rows(&sig)
-            && aligned4(&sig, &args);
+            && aligned4(&sig, &args, false);
         let width = match gpu.assumed_subgroup_width.load(Ordering::Relaxed) {
             super::NO_FIXED_WIDTH => None,
             w if w > 0 && gpu.info.subgroups => Some(w),
@@ -401,8 +403,13 @@ impl Recording {
 ///   `Div` leaf shares one repeat of at least 256 elements that splits into
 ///   eight whole vec4 runs (so eight neighbouring invocations read 128
 ///   contiguous bytes).
+/// - Vec4s a grid apart, each element reading its own row
+///   (`Vec4Straddling`), when a `Div` leaf's repeat is not a multiple of 4.
 /// - Otherwise vec4s a grid apart.
 fn vec4_walk(sig: &Sig, args: &Args, n: usize) -> Walk {
+    if periods(sig, args, Access::Div).any(|r| !r.is_multiple_of(VEC)) {
+        return Walk::Vec4Straddling;
+    }
     match (shared_period(sig, args, Access::Mod), shared_period(sig, args, Access::Div)) {
         (Some(Some(p)), _) if p >= 64 && p.is_multiple_of(VEC) && n / p >= 2 => Walk::Vec4Rows,
         (None, Some(Some(r))) if r >= 256 && r.is_multiple_of(VEC * ROWS_PER_INVOCATION) && n.is_multiple_of(r) => {
