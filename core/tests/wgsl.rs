@@ -6,7 +6,7 @@ use kiln_core::DType;
 use kiln_core::codegen::KernelKey;
 use kiln_core::codegen::fused::{Combine, RowLanes, Walk};
 use kiln_core::codegen::matmul::MatmulConfig;
-use kiln_core::codegen::templates::Monoid;
+use kiln_core::codegen::templates::{Monoid, Runs};
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
 use kiln_core::sched::lower::{Access, Body, LeafDesc, Op, Sig};
 use kiln_core::validate::translate_all;
@@ -150,10 +150,22 @@ fn catalog() -> Vec<String> {
             monoid,
             prologue,
             partials: DType::F32,
-            vec4: true,
+            runs: Runs::Vec4,
             workgroup,
             streams,
             row_leaves: true,
+            whole: streams,
+        };
+        out.push(key.wgsl());
+        // The same prologue over rows that do not split into vec4s.
+        let key = KernelKey::Reduce {
+            monoid,
+            prologue: Some(s.clone()),
+            partials: DType::F32,
+            runs: Runs::Straddling,
+            workgroup,
+            streams,
+            row_leaves: false,
             whole: streams,
         };
         out.push(key.wgsl());
@@ -169,15 +181,19 @@ fn catalog() -> Vec<String> {
         for dtype in [DType::F32, DType::F16, DType::I32, DType::U32] {
             for contiguous in [true, false] {
                 let s = sig(3, &[(dtype, contiguous)], &[], vec![(Op::Unary(UnaryOp::Abs, LOAD), dtype)], vec![0]);
-                let vec4 = contiguous && matches!(monoid, Monoid::Reduce(_)) && dtype != DType::F16;
+                let runs = if contiguous && matches!(monoid, Monoid::Reduce(_)) && dtype != DType::F16 {
+                    vec![Runs::Scalar, Runs::Vec4, Runs::Straddling]
+                } else {
+                    vec![Runs::Scalar]
+                };
                 // Each pass as CPU adapters run it and as GPUs do (workgroup),
                 // over small inputs and large (streams).
                 for (workgroup, streams) in [(false, false), (false, true), (true, false), (true, true)] {
-                    let key = |vec4| KernelKey::Reduce {
+                    let key = |runs| KernelKey::Reduce {
                         monoid,
                         prologue: Some(s.clone()),
                         partials: dtype.wide(),
-                        vec4,
+                        runs,
                         workgroup,
                         streams,
                         row_leaves: false,
@@ -185,10 +201,7 @@ fn catalog() -> Vec<String> {
                         // code for spans that are not whole.
                         whole: streams,
                     };
-                    out.push(key(false).wgsl());
-                    if vec4 {
-                        out.push(key(true).wgsl());
-                    }
+                    out.extend(runs.iter().map(|&r| key(r).wgsl()));
                 }
             }
             for workgroup in [false, true] {
@@ -196,7 +209,7 @@ fn catalog() -> Vec<String> {
                     monoid,
                     prologue: None,
                     partials: dtype.wide(),
-                    vec4: false,
+                    runs: Runs::Scalar,
                     workgroup,
                     streams: false,
                     row_leaves: false,

@@ -231,15 +231,38 @@ fn rows_that_do_not_split_into_vec4s_are_read_four_at_a_time() {
             random(d, &[rows, len], 63).mul(&index)
         };
         check(&format!("a row index over [{rows}, {len}]"), by_row, |k| k == 1, 1e-6);
+        // Reductions along such rows read them as vec4s masked to the row:
+        // a plain one, and one of a row statistic's expression (softmax's).
+        let sum = move |d: &Device| random(d, &[rows, len], 64).sum(&[1], false);
+        check(&format!("a sum over [{rows}, {len}]"), sum, |_| true, 1e-5);
+        let sum_exp = move |d: &Device| {
+            let x = random(d, &[rows, len], 65);
+            x.sub(&random(d, &[rows, 1], 66))?.exp()?.sum(&[1], true)
+        };
+        check(&format!("a sum of exp(x - m) over [{rows}, {len}]"), sum_exp, |_| true, 1e-5);
+        check(
+            &format!("a max over [{rows}, {len}]"),
+            move |d| random(d, &[rows, len], 67).max(&[1], false),
+            |_| true,
+            0.0,
+        );
         for (label, dev) in devices().iter() {
-            let y = normalize(dev).unwrap();
-            let names: Vec<String> =
-                dev.plan_kernels(&[y.node().clone()]).unwrap().into_iter().map(|k| k.name).collect();
+            let plan = |y: Tensor| -> Vec<String> {
+                dev.plan_kernels(&[y.node().clone()]).unwrap().into_iter().map(|k| k.name).collect()
+            };
+            let names = plan(normalize(dev).unwrap());
             let vectorized = (rows * len) % 4 == 0 && len >= 4;
             assert_eq!(names.len(), 1, "{label}: {names:?}");
             assert_eq!(names[0].ends_with("_straddling"), vectorized, "[{rows}, {len}] on {label}: {names:?}");
+            // Long rows take tree passes, the first reading vec4s.
+            if len > 16384 {
+                let names = plan(sum_exp(dev).unwrap());
+                assert!(names[0].ends_with("straddling"), "[{rows}, {len}] on {label}: {names:?}");
+            }
         }
     }
+    // One row of an odd length, large enough for the streaming first pass.
+    check("a sum over [1048579]", |d| random(d, &[1048579], 68).sum(&[], false), |_| true, 1e-5);
 }
 
 #[test]

@@ -151,7 +151,8 @@ pub enum KernelKey {
         monoid: Monoid,
         prologue: Option<Sig>,
         partials: DType,
-        vec4: bool,
+        /// How a first pass reads its runs (`Scalar` for later passes).
+        runs: templates::Runs,
         /// One partial per workgroup, combined in workgroup memory (GPUs).
         workgroup: bool,
         /// The streaming layout of a first pass over a large input
@@ -187,13 +188,14 @@ impl KernelKey {
             KernelKey::Elementwise { sig, outputs, out_strided, walk } => {
                 fused::elementwise_wgsl(sig, outputs, *out_strided, *walk)
             }
-            KernelKey::Reduce { monoid, prologue: Some(sig), vec4, workgroup, streams, row_leaves, whole, .. } => {
+            KernelKey::Reduce { monoid, prologue: Some(sig), runs, workgroup, streams, row_leaves, whole, .. } => {
                 let src = ReduceSource::Prologue(sig);
-                templates::reduce_wgsl(*monoid, src, *vec4, *workgroup, *streams, *row_leaves, *whole)
+                templates::reduce_wgsl(*monoid, src, *runs, *workgroup, *streams, *row_leaves, *whole)
             }
             KernelKey::Reduce { monoid, prologue: None, partials, workgroup, streams, whole, .. } => {
                 let src = ReduceSource::Partials { dtype: *partials };
-                templates::reduce_wgsl(*monoid, src, false, *workgroup, *streams, false, *whole)
+                let runs = templates::Runs::Scalar;
+                templates::reduce_wgsl(*monoid, src, runs, *workgroup, *streams, false, *whole)
             }
             KernelKey::Row { sig, stages, outputs, lanes: Some(lanes), .. } => {
                 fused::row_lanes_wgsl(sig, stages, outputs, *lanes)
@@ -220,16 +222,18 @@ impl KernelKey {
                 };
                 ("ew", Some(sig), suffix)
             }
-            KernelKey::Reduce { monoid, prologue, workgroup, .. } => {
+            KernelKey::Reduce { monoid, prologue, workgroup, runs, .. } => {
                 let kind = match monoid {
                     Monoid::Reduce(op) => op.name(),
                     Monoid::Arg(op) => op.name(),
                 };
-                let suffix = match (prologue.is_some(), workgroup) {
-                    (true, false) => "",
-                    (true, true) => "_wg",
-                    (false, false) => "_partials",
-                    (false, true) => "_partials_wg",
+                let suffix = match (prologue.is_some(), workgroup, runs) {
+                    (true, false, templates::Runs::Straddling) => "_straddling",
+                    (true, true, templates::Runs::Straddling) => "_wg_straddling",
+                    (true, false, _) => "",
+                    (true, true, _) => "_wg",
+                    (false, false, _) => "_partials",
+                    (false, true, _) => "_partials_wg",
                 };
                 (kind, prologue.as_ref(), suffix)
             }

@@ -25,6 +25,29 @@ pub enum Monoid {
     Arg(ArgOp),
 }
 
+/// How a first pass reads its prologue's runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Runs {
+    /// One element at a time.
+    Scalar,
+    /// vec4s: a contiguous prologue, rows a multiple of 4 long, 4-aligned
+    /// leaves.
+    Vec4,
+    /// vec4s over rows of other lengths (a vocabulary's 50257): each row's
+    /// runs start at the 4-aligned element at or before the row's start,
+    /// and the elements outside the row count as the monoid's identity.
+    /// Meta's row length is the row's plus 3, so that the runs cover it.
+    Straddling,
+}
+
+/// What meta's row length is for a pass of `runs` over rows of `len`.
+pub fn runs_len(runs: Runs, len: usize) -> usize {
+    if runs == Runs::Straddling { len + STRADDLE } else { len }
+}
+
+/// The elements a straddling row's runs may start before the row.
+const STRADDLE: usize = VEC - 1;
+
 /// Where a reduce pass reads from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceSource<'a> {
@@ -68,8 +91,8 @@ pub fn whole_spans(monoid: Monoid, streams: bool, len: usize, step: usize) -> bo
     len.is_multiple_of(per_thread * lanes as usize * step)
 }
 
-/// A reduce pass; with `vec4` (a contiguous prologue, rows a multiple of 4
-/// long, 4-aligned leaves) each invocation reads its run as vec4s; with
+/// A reduce pass; with `runs` other than `Scalar` each invocation reads its
+/// runs as vec4s ([`Runs`]); with
 /// `workgroup` each workgroup combines its invocations' partials into one
 /// in workgroup memory (shaders/reduce_workgroup.wgsl); `streams`: see
 /// [`reduce_shape`]; `row_leaves`: every `Div` leaf of the prologue repeats
@@ -79,12 +102,14 @@ pub fn whole_spans(monoid: Monoid, streams: bool, len: usize, step: usize) -> bo
 pub fn reduce_wgsl(
     monoid: Monoid,
     src: ReduceSource,
-    vec4: bool,
+    runs: Runs,
     workgroup: bool,
     streams: bool,
     row_leaves: bool,
     whole: bool,
 ) -> String {
+    let vec4 = runs != Runs::Scalar;
+    let straddling = runs == Runs::Straddling;
     let value_dtype = match src {
         ReduceSource::Prologue(sig) => sig.bodies[0].ops[sig.bodies[0].roots[0]].1,
         ReduceSource::Partials { dtype } => dtype,
@@ -115,11 +140,14 @@ pub fn reduce_wgsl(
     s += &format!("fn value(u: {unit}) -> {acc} {{ return {value}; }}\n");
     match src {
         ReduceSource::Prologue(sig) => {
-            let e = Emitter::new(sig, 4, vec4);
+            let e = prologue_emitter(sig, vec4, straddling);
             s += &e.input_decls(value_out);
-            s += &format!("fn load(row: u32, r: u32) -> {unit} {{\n    let f = row * m(1u) + r;\n");
+            if straddling {
+                s += &in_row_fn();
+            }
+            s += &format!("fn load(row: u32, r: u32) -> {unit} {{\n{}", run_base(straddling, "r", "f"));
             let v = e.body(0, "f", "", &mut s);
-            s += &format!("    return {};\n}}\n", v[0]);
+            s += &format!("    return {};\n}}\n", masked(straddling, &v[0], "f"));
             s += "fn load_index(row: u32, r: u32) -> u32 { return r; }\n";
         }
         ReduceSource::Partials { dtype } => {
@@ -135,7 +163,7 @@ pub fn reduce_wgsl(
         }
     }
     let stride = lanes as usize * if vec4 { VEC } else { 1 };
-    s += &fold_span(src, is_arg, vec4, row_leaves, &unit, per_thread, stride);
+    s += &fold_span(src, is_arg, runs, row_leaves, &unit, per_thread, stride);
     s += &format!("fn store(slot: u32, v: {acc}, i: u32) {{\n    out_v[slot] = v;\n");
     if is_arg {
         s += "    out_i[slot] = i32(i);\n";
@@ -161,7 +189,7 @@ pub fn reduce_wgsl(
 fn fold_span(
     src: ReduceSource,
     is_arg: bool,
-    vec4: bool,
+    layout: Runs,
     row_leaves: bool,
     unit: &str,
     runs: usize,
@@ -175,17 +203,18 @@ fn fold_span(
         }
         *s += &format!("    acc = merge_unit(acc, {v});\n");
     };
+    let straddling = layout == Runs::Straddling;
     let e = match src {
-        ReduceSource::Prologue(_) if !vec4 => {
+        ReduceSource::Prologue(_) if layout == Runs::Scalar => {
             s += &format!("    for (var k = 0u; k < {runs}u; k++) {{\n    let r = start + k * {stride}u;\n");
             s += "    let v = load(row, r);\n";
             fold(&mut s, "r", "v");
             return s + "    }\n    *acc_i = i;\n    return acc;\n}\n";
         }
-        ReduceSource::Prologue(sig) => Some(Emitter::new(sig, 4, true).with_meta_lets()),
+        ReduceSource::Prologue(sig) => Some(prologue_emitter(sig, true, straddling).with_meta_lets()),
         ReduceSource::Partials { .. } => None,
     };
-    s += "    let base = row * m(1u) + start;\n";
+    s += &run_base(straddling, "start", "base");
     s += &e.as_ref().map_or(String::new(), Emitter::meta_lets);
     // The hoisted ops index their leaves at the first run; a `Div` leaf
     // repeating by a multiple of the row reads the same element at every run.
@@ -205,10 +234,41 @@ fn fold_span(
             }
             None => format!("in_v[{at}]"),
         };
-        unrolled += &format!("    let run{k} = {v};\n");
+        unrolled += &format!("    let run{k} = {};\n", masked(straddling, &v, &at));
         fold(&mut unrolled, &format!("start + {}u", k * stride), &format!("run{k}"));
     }
     s + &hoisted + &unrolled + "    *acc_i = i;\n    return acc;\n}\n"
+}
+
+/// A prologue's emitter: `Div` leaves read per element when `straddling`
+/// (a run may hold the end of one row and the start of the next).
+fn prologue_emitter(sig: &Sig, vec4: bool, straddling: bool) -> Emitter<'_> {
+    let e = Emitter::new(sig, 4, vec4);
+    if straddling { e.with_straddling() } else { e }
+}
+
+/// Statements binding `name`, the flat index of the run at `r` of `row`
+/// (and, when `straddling`, `lo`, the row's first element).
+fn run_base(straddling: bool, r: &str, name: &str) -> String {
+    if straddling {
+        format!("    let lo = row * (m(1u) - {STRADDLE}u);\n    let {name} = (lo & ~3u) + {r};\n")
+    } else {
+        format!("    let {name} = row * m(1u) + {r};\n")
+    }
+}
+
+/// `in_row(f, lo)`: which elements of the vec4 at `f` lie in the row
+/// starting at `lo` (meta's row length is the row's plus STRADDLE).
+fn in_row_fn() -> String {
+    let mut s = String::from("fn in_row(f: u32, lo: u32) -> vec4<bool> {\n");
+    s += "    let j = vec4<u32>(f) + vec4<u32>(0u, 1u, 2u, 3u);\n";
+    s + &format!("    return (j >= vec4<u32>(lo)) & (j < vec4<u32>(lo + m(1u) - {STRADDLE}u));\n}}\n")
+}
+
+/// The run `v` at flat index `f`, its elements outside the row replaced by
+/// the identity when `straddling`.
+fn masked(straddling: bool, v: &str, f: &str) -> String {
+    if straddling { format!("select(identity_unit(), {v}, in_row({f}, lo))") } else { v.to_string() }
 }
 
 /// (identity, merge(a, b), take(a, b)) of a reduction's monoid.

@@ -11,7 +11,8 @@ use super::realize::ReadRequest;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::codegen::matmul::MatmulConfig;
 use crate::codegen::templates::{
-    MATMUL_K_CHUNK, Monoid, REDUCE_STREAM_MIN, REDUCE_WG, matmul_epilogue_base, reduce_shape, whole_spans,
+    MATMUL_K_CHUNK, Monoid, REDUCE_STREAM_MIN, REDUCE_WG, Runs, matmul_epilogue_base, reduce_shape, runs_len,
+    whole_spans,
 };
 use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
 use crate::dtype::DType;
@@ -202,20 +203,27 @@ impl Recording {
         values: &Arc<PooledBuffer>,
         indices: Option<&Arc<PooledBuffer>>,
     ) -> Result<()> {
-        let mut len = numel(view_shape) / rows.max(1);
+        let len = numel(view_shape) / rows.max(1);
         let value_dtype = sig.bodies[0].ops[sig.bodies[0].roots[0]].1.wide();
-        let vec4 = matches!(monoid, Monoid::Reduce(_))
-            && len.is_multiple_of(VEC)
-            && vectorizable(&sig)
-            && aligned4(&sig, &args, false);
+        let plain = matches!(monoid, Monoid::Reduce(_)) && vectorizable(&sig);
+        let runs = if plain && len.is_multiple_of(VEC) && aligned4(&sig, &args, false) {
+            Runs::Vec4
+        } else if plain && len >= VEC && aligned4(&sig, &args, true) {
+            Runs::Straddling
+        } else {
+            Runs::Scalar
+        };
         let workgroup = gpu.workgroup_reductions();
-        let row_leaves = vec4 && row_constant_leaves(&sig, &args, len);
+        // A straddling run may hold two rows' elements: no shared statistic.
+        let row_leaves = runs == Runs::Vec4 && row_constant_leaves(&sig, &args, len);
+        let mut len = runs_len(runs, len);
         let mut prologue = Some((sig, args));
         let mut inputs: Vec<Arc<PooledBuffer>> = Vec::new();
         loop {
             // The first pass reads the fused input; later ones the partials.
             let first = prologue.is_some();
-            let step = if vec4 && first { VEC } else { 1 };
+            let runs = if first { runs } else { Runs::Scalar };
+            let step = if runs == Runs::Scalar { 1 } else { VEC };
             let streams = first && matches!(monoid, Monoid::Reduce(_)) && rows * len >= REDUCE_STREAM_MIN;
             let (per_thread, _) = reduce_shape(monoid, streams);
             let groups = len.div_ceil(per_thread * step);
@@ -245,7 +253,7 @@ impl Recording {
                 monoid,
                 prologue: prologue_sig,
                 partials: value_dtype,
-                vec4: vec4 && first,
+                runs,
                 workgroup,
                 streams,
                 row_leaves: row_leaves && first,
