@@ -92,9 +92,10 @@ impl<'a> Emitter<'a> {
     }
 
     /// This emitter, reading each `Div` leaf once per element of a vec4
-    /// (whose repeat is at least 4, so a vec4 spans at most two rows).
-    pub fn with_straddling(self) -> Emitter<'a> {
-        Emitter { straddling: true, ..self }
+    /// when `on` (whose repeat is at least 4, so a vec4 spans at most two
+    /// rows).
+    pub fn with_straddling(self, on: bool) -> Emitter<'a> {
+        Emitter { straddling: on, ..self }
     }
 
     /// Variables holding `f0 / period` and `f0 % period` for each `Mod` and
@@ -455,7 +456,7 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
         // Invocation t takes vec4s t, t + T, t + 2T, ... (T invocations in
         // all): neighbours read neighbouring memory, and the per-invocation
         // cost of CPU adapters is shared by several vec4s.
-        let e = if walk == Walk::Vec4Straddling { e.with_periodic().with_straddling() } else { e.with_periodic() };
+        let e = e.with_periodic().with_straddling(walk == Walk::Vec4Straddling);
         s += "    let stride = m(1u) * nwg.y;\n";
         s += &e.periodic_start("(t * 4u)", "(stride * 4u)");
         s += &format!("    for (var i = 0u; i < {ROWS_PER_INVOCATION}u; i++) {{\n");

@@ -140,10 +140,10 @@ pub fn reduce_wgsl(
     s += &format!("fn value(u: {unit}) -> {acc} {{ return {value}; }}\n");
     match src {
         ReduceSource::Prologue(sig) => {
-            let e = prologue_emitter(sig, vec4, straddling);
+            let e = Emitter::new(sig, 4, vec4).with_straddling(straddling);
             s += &e.input_decls(value_out);
             if straddling {
-                s += &in_row_fn();
+                s += IN_ROW_FN;
             }
             s += &format!("fn load(row: u32, r: u32) -> {unit} {{\n{}", run_base(straddling, "r", "f"));
             let v = e.body(0, "f", "", &mut s);
@@ -211,7 +211,7 @@ fn fold_span(
             fold(&mut s, "r", "v");
             return s + "    }\n    *acc_i = i;\n    return acc;\n}\n";
         }
-        ReduceSource::Prologue(sig) => Some(prologue_emitter(sig, true, straddling).with_meta_lets()),
+        ReduceSource::Prologue(sig) => Some(Emitter::new(sig, 4, true).with_straddling(straddling).with_meta_lets()),
         ReduceSource::Partials { .. } => None,
     };
     s += &run_base(straddling, "start", "base");
@@ -240,35 +240,30 @@ fn fold_span(
     s + &hoisted + &unrolled + "    *acc_i = i;\n    return acc;\n}\n"
 }
 
-/// A prologue's emitter: `Div` leaves read per element when `straddling`
-/// (a run may hold the end of one row and the start of the next).
-fn prologue_emitter(sig: &Sig, vec4: bool, straddling: bool) -> Emitter<'_> {
-    let e = Emitter::new(sig, 4, vec4);
-    if straddling { e.with_straddling() } else { e }
-}
-
 /// Statements binding `name`, the flat index of the run at `r` of `row`
-/// (and, when `straddling`, `lo`, the row's first element).
+/// (and, when `straddling`, the row's bounds `lo` and `hi`, read from meta
+/// once rather than at each of an unrolled span's runs).
 fn run_base(straddling: bool, r: &str, name: &str) -> String {
     if straddling {
-        format!("    let lo = row * (m(1u) - {STRADDLE}u);\n    let {name} = (lo & ~3u) + {r};\n")
+        let s = format!("    let row_len = m(1u) - {STRADDLE}u;\n    let lo = row * row_len;\n");
+        s + &format!("    let hi = lo + row_len;\n    let {name} = (lo & ~3u) + {r};\n")
     } else {
         format!("    let {name} = row * m(1u) + {r};\n")
     }
 }
 
-/// `in_row(f, lo)`: which elements of the vec4 at `f` lie in the row
-/// starting at `lo` (meta's row length is the row's plus STRADDLE).
-fn in_row_fn() -> String {
-    let mut s = String::from("fn in_row(f: u32, lo: u32) -> vec4<bool> {\n");
-    s += "    let j = vec4<u32>(f) + vec4<u32>(0u, 1u, 2u, 3u);\n";
-    s + &format!("    return (j >= vec4<u32>(lo)) & (j < vec4<u32>(lo + m(1u) - {STRADDLE}u));\n}}\n")
+/// `in_row(f, lo, hi)`: which elements of the vec4 at `f` lie in the row
+/// `[lo, hi)`.
+const IN_ROW_FN: &str = "fn in_row(f: u32, lo: u32, hi: u32) -> vec4<bool> {
+    let j = vec4<u32>(f) + vec4<u32>(0u, 1u, 2u, 3u);
+    return (j >= vec4<u32>(lo)) & (j < vec4<u32>(hi));
 }
+";
 
 /// The run `v` at flat index `f`, its elements outside the row replaced by
 /// the identity when `straddling`.
 fn masked(straddling: bool, v: &str, f: &str) -> String {
-    if straddling { format!("select(identity_unit(), {v}, in_row({f}, lo))") } else { v.to_string() }
+    if straddling { format!("select(identity_unit(), {v}, in_row({f}, lo, hi))") } else { v.to_string() }
 }
 
 /// (identity, merge(a, b), take(a, b)) of a reduction's monoid.
