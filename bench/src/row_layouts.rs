@@ -5,9 +5,9 @@
 //! kept in the output), or none at all (the memory pattern alone); a
 //! subgroup per row holding the row in registers (one read, one write; the
 //! layout kiln generates where subgroups have a fixed width), with and
-//! without the exp; the same with a 16-lane workgroup per row combining
-//! through workgroup memory (kiln's layout off Vulkan without fixed-width
-//! subgroups). Each layout's result is
+//! without the exp; the same with 8 lanes per row combining through
+//! workgroup memory, 8 rows per workgroup (kiln's layout on CPU adapters off
+//! Vulkan, without fixed-width subgroups). Each layout's result is
 //! checked against a host softmax before it is timed.
 
 use crate::ceilings::Gpu;
@@ -19,9 +19,10 @@ pub const ROWS: usize = 4096;
 pub const LEN: usize = 1024;
 /// vec4s per row.
 const VECS: usize = LEN / 4;
-/// Lanes per row in the workgroup layout (kiln's choice where subgroups
-/// have no fixed width).
-const WG_LANES: usize = 16;
+/// Lanes per row in the workgroup layout (kiln's choice on CPU adapters
+/// whose subgroups have no fixed width), and rows per workgroup.
+const WG_LANES: usize = 8;
+const WG_ROWS: usize = 8;
 
 pub struct Layout {
     pub name: &'static str,
@@ -79,7 +80,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
 enum Combine {
     /// One subgroup per row (workgroups of 64).
     Subgroup,
-    /// One workgroup per row, through workgroup memory (a barrier each).
+    /// `WG_ROWS` rows per workgroup, through workgroup memory (a barrier each).
     Workgroup,
 }
 
@@ -91,9 +92,10 @@ fn registers(with_exp: bool, lanes: usize, combine: Combine) -> String {
     let combined = |name: &str, value: &str, subgroup_op: &str, merge: &str| match combine {
         Combine::Subgroup => format!("    let {name} = vec4<f32>({subgroup_op}({value}));\n"),
         Combine::Workgroup => {
-            let mut c =
-                format!("    part_{name}[l] = {value};\n    workgroupBarrier();\n    var {name}_s = part_{name}[0];\n");
-            (1..lanes).for_each(|i| c += &format!("    {name}_s = {merge}({name}_s, part_{name}[{i}]);\n"));
+            let mut c = format!(
+                "    part_{name}[l] = {value};\n    workgroupBarrier();\n    var {name}_s = part_{name}[first];\n"
+            );
+            (1..lanes).for_each(|i| c += &format!("    {name}_s = {merge}({name}_s, part_{name}[first + {i}u]);\n"));
             c + &format!("    let {name} = vec4<f32>({name}_s);\n")
         }
     };
@@ -103,11 +105,12 @@ fn registers(with_exp: bool, lanes: usize, combine: Combine) -> String {
             s += &format!("    let at = (gid.x / {lanes}u) * {VECS}u + gid.x % {lanes}u;\n");
         }
         Combine::Workgroup => {
-            s +=
-                &format!("var<workgroup> part_mx: array<f32, {lanes}>;\nvar<workgroup> part_s: array<f32, {lanes}>;\n");
-            s += &format!("fn add(a: f32, b: f32) -> f32 {{ return a + b; }}\n@compute @workgroup_size({lanes})\n");
+            let wg = lanes * WG_ROWS;
+            s += &format!("var<workgroup> part_mx: array<f32, {wg}>;\nvar<workgroup> part_s: array<f32, {wg}>;\n");
+            s += &format!("fn add(a: f32, b: f32) -> f32 {{ return a + b; }}\n@compute @workgroup_size({wg})\n");
             s += "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l: u32) {\n";
-            s += &format!("    let at = wg.x * {VECS}u + l;\n");
+            s += &format!("    let first = l - l % {lanes}u;\n");
+            s += &format!("    let at = (wg.x * {WG_ROWS}u + l / {lanes}u) * {VECS}u + l % {lanes}u;\n");
         }
     }
     (0..per_lane).for_each(|t| s += &format!("    let x{t} = src[at + {}u];\n", t * lanes));
@@ -141,8 +144,9 @@ fn layouts(subgroup: Option<usize>, vulkan: bool) -> Vec<(&'static str, String, 
     }
     if !vulkan {
         let wg = |e| registers(e, WG_LANES, Combine::Workgroup);
-        v.push(("16-lane workgroup per row in registers, 1 exp/element", wg(true), ROWS, true));
-        v.push(("16-lane workgroup per row in registers, no exp", wg(false), ROWS, false));
+        let groups = ROWS / WG_ROWS;
+        v.push(("8 lanes per row, 8 rows per workgroup, in registers, 1 exp/element", wg(true), groups, true));
+        v.push(("8 lanes per row, 8 rows per workgroup, in registers, no exp", wg(false), groups, false));
     }
     v
 }

@@ -257,8 +257,8 @@ fn catalog() -> Vec<String> {
             };
             out.push(key.wgsl());
         }
-        // The lanes layout: subgroups 4 to 32 wide and workgroups of 16,
-        // up to 64 vec4s per lane.
+        // The lanes layout: 4 to 32 lanes per row, one subgroup or sharing
+        // a workgroup with other rows' lanes, up to 64 vec4s per lane.
         let widths =
             if per_row { vec![] } else { vec![(4, 1024), (8, 1024), (8, 2048), (32, 128), (32, 8192), (16, 4096)] };
         for (width, len) in widths {
@@ -366,13 +366,16 @@ fn the_lanes_row_layout_is_chosen_only_where_it_fits() {
     assert!(fits(8, Combine::Subgroup, &f32_row, 1040).is_none(), "not a whole number of vec4s per lane");
     assert!(fits(128, Combine::Subgroup, &f32_row, 1024).is_none(), "a subgroup wider than the workgroup");
     assert_eq!(fits(128, Combine::Workgroup, &f32_row, 1024).map(|l| l.workgroup_size()), Some(128));
+    assert_eq!(fits(8, Combine::Workgroup, &f32_row, 1024).map(|l| l.workgroup_size()), Some(64), "8 rows' lanes");
+    assert_eq!(fits(12, Combine::Workgroup, &f32_row, 1056).map(|l| l.workgroup_size()), Some(60), "5 rows' lanes");
     assert!(fits(8, Combine::Subgroup, &bool_row, 1024).is_none(), "a bool stage");
     // Which combine each kind of adapter gets.
-    let chosen = |workgroup_memory: bool, width: Option<u32>| {
-        RowLanes::for_device(workgroup_memory, width, &f32_row, &sum, 1024).map(|l| (l.lanes, l.combine))
+    let chosen = |workgroup_memory: bool, cpu: bool, width: Option<u32>| {
+        RowLanes::for_device(workgroup_memory, cpu, width, &f32_row, &sum, 1024).map(|l| (l.lanes, l.combine))
     };
-    assert_eq!(chosen(true, Some(8)), Some((8, Combine::Subgroup)));
-    assert_eq!(chosen(false, Some(8)), Some((8, Combine::Subgroup)));
-    assert_eq!(chosen(true, None), Some((16, Combine::Workgroup)));
-    assert_eq!(chosen(false, None), None, "no workgroup memory");
+    assert_eq!(chosen(true, true, Some(8)), Some((8, Combine::Subgroup)));
+    assert_eq!(chosen(false, false, Some(8)), Some((8, Combine::Subgroup)));
+    assert_eq!(chosen(true, true, None), Some((8, Combine::Workgroup)), "llvmpipe GL's SIMD width");
+    assert_eq!(chosen(true, false, None), Some((16, Combine::Workgroup)));
+    assert_eq!(chosen(false, true, None), None, "no workgroup memory");
 }

@@ -662,16 +662,23 @@ pub enum Combine {
     /// The lanes are one subgroup (of a fixed width): a butterfly of
     /// `subgroupShuffleXor`, no barrier. Workgroups of [`ROW_LANES_WG`].
     Subgroup,
-    /// The lanes are one workgroup: each writes its partial to workgroup
-    /// memory, one barrier, and each folds them all.
+    /// The lanes share a workgroup (with other rows' lanes, up to
+    /// [`ROW_LANES_WG`] invocations): each writes its partial to workgroup
+    /// memory, one barrier, and each folds its row's.
     Workgroup,
 }
 
-/// Invocations per workgroup of the subgroup-combined lanes row kernel.
+/// Invocations per workgroup of the lanes row kernel (rows with more
+/// lanes than this take a workgroup each).
 pub const ROW_LANES_WG: u32 = 64;
-/// Lanes per row where they combine through workgroup memory (16 measured
-/// best of 4 to 64 on llvmpipe GL, see docs/BENCHMARKS.md).
-const WORKGROUP_LANES: u32 = 16;
+/// Lanes per row where they combine through workgroup memory, on CPU
+/// adapters: one SIMD batch of llvmpipe (256 bits); on llvmpipe GL 8 lanes
+/// with 8 rows per workgroup ran softmax [4096, 1024] 1.9× as fast as 16
+/// lanes with one row per workgroup (docs/BENCHMARKS.md, fourteenth session).
+const WORKGROUP_LANES_CPU: u32 = 8;
+/// The same on GPUs (not measured on one yet): 16 lanes keep a lane's
+/// share of a 1024-long row to 16 vec4 registers.
+const WORKGROUP_LANES_GPU: u32 = 16;
 /// Most vec4s one lane keeps in registers (the row is unrolled into them).
 const LANE_SLOTS_MAX: usize = 64;
 
@@ -679,10 +686,12 @@ impl RowLanes {
     /// The layout for `stages` over rows of `len` (vec4-readable, written
     /// per element) on an adapter whose subgroups are `subgroup_width` wide
     /// (`None`: no subgroups, or of no fixed width): a subgroup per row where
-    /// the width is known, else a workgroup per row where the device has
-    /// `workgroup_memory` (`DeviceInfo::workgroup_memory`), if it fits.
+    /// the width is known, else lanes combined through workgroup memory where
+    /// the device has it (`DeviceInfo::workgroup_memory`), as many as suit a
+    /// `cpu_adapter` or a GPU; if the row fits.
     pub fn for_device(
         workgroup_memory: bool,
+        cpu_adapter: bool,
         subgroup_width: Option<u32>,
         sig: &Sig,
         stages: &[ReduceOp],
@@ -690,7 +699,10 @@ impl RowLanes {
     ) -> Option<RowLanes> {
         match subgroup_width {
             Some(width) => RowLanes::fitting(width, Combine::Subgroup, sig, stages, len),
-            None if workgroup_memory => RowLanes::fitting(WORKGROUP_LANES, Combine::Workgroup, sig, stages, len),
+            None if workgroup_memory => {
+                let lanes = if cpu_adapter { WORKGROUP_LANES_CPU } else { WORKGROUP_LANES_GPU };
+                RowLanes::fitting(lanes, Combine::Workgroup, sig, stages, len)
+            }
             None => None,
         }
     }
@@ -708,11 +720,11 @@ impl RowLanes {
         (word && fits).then_some(RowLanes { lanes, len: len as u32, combine })
     }
 
-    /// Invocations per workgroup.
+    /// Invocations per workgroup: a whole number of rows' lanes.
     pub fn workgroup_size(self) -> u32 {
         match self.combine {
             Combine::Subgroup => ROW_LANES_WG,
-            Combine::Workgroup => self.lanes,
+            Combine::Workgroup => self.lanes * (ROW_LANES_WG / self.lanes).max(1),
         }
     }
 
@@ -732,14 +744,18 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
     let mut s = row_decls(&e, stages, outputs, true);
     if lanes.combine == Combine::Workgroup {
         for k in 0..stages.len() {
-            s += &format!("var<workgroup> part{k}: array<{}, {l}>;\n", compute_type(stage_dtype(sig, k)));
+            let (ct, wg) = (compute_type(stage_dtype(sig, k)), lanes.workgroup_size());
+            s += &format!("var<workgroup> part{k}: array<{ct}, {wg}>;\n");
         }
     }
-    let subgroup_ids = ", @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_lane: u32";
+    let ids = match lanes.combine {
+        Combine::Subgroup => ", @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_lane: u32",
+        Combine::Workgroup => ", @builtin(local_invocation_index) local: u32",
+    };
     s += &format!(
         "@compute @workgroup_size({})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>{}) {{\n",
         lanes.workgroup_size(),
-        if lanes.combine == Combine::Subgroup { subgroup_ids } else { "" }
+        ids
     );
     // No early return: every lane of a row must reach the shuffles or
     // barriers. Lanes past the last row redo it and store the same values
@@ -748,10 +764,14 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         "    let at = gid.y * m(2u) + gid.x;\n    let row = min(at / {l}u, m(0u) - 1u);\n    let lane = at % {l}u;\n"
     );
     s += &e.meta_lets();
-    if lanes.combine == Combine::Subgroup {
+    match lanes.combine {
         // Whether the row's lanes are one subgroup, lane for lane (so far
         // always, where an adapter reports one subgroup width).
-        s += &format!("    let lanes_are_subgroup = subgroupAll(sg_size == {l}u && sg_lane == lane);\n");
+        Combine::Subgroup => {
+            s += &format!("    let lanes_are_subgroup = subgroupAll(sg_size == {l}u && sg_lane == lane);\n")
+        }
+        // Where the row's partials sit in workgroup memory.
+        Combine::Workgroup => s += "    let first_lane = local - lane;\n",
     }
     let slots: Vec<String> = (0..lanes.slots()).map(|t| format!("slot{t}")).collect();
     for (t, f) in slots.iter().enumerate() {
@@ -810,8 +830,9 @@ fn combine_lanes(e: &Emitter, k: usize, lanes: RowLanes) -> String {
             s + &format!("        s{k} = merge{k}(merge{k}(c{k}.x, c{k}.y), merge{k}(c{k}.z, c{k}.w));\n    }}\n")
         }
         Combine::Workgroup => {
-            let mut s = format!("    part{k}[lane] = s{k};\n    workgroupBarrier();\n    s{k} = part{k}[0];\n");
-            (1..l).for_each(|i| s += &format!("    s{k} = merge{k}(s{k}, part{k}[{i}]);\n"));
+            let mut s =
+                format!("    part{k}[local] = s{k};\n    workgroupBarrier();\n    s{k} = part{k}[first_lane];\n");
+            (1..l).for_each(|i| s += &format!("    s{k} = merge{k}(s{k}, part{k}[first_lane + {i}u]);\n"));
             s
         }
     }

@@ -299,7 +299,8 @@ impl Recording {
             w if w > 0 && gpu.info.subgroups => Some(w),
             _ => gpu.info.subgroup_size,
         };
-        let lanes = vec4.then(|| RowLanes::for_device(gpu.info.workgroup_memory, width, &sig, &stages, len)).flatten();
+        let (memory, cpu) = (gpu.info.workgroup_memory, gpu.info.is_cpu_adapter());
+        let lanes = vec4.then(|| RowLanes::for_device(memory, cpu, width, &sig, &stages, len)).flatten();
         let (invocations, wg) = match lanes {
             Some(l) => (rows * l.lanes as usize, l.workgroup_size()),
             None => (rows, WG),
