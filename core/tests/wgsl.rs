@@ -258,12 +258,18 @@ fn catalog() -> Vec<String> {
             out.push(key.wgsl());
         }
         // The lanes layout: 4 to 32 lanes per row, one subgroup or sharing
-        // a workgroup with other rows' lanes, up to 64 vec4s per lane.
-        let widths =
-            if per_row { vec![] } else { vec![(4, 1024), (8, 1024), (8, 2048), (32, 128), (32, 8192), (16, 4096)] };
-        for (width, len) in widths {
+        // a workgroup with other rows' lanes, up to 64 vec4s per lane; rows
+        // with a ragged last slot, and rows read element by element.
+        let widths = if per_row {
+            vec![]
+        } else {
+            let vec4 = [(4, 1024), (8, 1024), (8, 2048), (32, 128), (32, 8192), (16, 4096), (8, 1000)];
+            let scalar = [(8, 1023), (4, 256), (16, 100)];
+            vec4.map(|(w, l)| (w, l, true)).into_iter().chain(scalar.map(|(w, l)| (w, l, false))).collect()
+        };
+        for (width, len, vec4) in widths {
             for combine in [Combine::Subgroup, Combine::Workgroup] {
-                let lanes = RowLanes::fitting(width, combine, &s, &stages, len).expect("a fitting row");
+                let lanes = RowLanes::fitting(width, combine, &s, &stages, len, vec4).expect("a fitting row");
                 let outputs = vec![DType::F32];
                 let key = KernelKey::Row {
                     sig: s.clone(),
@@ -359,11 +365,20 @@ fn the_lanes_row_layout_is_chosen_only_where_it_fits() {
     };
     let (f32_row, bool_row) = (row(DType::F32), row(DType::Bool));
     let sum = [ReduceOp::Sum];
-    let fits = |width: u32, combine: Combine, s: &Sig, len: usize| RowLanes::fitting(width, combine, s, &sum, len);
+    let fits =
+        |width: u32, combine: Combine, s: &Sig, len: usize| RowLanes::fitting(width, combine, s, &sum, len, true);
+    let scalar = |width: u32, len: usize| RowLanes::fitting(width, Combine::Subgroup, &f32_row, &sum, len, false);
     assert!(fits(8, Combine::Subgroup, &f32_row, 1024).is_some());
     assert!(fits(8, Combine::Subgroup, &f32_row, 2048).is_some(), "64 vec4s per lane");
     assert!(fits(8, Combine::Subgroup, &f32_row, 2080).is_none(), "65 vec4s per lane");
-    assert!(fits(8, Combine::Subgroup, &f32_row, 1040).is_none(), "not a whole number of vec4s per lane");
+    assert!(fits(8, Combine::Subgroup, &f32_row, 1040).is_some(), "a ragged last slot");
+    assert!(fits(8, Combine::Subgroup, &f32_row, 96).is_some(), "3 whole slots");
+    assert!(fits(8, Combine::Subgroup, &f32_row, 100).is_none(), "4 slots, 7 of 32 idle");
+    assert!(fits(4, Combine::Subgroup, &f32_row, 100).is_some(), "7 slots, 3 of 28 idle");
+    assert!(fits(8, Combine::Subgroup, &f32_row, 200).is_some(), "7 slots, 6 of 56 idle");
+    assert!(fits(8, Combine::Subgroup, &f32_row, 1023).is_none(), "not vec4s");
+    assert!(scalar(8, 1023).is_some() && scalar(8, 1024).is_some(), "128 elements per lane");
+    assert!(scalar(8, 1025).is_none(), "129 elements per lane");
     assert!(fits(128, Combine::Subgroup, &f32_row, 1024).is_none(), "a subgroup wider than the workgroup");
     assert_eq!(fits(128, Combine::Workgroup, &f32_row, 1024).map(|l| l.workgroup_size()), Some(128));
     assert_eq!(fits(8, Combine::Workgroup, &f32_row, 1024).map(|l| l.workgroup_size()), Some(64), "8 rows' lanes");
@@ -371,7 +386,7 @@ fn the_lanes_row_layout_is_chosen_only_where_it_fits() {
     assert!(fits(8, Combine::Subgroup, &bool_row, 1024).is_none(), "a bool stage");
     // Which combine each kind of adapter gets.
     let chosen = |workgroup_memory: bool, cpu: bool, width: Option<u32>| {
-        RowLanes::for_device(workgroup_memory, cpu, width, &f32_row, &sum, 1024).map(|l| (l.lanes, l.combine))
+        RowLanes::for_device(workgroup_memory, cpu, width, &f32_row, &sum, 1024, true).map(|l| (l.lanes, l.combine))
     };
     assert_eq!(chosen(true, true, Some(8)), Some((8, Combine::Subgroup)));
     assert_eq!(chosen(false, false, Some(8)), Some((8, Combine::Subgroup)));

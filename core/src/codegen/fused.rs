@@ -645,15 +645,19 @@ fn stage_dtype(sig: &Sig, k: usize) -> DType {
 }
 
 /// The lanes row layout: `lanes` invocations per row of `len` elements,
-/// lane l holding vec4s l, l + lanes, … of the row in registers. Every
-/// element is read once and written once, and the lanes' loads are
-/// contiguous (on CPU adapters, vector loads instead of the
-/// row-per-invocation layout's gathers across rows; on GPUs, coalesced).
+/// lane l holding vec4s (or with `vec4` false, elements) l, l + lanes, … of
+/// the row in registers. Every element is read once and written once, and
+/// the lanes' loads are contiguous (on CPU adapters, vector loads instead
+/// of the row-per-invocation layout's gathers across rows; on GPUs,
+/// coalesced). Where the row does not split evenly, the last slot is
+/// ragged: lanes past the row's end read its last vec4 (or element) again,
+/// fold the identity instead, and store the same bits its own lane stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RowLanes {
     pub lanes: u32,
     pub len: u32,
     pub combine: Combine,
+    pub vec4: bool,
 }
 
 /// How a row's lanes combine their partial results.
@@ -681,6 +685,14 @@ const WORKGROUP_LANES_CPU: u32 = 8;
 const WORKGROUP_LANES_GPU: u32 = 16;
 /// Most vec4s one lane keeps in registers (the row is unrolled into them).
 const LANE_SLOTS_MAX: usize = 64;
+/// Most elements one lane keeps where they are not read as vec4s (rows of
+/// 1023 on lavapipe and GL; the unrolled kernel's length bounds it).
+const LANE_SCALAR_SLOTS_MAX: usize = 128;
+/// A ragged row takes the lanes layout where at most this fraction of its
+/// lanes' slots idle: rows of 100 (a quarter idle with 8 lanes) ran 15%
+/// slower on llvmpipe GL than with a row per invocation, rows of 200 and
+/// 1000 (an eighth and 2%) 1.1–1.5× faster on every adapter.
+const RAGGED_IDLE_MAX: f64 = 0.125;
 
 impl RowLanes {
     /// The layout for `stages` over rows of `len` (vec4-readable, written
@@ -688,7 +700,8 @@ impl RowLanes {
     /// (`None`: no subgroups, or of no fixed width): a subgroup per row where
     /// the width is known, else lanes combined through workgroup memory where
     /// the device has it (`DeviceInfo::workgroup_memory`), as many as suit a
-    /// `cpu_adapter` or a GPU; if the row fits.
+    /// `cpu_adapter` or a GPU; if the row fits, read as `vec4`s or not.
+    #[allow(clippy::too_many_arguments)]
     pub fn for_device(
         workgroup_memory: bool,
         cpu_adapter: bool,
@@ -696,28 +709,41 @@ impl RowLanes {
         sig: &Sig,
         stages: &[ReduceOp],
         len: usize,
+        vec4: bool,
     ) -> Option<RowLanes> {
         match subgroup_width {
-            Some(width) => RowLanes::fitting(width, Combine::Subgroup, sig, stages, len),
+            Some(width) => RowLanes::fitting(width, Combine::Subgroup, sig, stages, len, vec4),
             None if workgroup_memory => {
                 let lanes = if cpu_adapter { WORKGROUP_LANES_CPU } else { WORKGROUP_LANES_GPU };
-                RowLanes::fitting(lanes, Combine::Workgroup, sig, stages, len)
+                RowLanes::fitting(lanes, Combine::Workgroup, sig, stages, len, vec4)
             }
             None => None,
         }
     }
 
-    /// The layout with `lanes` per row combined by `combine`, if the row
-    /// splits into whole vec4s per lane, at most `LANE_SLOTS_MAX` (64) each,
-    /// and every stage is a 32-bit value.
-    pub fn fitting(lanes: u32, combine: Combine, sig: &Sig, stages: &[ReduceOp], len: usize) -> Option<RowLanes> {
+    /// The layout with `lanes` per row combined by `combine`, reading
+    /// `vec4`s (`len` a multiple of 4) or elements, if each lane's share
+    /// fits in `LANE_SLOTS_MAX` vec4s (or `LANE_SCALAR_SLOTS_MAX` elements),
+    /// a ragged row leaves at most `RAGGED_IDLE_MAX` of its slots idle, and
+    /// every stage is a 32-bit value.
+    pub fn fitting(
+        lanes: u32,
+        combine: Combine,
+        sig: &Sig,
+        stages: &[ReduceOp],
+        len: usize,
+        vec4: bool,
+    ) -> Option<RowLanes> {
         let word = (0..stages.len()).all(|k| matches!(stage_dtype(sig, k), DType::F32 | DType::I32 | DType::U32));
-        let per_slot = VEC * lanes as usize;
+        let row = RowLanes { lanes, len: len as u32, combine, vec4 };
+        let (step, max) = if vec4 { (VEC, LANE_SLOTS_MAX) } else { (1, LANE_SCALAR_SLOTS_MAX) };
         let fits = lanes > 0
+            && len > 0
             && (combine == Combine::Workgroup || ROW_LANES_WG.is_multiple_of(lanes))
-            && len.is_multiple_of(per_slot)
-            && len / per_slot <= LANE_SLOTS_MAX;
-        (word && fits).then_some(RowLanes { lanes, len: len as u32, combine })
+            && len.is_multiple_of(step)
+            && row.slots() <= max
+            && row.idle() <= RAGGED_IDLE_MAX;
+        (word && fits).then_some(row)
     }
 
     /// Invocations per workgroup: a whole number of rows' lanes.
@@ -728,20 +754,42 @@ impl RowLanes {
         }
     }
 
+    /// Elements one slot of one lane holds.
+    fn step(self) -> usize {
+        if self.vec4 { VEC } else { 1 }
+    }
+
+    /// The row's vec4s (or elements).
+    fn units(self) -> usize {
+        self.len as usize / self.step()
+    }
+
     fn slots(self) -> usize {
-        self.len as usize / (VEC * self.lanes as usize)
+        self.units().div_ceil(self.lanes as usize)
+    }
+
+    /// Whether the last slot reaches past the row's end for some lanes.
+    fn ragged(self) -> bool {
+        !self.units().is_multiple_of(self.lanes as usize)
+    }
+
+    /// The fraction of the lanes' slots past the row's end.
+    fn idle(self) -> f64 {
+        let slots = self.slots() * self.lanes as usize;
+        (slots - self.units()) as f64 / slots as f64
     }
 }
 
 /// The row kernel in the [`RowLanes`] layout (same bodies, stages and
-/// meta as [`row_wgsl`], outputs per element, vec4 leaves). Each stage
-/// folds the lane's slots in order, then the vec4's lanes, then combines
-/// the row's lanes in a fixed order with kiln's own merge, every lane
-/// getting the same bits.
+/// meta as [`row_wgsl`], outputs per element, vec4 leaves with
+/// `lanes.vec4`). Each stage folds the lane's slots in order, then the
+/// vec4's lanes, then combines the row's lanes in a fixed order with kiln's
+/// own merge, every lane getting the same bits.
 pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: RowLanes) -> String {
-    let e = Emitter::new(sig, 3, true).with_meta_lets().with_stages(stages);
-    let (l, len) = (lanes.lanes, lanes.len);
-    let mut s = row_decls(&e, stages, outputs, true);
+    let vec4 = lanes.vec4;
+    let e = Emitter::new(sig, 3, vec4).with_meta_lets().with_stages(stages);
+    let (l, len, step) = (lanes.lanes, lanes.len, lanes.step());
+    let mut s = row_decls(&e, stages, outputs, vec4);
     if lanes.combine == Combine::Workgroup {
         for k in 0..stages.len() {
             let (ct, wg) = (compute_type(stage_dtype(sig, k)), lanes.workgroup_size());
@@ -774,8 +822,16 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         Combine::Workgroup => s += "    let first_lane = local - lane;\n",
     }
     let slots: Vec<String> = (0..lanes.slots()).map(|t| format!("slot{t}")).collect();
+    let ragged = lanes.ragged().then_some(slots.len() - 1);
     for (t, f) in slots.iter().enumerate() {
-        s += &format!("    let {f} = row * {len}u + (lane + {}u) * 4u;\n", t as u32 * l);
+        let unit = format!("lane + {}u", t as u32 * l);
+        if ragged == Some(t) {
+            let last = lanes.units() - 1;
+            s += &format!("    let {f} = row * {len}u + min({unit}, {last}u) * {step}u;\n");
+            s += &format!("    let in_row = {unit} <= {last}u;\n");
+        } else {
+            s += &format!("    let {f} = row * {len}u + ({unit}) * {step}u;\n");
+        }
     }
     // For each body, the latest earlier stage whose value it can be given.
     let given: Vec<Option<(usize, usize)>> =
@@ -783,17 +839,28 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
     for (k, &stage_given) in given[..stages.len()].iter().enumerate() {
         // Each value folded as soon as it is made (SwiftShader's compiler
         // runs about 10% slower when all are made first).
+        let (identity, merge) = if vec4 {
+            (format!("vec4(identity{k}())"), format!("merge{k}v"))
+        } else {
+            (format!("identity{k}()"), format!("merge{k}"))
+        };
         for (t, f) in slots.iter().enumerate() {
             let v = lane_roots(&e, k, stage_given, t, f, &mut s).remove(0);
-            s += &if t == 0 { format!("    var b{k} = {v};\n") } else { format!("    b{k} = merge{k}v(b{k}, {v});\n") };
+            let v = if ragged == Some(t) { format!("select({identity}, {v}, in_row)") } else { v };
+            s += &if t == 0 { format!("    var b{k} = {v};\n") } else { format!("    b{k} = {merge}(b{k}, {v});\n") };
         }
-        s += &format!("    var s{k} = merge{k}(merge{k}(b{k}.x, b{k}.y), merge{k}(b{k}.z, b{k}.w));\n");
+        s += &if vec4 {
+            format!("    var s{k} = merge{k}(merge{k}(b{k}.x, b{k}.y), merge{k}(b{k}.z, b{k}.w));\n")
+        } else {
+            format!("    var s{k} = b{k};\n")
+        };
         s += &combine_lanes(&e, k, lanes);
     }
     for (t, f) in slots.iter().enumerate() {
         let roots = lane_roots(&e, stages.len(), given[stages.len()], t, f, &mut s);
+        let at = if vec4 { format!("{f} >> 2u") } else { f.clone() };
         for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
-            s += &format!("    out{k}[{f} >> 2u] = {};\n", store_expr(d, r));
+            s += &format!("    out{k}[{at}] = {};\n", store_expr(d, r));
         }
     }
     s + "}\n"
@@ -820,14 +887,21 @@ fn combine_lanes(e: &Emitter, k: usize, lanes: RowLanes) -> String {
                     "    s{k} = merge{k}(select(o{k}_{w}, s{k}, low{k}_{w}), select(s{k}, o{k}_{w}, low{k}_{w}));\n"
                 );
             }
-            s += &format!("    if (!lanes_are_subgroup) {{\n        var c{k} = vec4(identity{k}());\n");
-            s += &format!(
-                "        for (var j = 0u; j < {}u; j += 4u) {{\n        let f = row * {}u + j;\n",
-                lanes.len, lanes.len
-            );
+            let (len, step) = (lanes.len, lanes.step());
+            let (init, merge) = if lanes.vec4 {
+                (format!("vec4(identity{k}())"), format!("merge{k}v"))
+            } else {
+                (format!("identity{k}()"), format!("merge{k}"))
+            };
+            s += &format!("    if (!lanes_are_subgroup) {{\n        var c{k} = {init};\n");
+            s += &format!("        for (var j = 0u; j < {len}u; j += {step}u) {{\n        let f = row * {len}u + j;\n");
             let v = e.body(k, "f", &format!("fb{k}_"), &mut s).remove(0);
-            s += &format!("        c{k} = merge{k}v(c{k}, {v});\n        }}\n");
-            s + &format!("        s{k} = merge{k}(merge{k}(c{k}.x, c{k}.y), merge{k}(c{k}.z, c{k}.w));\n    }}\n")
+            s += &format!("        c{k} = {merge}(c{k}, {v});\n        }}\n");
+            s + &if lanes.vec4 {
+                format!("        s{k} = merge{k}(merge{k}(c{k}.x, c{k}.y), merge{k}(c{k}.z, c{k}.w));\n    }}\n")
+            } else {
+                format!("        s{k} = c{k};\n    }}\n")
+            }
         }
         Combine::Workgroup => {
             let mut s =

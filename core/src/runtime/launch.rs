@@ -289,18 +289,17 @@ impl Recording {
             return Ok(());
         }
         let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
-        let vec4 = !per_row
-            && len.is_multiple_of(VEC)
-            && dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool)
-            && vectorizable_reading_rows(&sig)
-            && aligned4(&sig, &args, false);
+        // Rows read in lanes or as vec4s: word-sized values written per element.
+        let words =
+            !per_row && dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool) && vectorizable_reading_rows(&sig);
+        let vec4 = words && len.is_multiple_of(VEC) && aligned4(&sig, &args, false);
         let width = match gpu.assumed_subgroup_width.load(Ordering::Relaxed) {
             super::NO_FIXED_WIDTH => None,
             w if w > 0 && gpu.info.subgroups => Some(w),
             _ => gpu.info.subgroup_size,
         };
         let (memory, cpu) = (gpu.info.workgroup_memory, gpu.info.is_cpu_adapter());
-        let lanes = vec4.then(|| RowLanes::for_device(memory, cpu, width, &sig, &stages, len)).flatten();
+        let lanes = words.then(|| RowLanes::for_device(memory, cpu, width, &sig, &stages, len, vec4)).flatten();
         let (invocations, wg) = match lanes {
             Some(l) => (rows * l.lanes as usize, l.workgroup_size()),
             None => (rows, WG),
