@@ -581,14 +581,8 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
             k += 2;
             continue;
         }
-        let (init, fold) = if vec4 {
-            let ct = compute_type(sig.bodies[k].ops[sig.bodies[k].roots[0]].1);
-            let b = format!("b{k}");
-            (format!("vec4<{ct}>(identity{k}())"), format!("merge{k}(merge{k}({b}.x, {b}.y), merge{k}({b}.z, {b}.w))"))
-        } else {
-            (format!("identity{k}()"), format!("b{k}"))
-        };
-        let m = if vec4 { format!("merge{k}v") } else { format!("merge{k}") };
+        let (init, m) = slot_monoid(k, vec4);
+        let fold = slot_total(k, &format!("b{k}"), vec4);
         s += &format!("    var s{k} = identity{k}();\n");
         s += &row_blocks(&format!("    var b{k} = {init};\n"), step);
         let r = e.body(k, "f", "", &mut s);
@@ -839,21 +833,13 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
     for (k, &stage_given) in given[..stages.len()].iter().enumerate() {
         // Each value folded as soon as it is made (SwiftShader's compiler
         // runs about 10% slower when all are made first).
-        let (identity, merge) = if vec4 {
-            (format!("vec4(identity{k}())"), format!("merge{k}v"))
-        } else {
-            (format!("identity{k}()"), format!("merge{k}"))
-        };
+        let (identity, merge) = slot_monoid(k, vec4);
         for (t, f) in slots.iter().enumerate() {
             let v = lane_roots(&e, k, stage_given, t, f, &mut s).remove(0);
             let v = if ragged == Some(t) { format!("select({identity}, {v}, in_row)") } else { v };
             s += &if t == 0 { format!("    var b{k} = {v};\n") } else { format!("    b{k} = {merge}(b{k}, {v});\n") };
         }
-        s += &if vec4 {
-            format!("    var s{k} = merge{k}(merge{k}(b{k}.x, b{k}.y), merge{k}(b{k}.z, b{k}.w));\n")
-        } else {
-            format!("    var s{k} = b{k};\n")
-        };
+        s += &format!("    var s{k} = {};\n", slot_total(k, &format!("b{k}"), vec4));
         s += &combine_lanes(&e, k, lanes);
     }
     for (t, f) in slots.iter().enumerate() {
@@ -888,20 +874,12 @@ fn combine_lanes(e: &Emitter, k: usize, lanes: RowLanes) -> String {
                 );
             }
             let (len, step) = (lanes.len, lanes.step());
-            let (init, merge) = if lanes.vec4 {
-                (format!("vec4(identity{k}())"), format!("merge{k}v"))
-            } else {
-                (format!("identity{k}()"), format!("merge{k}"))
-            };
+            let (init, merge) = slot_monoid(k, lanes.vec4);
             s += &format!("    if (!lanes_are_subgroup) {{\n        var c{k} = {init};\n");
             s += &format!("        for (var j = 0u; j < {len}u; j += {step}u) {{\n        let f = row * {len}u + j;\n");
             let v = e.body(k, "f", &format!("fb{k}_"), &mut s).remove(0);
             s += &format!("        c{k} = {merge}(c{k}, {v});\n        }}\n");
-            s + &if lanes.vec4 {
-                format!("        s{k} = merge{k}(merge{k}(c{k}.x, c{k}.y), merge{k}(c{k}.z, c{k}.w));\n    }}\n")
-            } else {
-                format!("        s{k} = c{k};\n    }}\n")
-            }
+            s + &format!("        s{k} = {};\n    }}\n", slot_total(k, &format!("c{k}"), lanes.vec4))
         }
         Combine::Workgroup => {
             let mut s =
@@ -910,6 +888,21 @@ fn combine_lanes(e: &Emitter, k: usize, lanes: RowLanes) -> String {
             s
         }
     }
+}
+
+/// Stage `k`'s identity and merge over vec4s or elements.
+fn slot_monoid(k: usize, vec4: bool) -> (String, String) {
+    if vec4 {
+        (format!("vec4(identity{k}())"), format!("merge{k}v"))
+    } else {
+        (format!("identity{k}()"), format!("merge{k}"))
+    }
+}
+
+/// Stage `k`'s value from the accumulator `acc`: with `vec4`, its four
+/// lanes merged in a fixed order.
+fn slot_total(k: usize, acc: &str, vec4: bool) -> String {
+    if vec4 { format!("merge{k}(merge{k}({acc}.x, {acc}.y), merge{k}({acc}.z, {acc}.w))") } else { acc.to_string() }
 }
 
 /// Body `b`'s roots at slot `t` (flat index `f`), named `k{b}t{t}_v…`.
