@@ -496,16 +496,22 @@ impl Gpu {
         }
         let mut encoder =
             self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln step") });
-        if !rec.dispatches.is_empty() {
+        // On loan until after the submit: back in the pool sooner, another
+        // thread's realization could take it and queue its own meta write,
+        // which wgpu runs at the next submit, before these launches.
+        let meta = (!rec.dispatches.is_empty()).then(|| {
             let usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
-            let meta_buffer = self.pool.get((rec.meta.len() * 4) as u64, usage);
-            self.queue.write_buffer(meta_buffer.buffer(), 0, bytemuck::cast_slice(&rec.meta));
+            let meta = self.pool.get((rec.meta.len() * 4) as u64, usage);
+            self.queue.write_buffer(meta.buffer(), 0, bytemuck::cast_slice(&rec.meta));
+            meta
+        });
+        if let Some(meta) = &meta {
             let launches: Vec<Launch> = rec
                 .dispatches
                 .iter()
                 .map(|d| Launch {
                     kernel: &d.kernel,
-                    bind_group: self.bind_group(&d.kernel, &meta_buffer, d.meta_slot, &d.buffers),
+                    bind_group: self.bind_group(&d.kernel, meta, d.meta_slot, &d.buffers),
                     groups: d.groups,
                 })
                 .collect();
@@ -517,6 +523,7 @@ impl Gpu {
             staging
         });
         self.queue.submit([encoder.finish()]);
+        drop(meta);
         self.check_errors()?;
         Ok(staging)
     }

@@ -114,8 +114,6 @@ pub(crate) struct Gpu {
     workgroup_reductions: AtomicU8,
     /// Switched by [`Device::set_kernel_profiling`].
     profiler: profile::Profiler,
-    /// Taken by each realization's plan, from building it to submitting it.
-    planning: Mutex<()>,
 }
 
 enum Backend {
@@ -228,7 +226,6 @@ impl Device {
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
             tuner: tune::Tuner::default(),
-            planning: Mutex::new(()),
             assumed_subgroup_width: AtomicU32::new(0),
             workgroup_reductions: AtomicU8::new(0),
             profiler: profile::Profiler::default(),

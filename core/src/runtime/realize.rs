@@ -59,8 +59,6 @@ pub(super) struct Plan<'a> {
     stages: HashMap<u64, GpuArray>,
     /// The IR nodes each recorded launch computes (parallel to `rec.dispatches`).
     covers: Vec<Vec<u64>>,
-    /// Held while the plan lives: one plan at a time per device.
-    _alone: std::sync::MutexGuard<'a, ()>,
 }
 
 /// One kernel of a plan: its name and the IR nodes it computes.
@@ -84,7 +82,6 @@ fn narrowed(a: GpuArray, dtype: DType) -> Fused {
 impl<'a> Plan<'a> {
     pub fn new(gpu: &'a Gpu) -> Plan<'a> {
         Plan {
-            _alone: gpu.planning.lock().unwrap_or_else(|poisoned| poisoned.into_inner()),
             gpu,
             rec: Recording::default(),
             vals: HashMap::new(),
