@@ -3,10 +3,10 @@
 //! (checked with spirv-val where installed). Runs without a GPU.
 
 use kiln_core::DType;
-use kiln_core::codegen::KernelKey;
 use kiln_core::codegen::fused::{Combine, RowLanes, Walk};
 use kiln_core::codegen::matmul::MatmulConfig;
 use kiln_core::codegen::templates::{Monoid, Runs};
+use kiln_core::codegen::{KernelKey, RowLayout};
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
 use kiln_core::sched::lower::{Access, Body, LeafDesc, Op, Sig};
 use kiln_core::validate::translate_all;
@@ -57,6 +57,11 @@ const LOAD: usize = 1 << 20;
 
 fn ew(sig: Sig, outputs: Vec<DType>) -> String {
     KernelKey::Elementwise { sig, outputs, out_strided: false, walk: Walk::Flat }.wgsl()
+}
+
+/// Ops 0..3 of a row body: x − row stage 0.
+fn x_minus_row0() -> Vec<(Op, DType)> {
+    vec![(Op::Load(0), DType::F32), (Op::Row(0), DType::F32), (Op::Binary(BinaryOp::Sub, 0, 1), DType::F32)]
 }
 
 fn catalog() -> Vec<String> {
@@ -224,15 +229,7 @@ fn catalog() -> Vec<String> {
         let mut s = sig(2, &[(DType::F32, true)], &[], vec![], vec![]);
         s.bodies = vec![
             Body { ops: vec![(Op::Load(0), DType::F32)], roots: vec![0] },
-            Body {
-                ops: vec![
-                    (Op::Load(0), DType::F32),
-                    (Op::Row(0), DType::F32),
-                    (Op::Binary(BinaryOp::Sub, 0, 1), DType::F32),
-                    (Op::Unary(UnaryOp::Exp, 2), DType::F32),
-                ],
-                roots: vec![3],
-            },
+            Body { ops: [x_minus_row0(), vec![(Op::Unary(UnaryOp::Exp, 2), DType::F32)]].concat(), roots: vec![3] },
             Body {
                 ops: vec![
                     (Op::Load(0), DType::F32),
@@ -246,15 +243,11 @@ fn catalog() -> Vec<String> {
             },
         ];
         let stages = vec![ReduceOp::Max, ReduceOp::Sum];
-        for vec4 in [false, !per_row] {
-            let key = KernelKey::Row {
-                sig: s.clone(),
-                stages: stages.clone(),
-                outputs: vec![DType::F32],
-                per_row,
-                vec4,
-                lanes: None,
-            };
+        // A row per invocation, and streamed by 4, 8 or 16 lanes per row.
+        let layouts = [RowLayout::Invocation, RowLayout::Stream(4), RowLayout::Stream(8), RowLayout::Stream(16)];
+        for (vec4, layout) in [false, !per_row].into_iter().flat_map(|v| layouts.map(|l| (v, l))) {
+            let outputs = vec![DType::F32];
+            let key = KernelKey::Row { sig: s.clone(), stages: stages.clone(), outputs, per_row, vec4, layout };
             out.push(key.wgsl());
         }
         // The lanes layout: 4 to 32 lanes per row, one subgroup or sharing
@@ -277,11 +270,22 @@ fn catalog() -> Vec<String> {
                     outputs,
                     per_row,
                     vec4: true,
-                    lanes: Some(lanes),
+                    layout: RowLayout::Lanes(lanes),
                 };
                 out.push(key.wgsl());
             }
         }
+    }
+    // A streamed row of a plain stage (x − mean's sum), per element and per row.
+    for (per_row, vec4) in [(false, false), (false, true), (true, false)] {
+        let mut s = sig(2, &[(DType::F32, true)], &[], vec![], vec![]);
+        s.bodies = vec![
+            Body { ops: vec![(Op::Load(0), DType::F32)], roots: vec![0] },
+            Body { ops: x_minus_row0(), roots: vec![2] },
+        ];
+        let layout = RowLayout::Stream(8);
+        let (stages, outputs) = (vec![ReduceOp::Sum], vec![DType::F32]);
+        out.push(KernelKey::Row { sig: s, stages, outputs, per_row, vec4, layout }.wgsl());
     }
     // Every member of the matmul family and the scalar twin a vec4 member
     // falls back to, plain and with an epilogue.

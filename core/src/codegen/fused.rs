@@ -75,7 +75,7 @@ impl<'a> Emitter<'a> {
     }
 
     /// This emitter, in a row kernel whose `Row(k)` ops read `stages`.
-    fn with_stages(self, stages: &'a [ReduceOp]) -> Emitter<'a> {
+    pub(super) fn with_stages(self, stages: &'a [ReduceOp]) -> Emitter<'a> {
         Emitter { stages, ..self }
     }
 
@@ -577,14 +577,14 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
         // only when neither of its stages keeps a value for the outputs.
         let keeps = reuse.is_some_and(|(r, _)| r == k || r == k + 1);
         if !keeps && sums_exp_of_shifted_max(sig, stages, k) {
-            s += &online_max_and_exp_sum(&e, k, vec4);
+            s += &online_max_and_exp_sum(&e, k, vec4, RowWalk::whole_row(step));
             k += 2;
             continue;
         }
         let (init, m) = slot_monoid(k, vec4);
         let fold = slot_total(k, &format!("b{k}"), vec4);
         s += &format!("    var s{k} = identity{k}();\n");
-        s += &row_blocks(&format!("    var b{k} = {init};\n"), step);
+        s += &row_blocks(&format!("    var b{k} = {init};\n"), RowWalk::whole_row(step));
         let r = e.body(k, "f", "", &mut s);
         if let Some((_, o)) = reuse.filter(|&(r, _)| r == k) {
             s += &format!("    out{o}[{at}] = {};\n", r[0]);
@@ -615,7 +615,7 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
 
 /// The row kernels' buffers, math helpers, and each stage's `merge{k}`
 /// (`merge{k}v` too with `vec4`) and `identity{k}`.
-fn row_decls(e: &Emitter, stages: &[ReduceOp], outputs: &[DType], vec4: bool) -> String {
+pub(super) fn row_decls(e: &Emitter, stages: &[ReduceOp], outputs: &[DType], vec4: bool) -> String {
     let mut s = String::from(META_DECL);
     for (k, &d) in outputs.iter().enumerate() {
         let elem = if vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
@@ -634,7 +634,7 @@ fn row_decls(e: &Emitter, stages: &[ReduceOp], outputs: &[DType], vec4: bool) ->
     s
 }
 
-fn stage_dtype(sig: &Sig, k: usize) -> DType {
+pub(super) fn stage_dtype(sig: &Sig, k: usize) -> DType {
     sig.bodies[k].ops[sig.bodies[k].roots[0]].1
 }
 
@@ -891,7 +891,7 @@ fn combine_lanes(e: &Emitter, k: usize, lanes: RowLanes) -> String {
 }
 
 /// Stage `k`'s identity and merge over vec4s or elements.
-fn slot_monoid(k: usize, vec4: bool) -> (String, String) {
+pub(super) fn slot_monoid(k: usize, vec4: bool) -> (String, String) {
     if vec4 {
         (format!("vec4(identity{k}())"), format!("merge{k}v"))
     } else {
@@ -901,7 +901,7 @@ fn slot_monoid(k: usize, vec4: bool) -> (String, String) {
 
 /// Stage `k`'s value from the accumulator `acc`: with `vec4`, its four
 /// lanes merged in a fixed order.
-fn slot_total(k: usize, acc: &str, vec4: bool) -> String {
+pub(super) fn slot_total(k: usize, acc: &str, vec4: bool) -> String {
     if vec4 { format!("merge{k}(merge{k}({acc}.x, {acc}.y), merge{k}({acc}.z, {acc}.w))") } else { acc.to_string() }
 }
 
@@ -941,19 +941,38 @@ fn stage_value_in(sig: &Sig, k: usize, b: usize) -> Option<usize> {
     (prefix && live_ops(body, None)[n - 1]).then_some(n - 1)
 }
 
-/// Opens the two loops of a row stage: over blocks of `ROW_BLOCK` elements
+/// Where a row stage's loops walk its row: from element `first` (a u32
+/// expression), `stride` elements at a time, folding blocks of `span`
+/// elements (a sum's rounding error grows with the blocks and a block's
+/// length, not with the row's).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RowWalk<'a> {
+    pub first: &'a str,
+    pub stride: usize,
+    pub span: usize,
+}
+
+impl RowWalk<'_> {
+    /// A row per invocation: every element of the row, `step` at a time.
+    fn whole_row(step: usize) -> RowWalk<'static> {
+        RowWalk { first: "0u", stride: step, span: ROW_BLOCK }
+    }
+}
+
+/// Opens the two loops of a row stage: over blocks of the walk's `span`
 /// (declaring the block's accumulators `block_vars`), then over the block,
-/// `step` elements at a time at flat index `f`. The caller closes both.
-fn row_blocks(block_vars: &str, step: usize) -> String {
+/// at flat index `f`. The caller closes both.
+pub(super) fn row_blocks(block_vars: &str, walk: RowWalk) -> String {
+    let RowWalk { first, stride, span } = walk;
     format!(
-        "    for (var j0 = 0u; j0 < len; j0 += {ROW_BLOCK}u) {{\n{block_vars}    let j1 = min(j0 + {ROW_BLOCK}u, len);\n    for (var j = j0; j < j1; j += {step}u) {{\n    let f = row * len + j;\n"
+        "    for (var j0 = {first}; j0 < len; j0 += {span}u) {{\n{block_vars}    let j1 = min(j0 + {span}u, len);\n    for (var j = j0; j < j1; j += {stride}u) {{\n    let f = row * len + j;\n"
     )
 }
 
 /// Whether stage `k + 1` sums `exp(x − m)` where stage `k` is the max `m`
 /// of the same f32 `x` (softmax, log-softmax, cross-entropy): body `k + 1`
 /// is body `k`'s ops, then `Row(k)`, the subtraction and the exp.
-fn sums_exp_of_shifted_max(sig: &Sig, stages: &[ReduceOp], k: usize) -> bool {
+pub(super) fn sums_exp_of_shifted_max(sig: &Sig, stages: &[ReduceOp], k: usize) -> bool {
     let (Some(ReduceOp::Max), Some(ReduceOp::Sum)) = (stages.get(k), stages.get(k + 1)) else {
         return false;
     };
@@ -993,12 +1012,12 @@ fn shifted_by_row_max(sig: &Sig, stages: &[ReduceOp], body: &Body, x: usize) -> 
 /// own (max, sum) per block; blocks fold into the row's in order, so the
 /// result is deterministic. Guards keep all-−∞ prefixes at a sum of 0.
 /// Every exp here is of a value minus a max at least as large.
-fn online_max_and_exp_sum(e: &Emitter, max: usize, vec4: bool) -> String {
-    let (sum, step) = (max + 1, if vec4 { VEC } else { 1 });
+pub(super) fn online_max_and_exp_sum(e: &Emitter, max: usize, vec4: bool, walk: RowWalk) -> String {
+    let sum = max + 1;
     let splat = |x: &str| if vec4 { format!("vec4<f32>({x})") } else { x.to_string() };
     let (zero, one, ninf) = (splat("0.0"), splat("1.0"), splat("f32_bits(0xff800000u)"));
     let mut s = format!("    var s{max} = f32_bits(0xff800000u);\n    var s{sum} = 0.0;\n");
-    s += &row_blocks(&format!("    var b{max} = {ninf};\n    var b{sum} = {zero};\n"), step);
+    s += &row_blocks(&format!("    var b{max} = {ninf};\n    var b{sum} = {zero};\n"), walk);
     let x = e.body(max, "f", "", &mut s).remove(0);
     s += &format!("    if (any({x} > b{max})) {{\n        let grown = max(b{max}, {x});\n");
     s += &format!(

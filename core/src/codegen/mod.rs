@@ -6,6 +6,7 @@
 pub mod fused;
 pub mod math;
 pub mod matmul;
+pub mod row_stream;
 pub mod templates;
 
 use crate::dtype::DType;
@@ -171,8 +172,7 @@ pub enum KernelKey {
         outputs: Vec<DType>,
         per_row: bool,
         vec4: bool,
-        /// The subgroup-lanes layout instead of a row per invocation.
-        lanes: Option<fused::RowLanes>,
+        layout: RowLayout,
     },
     Matmul {
         dtype: DType,
@@ -180,6 +180,29 @@ pub enum KernelKey {
         epilogue: Option<Sig>,
         config: matmul::MatmulConfig,
     },
+}
+
+/// How a row kernel's invocations share the rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RowLayout {
+    /// A row per invocation ([`fused::row_wgsl`]).
+    Invocation,
+    /// A few lanes per row holding it in registers ([`fused::RowLanes`]).
+    Lanes(fused::RowLanes),
+    /// A workgroup of this many lanes per row, each walking its share of
+    /// the row once per stage ([`row_stream::row_stream_wgsl`]).
+    Stream(u32),
+}
+
+impl RowLayout {
+    /// The kernel name's suffix.
+    fn suffix(self) -> &'static str {
+        match self {
+            RowLayout::Invocation => "",
+            RowLayout::Lanes(_) => "_lanes",
+            RowLayout::Stream(_) => "_stream",
+        }
+    }
 }
 
 impl KernelKey {
@@ -197,10 +220,13 @@ impl KernelKey {
                 let runs = templates::Runs::Scalar;
                 templates::reduce_wgsl(*monoid, src, runs, *workgroup, *streams, false, *whole)
             }
-            KernelKey::Row { sig, stages, outputs, lanes: Some(lanes), .. } => {
+            KernelKey::Row { sig, stages, outputs, layout: RowLayout::Lanes(lanes), .. } => {
                 fused::row_lanes_wgsl(sig, stages, outputs, *lanes)
             }
-            KernelKey::Row { sig, stages, outputs, per_row, vec4, lanes: None } => {
+            KernelKey::Row { sig, stages, outputs, per_row, vec4, layout: RowLayout::Stream(lanes) } => {
+                row_stream::row_stream_wgsl(sig, stages, outputs, *per_row, *vec4, *lanes)
+            }
+            KernelKey::Row { sig, stages, outputs, per_row, vec4, layout: RowLayout::Invocation } => {
                 fused::row_wgsl(sig, stages, outputs, *per_row, *vec4)
             }
             KernelKey::Matmul { dtype, batch_rank, epilogue, config } => {
@@ -237,7 +263,7 @@ impl KernelKey {
                 };
                 (kind, prologue.as_ref(), suffix)
             }
-            KernelKey::Row { sig, lanes, .. } => ("row", Some(sig), if lanes.is_some() { "_lanes" } else { "" }),
+            KernelKey::Row { sig, layout, .. } => ("row", Some(sig), layout.suffix()),
             KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),
         };
         let mut name = kind.to_string();

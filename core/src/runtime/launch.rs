@@ -10,11 +10,12 @@ use super::profile::Launch;
 use super::realize::ReadRequest;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::codegen::matmul::MatmulConfig;
+use crate::codegen::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN};
 use crate::codegen::templates::{
     MATMUL_K_CHUNK, Monoid, REDUCE_STREAM_MIN, REDUCE_WG, Runs, matmul_epilogue_base, reduce_shape, runs_len,
     whole_spans,
 };
-use crate::codegen::{KernelKey, META_WORDS, Meta, WG};
+use crate::codegen::{KernelKey, META_WORDS, Meta, RowLayout, WG};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::ReduceOp;
@@ -300,16 +301,24 @@ impl Recording {
         };
         let (memory, cpu) = (gpu.info.workgroup_memory, gpu.info.is_cpu_adapter());
         let lanes = words.then(|| RowLanes::for_device(memory, cpu, width, &sig, &stages, len, vec4)).flatten();
-        let (invocations, wg) = match lanes {
-            Some(l) => (rows * l.lanes as usize, l.workgroup_size()),
-            None => (rows, WG),
+        let layout = match lanes {
+            Some(l) => RowLayout::Lanes(l),
+            None if gpu.streams_rows(rows, len) => RowLayout::Stream(
+                std::env::var("KILN_STREAM_LANES").ok().and_then(|v| v.parse().ok()).unwrap_or(ROW_STREAM_LANES),
+            ),
+            None => RowLayout::Invocation,
+        };
+        let (invocations, wg) = match layout {
+            RowLayout::Lanes(l) => (rows * l.lanes as usize, l.workgroup_size()),
+            RowLayout::Stream(l) => (rows * l as usize, l),
+            RowLayout::Invocation => (rows, WG),
         };
         let groups = gpu.grid(op, invocations.div_ceil(wg as usize))?;
         let mut meta = Meta::default();
         meta.u(rows).u(len).u(groups[0] as usize * wg as usize);
         Self::fused_meta(&mut meta, &sig, &args, shape);
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        let key = KernelKey::Row { sig, stages, outputs: dtypes, per_row, vec4, lanes };
+        let key = KernelKey::Row { sig, stages, outputs: dtypes, per_row, vec4, layout };
         self.dispatch(gpu, &key, meta, buffers, groups, numel(shape))
     }
 
@@ -447,7 +456,33 @@ fn periods<'a>(sig: &'a Sig, args: &'a Args, access: Access) -> impl Iterator<It
     sig.leaves.iter().zip(&args.layouts).filter(move |(l, _)| l.access == access).map(|(_, l)| Access::of(l).1)
 }
 
+/// Rows longer than this take the streaming row kernel on CPU adapters
+/// whose SIMD batches are 8 wide (llvmpipe), where the lanes layout cannot
+/// hold them: softmax over [4096, 4096], [1024, 16384] and [4096, 3000]
+/// ran 1.25–1.4× as fast as with a row per invocation on lavapipe and
+/// llvmpipe GL, but 1.1–2× slower on SwiftShader (batches of 4), which
+/// streams only rows too long for a row per invocation
+/// (docs/BENCHMARKS.md, fifteenth session).
+const ROW_STREAM_MIN_LEN: usize = 2048;
+/// Fewest rows streamed: a workgroup per row, and CPU adapters spread
+/// workgroups over their threads (one row, a sum over everything, stays a
+/// tree reduction over every thread).
+const ROW_STREAM_MIN_ROWS: usize = 16;
+
 impl Gpu {
+    /// Whether `rows` rows of `len` take the streaming row kernel: on CPU
+    /// adapters with workgroup memory (GPUs, unmeasured, keep tree
+    /// reductions for long rows).
+    pub(super) fn streams_rows(&self, rows: usize, len: usize) -> bool {
+        let info = &self.info;
+        let wide_batches = info.subgroup_size.is_none_or(|w| w >= ROW_STREAM_LANES);
+        let shortest = if wide_batches { ROW_STREAM_MIN_LEN } else { crate::codegen::fused::ROW_MAX_LEN } + 1;
+        info.is_cpu_adapter()
+            && info.workgroup_memory
+            && rows >= ROW_STREAM_MIN_ROWS
+            && (shortest..=ROW_STREAM_MAX_LEN).contains(&len)
+    }
+
     /// The bindings of one launch: its slot of `meta`, then `buffers`.
     pub(super) fn bind_group(
         &self,

@@ -36,7 +36,8 @@ pub const RECOMPUTE_MAX: usize = 12;
 const FUSED_OPS_MAX: usize = 256;
 /// A last-axis reduction of at most `ROW_MAX_LEN` columns becomes a row
 /// stage (one invocation per row) when it has at least this many rows, or
-/// when it is small enough for one invocation (a loss's mean over a batch).
+/// when it is small enough for one invocation (a loss's mean over a batch);
+/// longer rows do where the device streams them (`Gpu::streams_rows`).
 const ROW_MIN_ROWS: usize = 32;
 const ROW_SMALL: usize = 4096;
 
@@ -246,7 +247,8 @@ impl<'a> Plan<'a> {
                 // Only sum and prod get here (inference rejects the rest).
                 return Ok(tagged(n.id(), dtype, Kind::Fill(r.identity().unwrap_or(0.0))));
             }
-            if axes == [rank - 1] && len <= ROW_MAX_LEN && (rows >= ROW_MIN_ROWS || rows * len <= ROW_SMALL) {
+            let row_fits = len <= ROW_MAX_LEN && (rows >= ROW_MIN_ROWS || rows * len <= ROW_SMALL);
+            if axes == [rank - 1] && (row_fits || self.gpu.streams_rows(rows, len)) {
                 let input = self.stage_input(x, xs)?;
                 let stage = RowStage { id: fresh_id(), origin: n.id(), op: r, input, shape: xs.to_vec() };
                 return Ok(tagged(

@@ -1,0 +1,122 @@
+//! The streaming row kernel: a workgroup per row, its invocations (the
+//! row's lanes, [`ROW_STREAM_LANES`] on CPU adapters) each walking every
+//! lanes-th element (or vec4) of the row once per stage, then combining their partials through
+//! workgroup memory. For rows too long to hold in registers (a vocabulary's
+//! logits) on CPU adapters: one kernel instead of a tree reduction per
+//! stage and an elementwise pass, each lane's loads contiguous with its
+//! neighbours'. Softmax's max and sum of exp(x − max) share one online pass,
+//! so the input is read twice (statistics, outputs) rather than three times.
+//! Bodies, stages and meta as in [`super::fused::row_wgsl`].
+
+use super::fused::{
+    Emitter, RowWalk, VEC, online_max_and_exp_sum, row_blocks, row_decls, slot_monoid, slot_total, stage_dtype,
+    sums_exp_of_shifted_max,
+};
+use super::{compute_type, store_expr};
+use crate::dtype::DType;
+use crate::ir::ReduceOp;
+use crate::sched::lower::Sig;
+
+/// A row's lanes, one workgroup: one SIMD batch of llvmpipe, whose
+/// invocations' loads are then contiguous and the batch walks the row in
+/// order (llvmpipe runs a workgroup's batches one after the other between
+/// barriers: with 64 lanes per row, each batch walked the whole row for an
+/// eighth of its bytes, and softmax [16, 262144] took 74 ms of device time
+/// on lavapipe against 53 for three tree passes).
+pub const ROW_STREAM_LANES: u32 = 8;
+/// Elements (or vec4s) a lane folds in one block before adding the block
+/// to its partial.
+const LANE_BLOCK: usize = 64;
+/// Longest row streamed: a lane's output loop stays far below the 65,535
+/// iterations after which Mesa ends a loop.
+pub const ROW_STREAM_MAX_LEN: usize = 1 << 21;
+
+/// The streaming row kernel for `stages` (folded in order), then the last
+/// body's roots written per element, or with `per_row` once per row by
+/// its first lane. With `vec4` (rows a multiple of 4 long, 4-aligned
+/// leaves) every lane reads and writes vec4s.
+pub fn row_stream_wgsl(
+    sig: &Sig,
+    stages: &[ReduceOp],
+    outputs: &[DType],
+    per_row: bool,
+    vec4: bool,
+    lanes: u32,
+) -> String {
+    let e = Emitter::new(sig, 3, vec4).with_meta_lets().with_stages(stages);
+    let (l, step) = (lanes as usize, if vec4 { VEC } else { 1 });
+    let mut s = row_decls(&e, stages, outputs, vec4);
+    for k in 0..stages.len() {
+        s += &format!("var<workgroup> part{k}: array<{}, {l}>;\n", compute_type(stage_dtype(sig, k)));
+    }
+    s += &format!(
+        "@compute @workgroup_size({l})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lane: u32) {{\n"
+    );
+    // Workgroups past the last row (the grid rounds up) redo it, storing
+    // the same values: every lane must reach the barriers.
+    s += &format!("    let row = min((gid.y * m(2u) + gid.x) / {l}u, m(0u) - 1u);\n    let len = m(1u);\n");
+    s += &e.meta_lets();
+    let first = format!("lane * {step}u");
+    let walk = RowWalk { first: &first, stride: l * step, span: LANE_BLOCK * l * step };
+    let mut k = 0;
+    while k < stages.len() {
+        if sums_exp_of_shifted_max(sig, stages, k) {
+            s += &online_max_and_exp_sum(&e, k, vec4, walk);
+            s += &combine_max_and_exp_sum(k, vec4, lanes);
+            k += 2;
+            continue;
+        }
+        let (init, merge) = slot_monoid(k, vec4);
+        s += &format!("    var s{k} = identity{k}();\n");
+        s += &row_blocks(&format!("    var b{k} = {init};\n"), walk);
+        let v = e.body(k, "f", "", &mut s).remove(0);
+        let block = slot_total(k, &format!("b{k}"), vec4);
+        s += &format!("    b{k} = {merge}(b{k}, {v});\n    }}\n    s{k} = merge{k}(s{k}, {block});\n    }}\n");
+        s += &combine(k, lanes);
+        k += 1;
+    }
+    let last = stages.len();
+    if per_row {
+        s += "    if (lane == 0u) {\n    let f = row * len;\n";
+        let roots = e.body(last, "f", "", &mut s);
+        for (o, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+            s += &format!("    out{o}[row] = {};\n", store_expr(d, r));
+        }
+        return s + "    }\n}\n";
+    }
+    s += &format!("    for (var j = {first}; j < len; j += {}u) {{\n    let f = row * len + j;\n", l * step);
+    let roots = e.body(last, "f", "", &mut s);
+    let at = if vec4 { "f >> 2u" } else { "f" };
+    for (o, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+        s += &format!("    out{o}[{at}] = {};\n", store_expr(d, r));
+    }
+    s + "    }\n}\n"
+}
+
+/// Stage `k`'s lanes' partials `s{k}` merged in lane order, every lane
+/// getting the same bits.
+fn combine(k: usize, lanes: u32) -> String {
+    let s = format!("    part{k}[lane] = s{k};\n    workgroupBarrier();\n    s{k} = part{k}[0];\n");
+    s + &format!("    for (var i = 1u; i < {lanes}u; i++) {{\n        s{k} = merge{k}(s{k}, part{k}[i]);\n    }}\n")
+}
+
+/// The lanes' (max, sum of exp(x − max)) pairs of stages `max` and
+/// `max + 1` merged as [`combine`] merges: each sum rescaled to the larger
+/// max (by exactly 1 for the max's own, so an all-−∞ prefix's sum stays 0).
+/// The exp helper takes vec4s in a `vec4` kernel.
+fn combine_max_and_exp_sum(max: usize, vec4: bool, lanes: u32) -> String {
+    let sum = max + 1;
+    let exp = |x: &str| {
+        if vec4 { format!("kiln_exp_no_overflow(vec4<f32>({x})).x") } else { format!("kiln_exp_no_overflow({x})") }
+    };
+    let mut s = format!("    part{max}[lane] = s{max};\n    part{sum}[lane] = s{sum};\n    workgroupBarrier();\n");
+    s += &format!("    s{max} = part{max}[0];\n    s{sum} = part{sum}[0];\n");
+    s += &format!("    for (var i = 1u; i < {lanes}u; i++) {{\n");
+    s += &format!("        let other = part{max}[i];\n        let grown = max(s{max}, other);\n");
+    s += &format!(
+        "        s{sum} = s{sum} * select({}, 1.0, s{max} == grown) + part{sum}[i] * select({}, 1.0, other == grown);\n",
+        exp(&format!("s{max} - grown")),
+        exp("other - grown")
+    );
+    s + &format!("        s{max} = grown;\n    }}\n")
+}

@@ -1,0 +1,80 @@
+//! Long rows on CPU adapters: one streaming row kernel (a workgroup per
+//! row, each lane walking its share) instead of tree passes per
+//! statistic. Each case is checked against the CPU reference on every
+//! adapter, along with the path it takes (adapters that do not stream
+//! keep their tree passes and are checked all the same).
+
+use kiln::prelude::*;
+use kiln_conformance::adapters::shared as devices;
+
+type Build = fn(&Device) -> Result<Tensor>;
+
+fn random(dev: &Device, shape: &[usize], seed: u64) -> Tensor {
+    kiln_conformance::rng::tensor(dev, shape, seed, -4.0, 4.0)
+}
+
+/// (what, build, tolerance relative to the largest reference magnitude).
+const CASES: [(&str, Build, f64); 8] = [
+    // vec4 lanes, every lane's share whole: the online (max, sum of exp) pass.
+    ("softmax over [16, 262144]", |d| random(d, &[16, 262144], 1).softmax(-1), 1e-5),
+    // vec4 lanes, the last walk of some lanes short (70000 = 273·256 + 112).
+    ("softmax over [16, 70000]", |d| random(d, &[16, 70000], 2).softmax(-1), 1e-5),
+    // Element by element (50257 is odd), rows not 4-aligned.
+    ("log-softmax over [20, 50257]", |d| random(d, &[20, 50257], 3).log_softmax(-1), 1e-5),
+    // Two plain stages (mean, then the mean of squares about it).
+    ("layer norm over [16, 40000]", |d| layer_norm(&random(d, &[16, 40000], 4)), 1e-4),
+    // One value per row, written by the row's first lane.
+    ("logsumexp over [24, 30011]", |d| logsumexp(&random(d, &[24, 30011], 5)), 1e-5),
+    ("max over [16, 65536]", |d| random(d, &[16, 65536], 6).max(&[-1], false), 0.0),
+    // A transposed input: strided leaves, read element by element.
+    ("sum over a transposed [20000, 16]", |d| random(d, &[20000, 16], 7).permute(&[1, 0])?.sum(&[-1], false), 1e-5),
+    // A row whose every element is −∞ but one: sums of exp from −∞ prefixes stay 0.
+    ("softmax of −∞ rows with one finite value", |d| minus_infinity_rows(d)?.softmax(-1), 1e-6),
+];
+
+fn layer_norm(x: &Tensor) -> Result<Tensor> {
+    let centered = x.sub(&x.mean(&[-1], true)?)?;
+    centered.div(&centered.mul(&centered)?.mean(&[-1], true)?.add_scalar(1e-5)?.sqrt()?)
+}
+
+fn logsumexp(x: &Tensor) -> Result<Tensor> {
+    let m = x.max(&[-1], true)?;
+    x.sub(&m)?.exp()?.sum(&[-1], true)?.log()?.add(&m)
+}
+
+fn minus_infinity_rows(d: &Device) -> Result<Tensor> {
+    let (rows, len) = (16, 20000);
+    let x: Vec<f32> =
+        (0..rows * len).map(|i| if i % len == (i / len) * 997 % len { 1.5 } else { f32::NEG_INFINITY }).collect();
+    Tensor::from_slice(d, &x, &[rows, len])
+}
+
+#[test]
+fn long_rows_match_the_reference_on_every_adapter() {
+    let devices = devices();
+    for (what, build, tol) in CASES {
+        let want = kiln::block_on(build(&Device::cpu()).unwrap().to_vec::<f32>()).unwrap();
+        let scale = want.iter().filter(|v| v.is_finite()).fold(1e-30f32, |m, v| m.max(v.abs())) as f64;
+        for (label, dev) in devices.iter() {
+            let y = build(dev).unwrap();
+            let names: Vec<String> =
+                dev.plan_kernels(&[y.node().clone()]).unwrap().into_iter().map(|k| k.name).collect();
+            let info = dev.info();
+            let streams = info.is_cpu_adapter() && info.workgroup_memory;
+            let streamed = names.iter().filter(|n| n.ends_with("_stream")).count();
+            assert_eq!(streamed, if streams { 1 } else { 0 }, "{what} on {label}: {names:?}");
+            if streams {
+                // One kernel in all, but layer norm's (two row statistics,
+                // then the outputs) and those finishing on a scalar kernel.
+                assert!(names.len() <= 2, "{what} on {label}: {names:?}");
+            }
+            let got = kiln::block_on(y.to_vec::<f32>()).unwrap();
+            assert_eq!(got.len(), want.len(), "{what} on {label}");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let ok = if w.is_finite() { ((g - w).abs() as f64) <= tol * scale } else { g == w };
+                assert!(ok, "{what} on {label}: element {i} is {g}, reference {w} ({names:?})");
+            }
+            eprintln!("{what} on {label}: matches the reference ({names:?})");
+        }
+    }
+}
