@@ -5,6 +5,7 @@
 use kiln_core::DType;
 use kiln_core::codegen::fused::{Combine, RowLanes, Walk};
 use kiln_core::codegen::matmul::MatmulConfig;
+use kiln_core::codegen::row_stream::stream_lanes;
 use kiln_core::codegen::templates::{Monoid, Runs};
 use kiln_core::codegen::{KernelKey, RowLayout};
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
@@ -397,4 +398,27 @@ fn the_lanes_row_layout_is_chosen_only_where_it_fits() {
     assert_eq!(chosen(true, true, None), Some((8, Combine::Workgroup)), "llvmpipe GL's SIMD width");
     assert_eq!(chosen(true, false, None), Some((16, Combine::Workgroup)));
     assert_eq!(chosen(false, true, None), None, "no workgroup memory");
+}
+
+#[test]
+fn streamed_rows_take_enough_lanes_to_stay_within_mesas_loop_budget() {
+    let mut softmax = sig(2, &[(DType::F32, true)], &[], vec![], vec![]);
+    softmax.bodies = vec![
+        Body { ops: vec![(Op::Load(0), DType::F32)], roots: vec![0] },
+        Body { ops: [x_minus_row0(), vec![(Op::Unary(UnaryOp::Exp, 2), DType::F32)]].concat(), roots: vec![3] },
+        Body { ops: x_minus_row0(), roots: vec![2] },
+    ];
+    let pair = [ReduceOp::Max, ReduceOp::Sum];
+    let lanes = |stages: &[ReduceOp], per_row: bool, len: usize, vec4: bool| {
+        stream_lanes(&softmax, stages, per_row, len, vec4).map(|l| (stages.len(), l))
+    };
+    // Softmax: one online pass and the outputs, 2 · len / (4 · lanes) iterations.
+    assert_eq!(lanes(&pair, false, 1 << 18, true), Some((2, 8)));
+    assert_eq!(lanes(&pair, false, 1 << 20, true), Some((2, 16)), "2 · 32,768 with 8 lanes is too many");
+    assert_eq!(lanes(&pair, false, 1 << 20, false), Some((2, 64)));
+    assert_eq!(lanes(&pair, true, 1 << 20, false), Some((2, 32)), "per row: no output pass");
+    assert_eq!(lanes(&pair, false, 1 << 21, false), Some((2, 128)));
+    // The same stages read as two plain ones (the pair not recognized: a
+    // max stage alone): three passes.
+    assert_eq!(lanes(&[ReduceOp::Max], false, 1 << 20, true), Some((1, 16)));
 }

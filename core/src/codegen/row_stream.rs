@@ -17,7 +17,8 @@ use crate::dtype::DType;
 use crate::ir::ReduceOp;
 use crate::sched::lower::Sig;
 
-/// A row's lanes, one workgroup: one SIMD batch of llvmpipe, whose
+/// A row's lanes, one workgroup, where the row's loops allow (see
+/// [`stream_lanes`]): one SIMD batch of llvmpipe, whose
 /// invocations' loads are then contiguous and the batch walks the row in
 /// order (llvmpipe runs a workgroup's batches one after the other between
 /// barriers: with 64 lanes per row, each batch walked the whole row for an
@@ -27,9 +28,42 @@ pub const ROW_STREAM_LANES: u32 = 8;
 /// Elements (or vec4s) a lane folds in one block before adding the block
 /// to its partial.
 const LANE_BLOCK: usize = 64;
-/// Longest row streamed: a lane's output loop stays far below the 65,535
-/// iterations after which Mesa ends a loop.
+/// Longest row streamed (with the most lanes, a kernel of up to 7 passes
+/// over such a row stays within [`LOOP_BUDGET`]).
 pub const ROW_STREAM_MAX_LEN: usize = 1 << 21;
+/// Loop iterations one invocation may run: Mesa's llvmpipe counts every
+/// loop iteration of an invocation, all loops together, and silently ends
+/// loops past 65,535 (a softmax over rows of 2^20 with 8 lanes, two
+/// passes of 32,768, lost the end of each row's output).
+const LOOP_BUDGET: usize = 60_000;
+/// Lanes a row may take when its loops need more than [`ROW_STREAM_LANES`].
+const MOST_LANES: u32 = 256;
+
+/// The passes over the row the kernel makes: one per stage (a max and the
+/// sum of exp(x − max) after it together), and one writing the outputs.
+fn passes(sig: &Sig, stages: &[ReduceOp], per_row: bool) -> usize {
+    let pairs = (0..stages.len()).filter(|&k| sums_exp_of_shifted_max(sig, stages, k)).count();
+    stages.len() - pairs + usize::from(!per_row)
+}
+
+/// Lanes per row for the streaming kernel over rows of `len`: the fewest
+/// from [`ROW_STREAM_LANES`] (doubling) whose loops stay within
+/// [`LOOP_BUDGET`], or `None` when even [`MOST_LANES`] would not.
+pub fn stream_lanes(sig: &Sig, stages: &[ReduceOp], per_row: bool, len: usize, vec4: bool) -> Option<u32> {
+    let (passes, step) = (passes(sig, stages, per_row), if vec4 { VEC } else { 1 });
+    let iterations = |l: usize| {
+        let (walk, blocks) = (len.div_ceil(l * step), len.div_ceil(LANE_BLOCK * l * step));
+        passes * (walk + blocks) + stages.len() * l
+    };
+    let mut lanes = ROW_STREAM_LANES;
+    while iterations(lanes as usize) > LOOP_BUDGET {
+        lanes *= 2;
+        if lanes > MOST_LANES {
+            return None;
+        }
+    }
+    Some(lanes)
+}
 
 /// The streaming row kernel for `stages` (folded in order), then the last
 /// body's roots written per element, or with `per_row` once per row by

@@ -10,7 +10,7 @@ use super::profile::Launch;
 use super::realize::ReadRequest;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::codegen::matmul::MatmulConfig;
-use crate::codegen::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN};
+use crate::codegen::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN, stream_lanes};
 use crate::codegen::templates::{
     MATMUL_K_CHUNK, Monoid, REDUCE_STREAM_MIN, REDUCE_WG, Runs, matmul_epilogue_base, reduce_shape, runs_len,
     whole_spans,
@@ -303,9 +303,13 @@ impl Recording {
         let lanes = words.then(|| RowLanes::for_device(memory, cpu, width, &sig, &stages, len, vec4)).flatten();
         let layout = match lanes {
             Some(l) => RowLayout::Lanes(l),
-            None if gpu.streams_rows(rows, len) => RowLayout::Stream(
-                std::env::var("KILN_STREAM_LANES").ok().and_then(|v| v.parse().ok()).unwrap_or(ROW_STREAM_LANES),
-            ),
+            None if gpu.streams_rows(rows, len) => match stream_lanes(&sig, &stages, per_row, len, vec4) {
+                Some(lanes) => RowLayout::Stream(lanes),
+                None => {
+                    let detail = format!("{} stages over rows of {len}: too many loop iterations", stages.len());
+                    return Err(KilnError::Invalid { op, detail });
+                }
+            },
             None => RowLayout::Invocation,
         };
         let (invocations, wg) = match layout {
