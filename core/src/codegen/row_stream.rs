@@ -35,9 +35,9 @@ pub const ROW_STREAM_MAX_LEN: usize = 1 << 21;
 /// loop iteration of an invocation, all loops together, and silently ends
 /// loops past 65,535 (a softmax over rows of 2^20 with 8 lanes, two
 /// passes of 32,768, lost the end of each row's output).
-const LOOP_BUDGET: usize = 60_000;
+pub const LOOP_BUDGET: usize = 60_000;
 /// Lanes a row may take when its loops need more than [`ROW_STREAM_LANES`].
-const MOST_LANES: u32 = 256;
+pub const MOST_LANES: u32 = 256;
 
 /// The passes over the row the kernel makes: one per stage (a max and the
 /// sum of exp(x − max) after it together), and one writing the outputs.
