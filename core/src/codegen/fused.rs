@@ -581,15 +581,8 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
             k += 2;
             continue;
         }
-        let (init, m) = slot_monoid(k, vec4);
-        let fold = slot_total(k, &format!("b{k}"), vec4);
-        s += &format!("    var s{k} = identity{k}();\n");
-        s += &row_blocks(&format!("    var b{k} = {init};\n"), RowWalk::whole_row(step));
-        let r = e.body(k, "f", "", &mut s);
-        if let Some((_, o)) = reuse.filter(|&(r, _)| r == k) {
-            s += &format!("    out{o}[{at}] = {};\n", r[0]);
-        }
-        s += &format!("    b{k} = {m}(b{k}, {});\n    }}\n    s{k} = merge{k}(s{k}, {fold});\n    }}\n", r[0]);
+        let keep = reuse.filter(|&(r, _)| r == k).map(|(_, o)| format!("out{o}[{at}]"));
+        s += &fold_stage(&e, k, vec4, RowWalk::whole_row(step), keep.as_deref());
         k += 1;
     }
     let last = stages.len();
@@ -891,7 +884,7 @@ fn combine_lanes(e: &Emitter, k: usize, lanes: RowLanes) -> String {
 }
 
 /// Stage `k`'s identity and merge over vec4s or elements.
-pub(super) fn slot_monoid(k: usize, vec4: bool) -> (String, String) {
+fn slot_monoid(k: usize, vec4: bool) -> (String, String) {
     if vec4 {
         (format!("vec4(identity{k}())"), format!("merge{k}v"))
     } else {
@@ -901,7 +894,7 @@ pub(super) fn slot_monoid(k: usize, vec4: bool) -> (String, String) {
 
 /// Stage `k`'s value from the accumulator `acc`: with `vec4`, its four
 /// lanes merged in a fixed order.
-pub(super) fn slot_total(k: usize, acc: &str, vec4: bool) -> String {
+fn slot_total(k: usize, acc: &str, vec4: bool) -> String {
     if vec4 { format!("merge{k}(merge{k}({acc}.x, {acc}.y), merge{k}({acc}.z, {acc}.w))") } else { acc.to_string() }
 }
 
@@ -962,11 +955,26 @@ impl RowWalk<'_> {
 /// Opens the two loops of a row stage: over blocks of the walk's `span`
 /// (declaring the block's accumulators `block_vars`), then over the block,
 /// at flat index `f`. The caller closes both.
-pub(super) fn row_blocks(block_vars: &str, walk: RowWalk) -> String {
+fn row_blocks(block_vars: &str, walk: RowWalk) -> String {
     let RowWalk { first, stride, span } = walk;
     format!(
         "    for (var j0 = {first}; j0 < len; j0 += {span}u) {{\n{block_vars}    let j1 = min(j0 + {span}u, len);\n    for (var j = j0; j < j1; j += {stride}u) {{\n    let f = row * len + j;\n"
     )
+}
+
+/// Stage `k` folded along `walk` into `s{k}`: each block into `b{k}`,
+/// then the block into `s{k}`. With `keep`, each value is also stored
+/// there (an output the outputs' pass reads back).
+pub(super) fn fold_stage(e: &Emitter, k: usize, vec4: bool, walk: RowWalk, keep: Option<&str>) -> String {
+    let (init, merge) = slot_monoid(k, vec4);
+    let mut s = format!("    var s{k} = identity{k}();\n");
+    s += &row_blocks(&format!("    var b{k} = {init};\n"), walk);
+    let v = e.body(k, "f", "", &mut s).remove(0);
+    if let Some(at) = keep {
+        s += &format!("    {at} = {v};\n");
+    }
+    let block = slot_total(k, &format!("b{k}"), vec4);
+    s + &format!("    b{k} = {merge}(b{k}, {v});\n    }}\n    s{k} = merge{k}(s{k}, {block});\n    }}\n")
 }
 
 /// Whether stage `k + 1` sums `exp(x − m)` where stage `k` is the max `m`

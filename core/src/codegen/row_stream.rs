@@ -9,8 +9,7 @@
 //! Bodies, stages and meta as in [`super::fused::row_wgsl`].
 
 use super::fused::{
-    Emitter, RowWalk, VEC, online_max_and_exp_sum, row_blocks, row_decls, slot_monoid, slot_total, stage_dtype,
-    sums_exp_of_shifted_max,
+    Emitter, RowWalk, VEC, fold_stage, online_max_and_exp_sum, row_decls, stage_dtype, sums_exp_of_shifted_max,
 };
 use super::{compute_type, store_expr};
 use crate::dtype::DType;
@@ -100,12 +99,7 @@ pub fn row_stream_wgsl(
             k += 2;
             continue;
         }
-        let (init, merge) = slot_monoid(k, vec4);
-        s += &format!("    var s{k} = identity{k}();\n");
-        s += &row_blocks(&format!("    var b{k} = {init};\n"), walk);
-        let v = e.body(k, "f", "", &mut s).remove(0);
-        let block = slot_total(k, &format!("b{k}"), vec4);
-        s += &format!("    b{k} = {merge}(b{k}, {v});\n    }}\n    s{k} = merge{k}(s{k}, {block});\n    }}\n");
+        s += &fold_stage(&e, k, vec4, walk, None);
         s += &combine(k, lanes);
         k += 1;
     }
