@@ -245,10 +245,17 @@ fn catalog() -> Vec<String> {
         ];
         let stages = vec![ReduceOp::Max, ReduceOp::Sum];
         // A row per invocation, and streamed by 4, 8 or 16 lanes per row.
-        let layouts = [RowLayout::Invocation, RowLayout::Stream(4), RowLayout::Stream(8), RowLayout::Stream(16)];
+        let stream = |lanes, straddling| RowLayout::Stream { lanes, straddling };
+        let layouts = [RowLayout::Invocation, stream(4, false), stream(8, false), stream(16, false)];
         for (vec4, layout) in [false, !per_row].into_iter().flat_map(|v| layouts.map(|l| (v, l))) {
             let outputs = vec![DType::F32];
             let key = KernelKey::Row { sig: s.clone(), stages: stages.clone(), outputs, per_row, vec4, layout };
+            out.push(key.wgsl());
+        }
+        // Rows that do not split into vec4s, streamed as vec4s.
+        if !per_row {
+            let (outputs, layout) = (vec![DType::F32], stream(8, true));
+            let key = KernelKey::Row { sig: s.clone(), stages: stages.clone(), outputs, per_row, vec4: false, layout };
             out.push(key.wgsl());
         }
         // The lanes layout: 4 to 32 lanes per row, one subgroup or sharing
@@ -278,13 +285,15 @@ fn catalog() -> Vec<String> {
         }
     }
     // A streamed row of a plain stage (x − mean's sum), per element and per row.
-    for (per_row, vec4) in [(false, false), (false, true), (true, false)] {
+    for (per_row, vec4, straddling) in
+        [(false, false, false), (false, true, false), (true, false, false), (false, false, true)]
+    {
         let mut s = sig(2, &[(DType::F32, true)], &[], vec![], vec![]);
         s.bodies = vec![
             Body { ops: vec![(Op::Load(0), DType::F32)], roots: vec![0] },
             Body { ops: x_minus_row0(), roots: vec![2] },
         ];
-        let layout = RowLayout::Stream(8);
+        let layout = RowLayout::Stream { lanes: 8, straddling };
         let (stages, outputs) = (vec![ReduceOp::Sum], vec![DType::F32]);
         out.push(KernelKey::Row { sig: s, stages, outputs, per_row, vec4, layout }.wgsl());
     }

@@ -564,7 +564,7 @@ const ROW_BLOCK: usize = 64;
 pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool, vec4: bool) -> String {
     let e = Emitter::new(sig, 3, vec4).with_stages(stages);
     let step = if vec4 { VEC } else { 1 };
-    let mut s = row_decls(&e, stages, outputs, vec4);
+    let mut s = row_decls(&e, stages, outputs, vec4, vec4);
     s += &format!("@compute @workgroup_size({WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>) {{\n");
     s += "    let row = gid.y * m(2u) + gid.x;\n    if (row >= m(0u)) { return; }\n    let len = m(1u);\n";
     // Each stage folds blocks of ROW_BLOCK elements, then the blocks: a sum's
@@ -607,11 +607,12 @@ pub fn row_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], per_row: bool
 }
 
 /// The row kernels' buffers, math helpers, and each stage's `merge{k}`
-/// (`merge{k}v` too with `vec4`) and `identity{k}`.
-pub(super) fn row_decls(e: &Emitter, stages: &[ReduceOp], outputs: &[DType], vec4: bool) -> String {
+/// (`merge{k}v` too with `vec4`) and `identity{k}`; outputs are arrays of
+/// vec4s with `vec4_outputs`.
+pub(super) fn row_decls(e: &Emitter, stages: &[ReduceOp], outputs: &[DType], vec4: bool, vec4_outputs: bool) -> String {
     let mut s = String::from(META_DECL);
     for (k, &d) in outputs.iter().enumerate() {
-        let elem = if vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
+        let elem = if vec4_outputs { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
         s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{elem}>;\n", k + 1);
     }
     s += &e.input_decls(outputs.len());
@@ -776,7 +777,7 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
     let vec4 = lanes.vec4;
     let e = Emitter::new(sig, 3, vec4).with_meta_lets().with_stages(stages);
     let (l, len, step) = (lanes.lanes, lanes.len, lanes.step());
-    let mut s = row_decls(&e, stages, outputs, vec4);
+    let mut s = row_decls(&e, stages, outputs, vec4, vec4);
     if lanes.combine == Combine::Workgroup {
         for k in 0..stages.len() {
             let (ct, wg) = (compute_type(stage_dtype(sig, k)), lanes.workgroup_size());
@@ -935,20 +936,26 @@ fn stage_value_in(sig: &Sig, k: usize, b: usize) -> Option<usize> {
 }
 
 /// Where a row stage's loops walk its row: from element `first` (a u32
-/// expression), `stride` elements at a time, folding blocks of `span`
-/// elements (a sum's rounding error grows with the blocks and a block's
-/// length, not with the row's).
+/// expression) of the walk, which starts at flat index `origin` and ends
+/// `end` elements later, `stride` elements at a time, folding blocks of
+/// `span` elements (a sum's rounding error grows with the blocks and a
+/// block's length, not with the row's). With `mask` (a `vec4<bool>`
+/// expression of `f`), the vec4 at `f` may reach outside the row: its
+/// elements where the mask is false count as the stage's identity.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RowWalk<'a> {
     pub first: &'a str,
     pub stride: usize,
     pub span: usize,
+    pub origin: &'a str,
+    pub end: &'a str,
+    pub mask: Option<&'a str>,
 }
 
 impl RowWalk<'_> {
     /// A row per invocation: every element of the row, `step` at a time.
     fn whole_row(step: usize) -> RowWalk<'static> {
-        RowWalk { first: "0u", stride: step, span: ROW_BLOCK }
+        RowWalk { first: "0u", stride: step, span: ROW_BLOCK, origin: "row * len", end: "len", mask: None }
     }
 }
 
@@ -956,10 +963,19 @@ impl RowWalk<'_> {
 /// (declaring the block's accumulators `block_vars`), then over the block,
 /// at flat index `f`. The caller closes both.
 fn row_blocks(block_vars: &str, walk: RowWalk) -> String {
-    let RowWalk { first, stride, span } = walk;
+    let RowWalk { first, stride, span, origin, end, .. } = walk;
     format!(
-        "    for (var j0 = {first}; j0 < len; j0 += {span}u) {{\n{block_vars}    let j1 = min(j0 + {span}u, len);\n    for (var j = j0; j < j1; j += {stride}u) {{\n    let f = row * len + j;\n"
+        "    for (var j0 = {first}; j0 < {end}; j0 += {span}u) {{\n{block_vars}    let j1 = min(j0 + {span}u, {end});\n    for (var j = j0; j < j1; j += {stride}u) {{\n    let f = {origin} + j;\n"
     )
+}
+
+/// The value `v` of a walk's element (or vec4) at `f`, its elements outside
+/// the row replaced by `identity` where the walk has a mask.
+fn masked(walk: RowWalk, identity: &str, v: String) -> String {
+    match walk.mask {
+        Some(mask) => format!("select({identity}, {v}, {mask})"),
+        None => v,
+    }
 }
 
 /// Stage `k` folded along `walk` into `s{k}`: each block into `b{k}`,
@@ -969,7 +985,7 @@ pub(super) fn fold_stage(e: &Emitter, k: usize, vec4: bool, walk: RowWalk, keep:
     let (init, merge) = slot_monoid(k, vec4);
     let mut s = format!("    var s{k} = identity{k}();\n");
     s += &row_blocks(&format!("    var b{k} = {init};\n"), walk);
-    let v = e.body(k, "f", "", &mut s).remove(0);
+    let v = masked(walk, &init, e.body(k, "f", "", &mut s).remove(0));
     if let Some(at) = keep {
         s += &format!("    {at} = {v};\n");
     }
@@ -1026,7 +1042,11 @@ pub(super) fn online_max_and_exp_sum(e: &Emitter, max: usize, vec4: bool, walk: 
     let (zero, one, ninf) = (splat("0.0"), splat("1.0"), splat("f32_bits(0xff800000u)"));
     let mut s = format!("    var s{max} = f32_bits(0xff800000u);\n    var s{sum} = 0.0;\n");
     s += &row_blocks(&format!("    var b{max} = {ninf};\n    var b{sum} = {zero};\n"), walk);
-    let x = e.body(max, "f", "", &mut s).remove(0);
+    let mut x = e.body(max, "f", "", &mut s).remove(0);
+    if walk.mask.is_some() {
+        s += &format!("    let x{max} = {};\n", masked(walk, &ninf, x));
+        x = format!("x{max}");
+    }
     s += &format!("    if (any({x} > b{max})) {{\n        let grown = max(b{max}, {x});\n");
     s += &format!(
         "        b{sum} = b{sum} * select(kiln_exp_no_overflow(b{max} - grown), {one}, b{max} == grown);\n        b{max} = grown;\n    }}\n"

@@ -189,9 +189,11 @@ pub enum RowLayout {
     Invocation,
     /// A few lanes per row holding it in registers ([`fused::RowLanes`]).
     Lanes(fused::RowLanes),
-    /// A workgroup of this many lanes per row, each walking its share of
-    /// the row once per stage ([`row_stream::row_stream_wgsl`]).
-    Stream(u32),
+    /// A workgroup of `lanes` lanes per row, each walking its share of
+    /// the row once per stage ([`row_stream::row_stream_wgsl`]); with
+    /// `straddling`, in the 4-aligned vec4s covering a row that does not
+    /// split into vec4s.
+    Stream { lanes: u32, straddling: bool },
 }
 
 impl RowLayout {
@@ -200,7 +202,8 @@ impl RowLayout {
         match self {
             RowLayout::Invocation => "",
             RowLayout::Lanes(_) => "_lanes",
-            RowLayout::Stream(_) => "_stream",
+            RowLayout::Stream { straddling: false, .. } => "_stream",
+            RowLayout::Stream { straddling: true, .. } => "_stream_straddling",
         }
     }
 }
@@ -223,8 +226,8 @@ impl KernelKey {
             KernelKey::Row { sig, stages, outputs, layout: RowLayout::Lanes(lanes), .. } => {
                 fused::row_lanes_wgsl(sig, stages, outputs, *lanes)
             }
-            KernelKey::Row { sig, stages, outputs, per_row, vec4, layout: RowLayout::Stream(lanes) } => {
-                row_stream::row_stream_wgsl(sig, stages, outputs, *per_row, *vec4, *lanes)
+            KernelKey::Row { sig, stages, outputs, per_row, vec4, layout: RowLayout::Stream { lanes, straddling } } => {
+                row_stream::row_stream_wgsl(sig, stages, outputs, *per_row, *vec4, *lanes, *straddling)
             }
             KernelKey::Row { sig, stages, outputs, per_row, vec4, layout: RowLayout::Invocation } => {
                 fused::row_wgsl(sig, stages, outputs, *per_row, *vec4)

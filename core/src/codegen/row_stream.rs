@@ -11,6 +11,7 @@
 use super::fused::{
     Emitter, RowWalk, VEC, fold_stage, online_max_and_exp_sum, row_decls, stage_dtype, sums_exp_of_shifted_max,
 };
+use super::templates::IN_ROW_FN;
 use super::{compute_type, store_expr};
 use crate::dtype::DType;
 use crate::ir::ReduceOp;
@@ -67,7 +68,11 @@ pub fn stream_lanes(sig: &Sig, stages: &[ReduceOp], per_row: bool, len: usize, v
 /// The streaming row kernel for `stages` (folded in order), then the last
 /// body's roots written per element, or with `per_row` once per row by
 /// its first lane. With `vec4` (rows a multiple of 4 long, 4-aligned
-/// leaves) every lane reads and writes vec4s.
+/// leaves) every lane reads and writes vec4s. With `straddling` (4-aligned
+/// leaves, rows that do not split into vec4s: a vocabulary's 50257; not
+/// `per_row`) the lanes read the 4-aligned vec4s covering the row, which
+/// may hold a neighbour's elements: those count as each stage's identity
+/// and are not written (the outputs are stored element by element).
 pub fn row_stream_wgsl(
     sig: &Sig,
     stages: &[ReduceOp],
@@ -75,10 +80,16 @@ pub fn row_stream_wgsl(
     per_row: bool,
     vec4: bool,
     lanes: u32,
+    straddling: bool,
 ) -> String {
-    let e = Emitter::new(sig, 3, vec4).with_meta_lets().with_stages(stages);
-    let (l, step) = (lanes as usize, if vec4 { VEC } else { 1 });
-    let mut s = row_decls(&e, stages, outputs, vec4);
+    assert!(!(straddling && (vec4 || per_row)), "straddling rows are read as vec4s and written per element");
+    let wide = vec4 || straddling;
+    let e = Emitter::new(sig, 3, wide).with_meta_lets().with_stages(stages).with_straddling(straddling);
+    let (l, step) = (lanes as usize, if wide { VEC } else { 1 });
+    let mut s = row_decls(&e, stages, outputs, wide, vec4);
+    if straddling {
+        s += IN_ROW_FN;
+    }
     for k in 0..stages.len() {
         s += &format!("var<workgroup> part{k}: array<{}, {l}>;\n", compute_type(stage_dtype(sig, k)));
     }
@@ -90,16 +101,22 @@ pub fn row_stream_wgsl(
     s += &format!("    let row = min((gid.y * m(2u) + gid.x) / {l}u, m(0u) - 1u);\n    let len = m(1u);\n");
     s += &e.meta_lets();
     let first = format!("lane * {step}u");
-    let walk = RowWalk { first: &first, stride: l * step, span: LANE_BLOCK * l * step };
+    let (origin, end, mask) = if straddling {
+        s += "    let lo = row * len;\n    let hi = lo + len;\n    let base = lo & ~3u;\n    let span = hi - base;\n";
+        ("base", "span", Some("in_row(f, lo, hi)"))
+    } else {
+        ("row * len", "len", None)
+    };
+    let walk = RowWalk { first: &first, stride: l * step, span: LANE_BLOCK * l * step, origin, end, mask };
     let mut k = 0;
     while k < stages.len() {
         if sums_exp_of_shifted_max(sig, stages, k) {
-            s += &online_max_and_exp_sum(&e, k, vec4, walk);
-            s += &combine_max_and_exp_sum(k, vec4, lanes);
+            s += &online_max_and_exp_sum(&e, k, wide, walk);
+            s += &combine_max_and_exp_sum(k, wide, lanes);
             k += 2;
             continue;
         }
-        s += &fold_stage(&e, k, vec4, walk, None);
+        s += &fold_stage(&e, k, wide, walk, None);
         s += &combine(k, lanes);
         k += 1;
     }
@@ -112,11 +129,21 @@ pub fn row_stream_wgsl(
         }
         return s + "    }\n}\n";
     }
-    s += &format!("    for (var j = {first}; j < len; j += {}u) {{\n    let f = row * len + j;\n", l * step);
+    s += &format!("    for (var j = {first}; j < {end}; j += {}u) {{\n    let f = {origin} + j;\n", l * step);
     let roots = e.body(last, "f", "", &mut s);
+    if straddling {
+        s += "    let in_row_f = in_row(f, lo, hi);\n";
+    }
     let at = if vec4 { "f >> 2u" } else { "f" };
     for (o, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
-        s += &format!("    out{o}[{at}] = {};\n", store_expr(d, r));
+        if straddling {
+            for (i, c) in ["x", "y", "z", "w"].into_iter().enumerate() {
+                let v = store_expr(d, &format!("{r}.{c}"));
+                s += &format!("    if (in_row_f.{c}) {{ out{o}[f + {i}u] = {v}; }}\n");
+            }
+        } else {
+            s += &format!("    out{o}[{at}] = {};\n", store_expr(d, r));
+        }
     }
     s + "    }\n}\n"
 }

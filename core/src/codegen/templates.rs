@@ -254,7 +254,7 @@ fn run_base(straddling: bool, r: &str, name: &str) -> String {
 
 /// `in_row(f, lo, hi)`: which elements of the vec4 at `f` lie in the row
 /// `[lo, hi)`.
-const IN_ROW_FN: &str = "fn in_row(f: u32, lo: u32, hi: u32) -> vec4<bool> {
+pub(super) const IN_ROW_FN: &str = "fn in_row(f: u32, lo: u32, hi: u32) -> vec4<bool> {
     let j = vec4<u32>(f) + vec4<u32>(0u, 1u, 2u, 3u);
     return (j >= vec4<u32>(lo)) & (j < vec4<u32>(hi));
 }

@@ -303,18 +303,23 @@ impl Recording {
         let lanes = words.then(|| RowLanes::for_device(memory, cpu, width, &sig, &stages, len, vec4)).flatten();
         let layout = match lanes {
             Some(l) => RowLayout::Lanes(l),
-            None if gpu.streams_rows(rows, len) => match stream_lanes(&sig, &stages, per_row, len, vec4) {
-                Some(lanes) => RowLayout::Stream(lanes),
-                None => {
-                    let detail = format!("{} stages over rows of {len}: too many loop iterations", stages.len());
-                    return Err(KilnError::Invalid { op, detail });
+            None if gpu.streams_rows(rows, len) => {
+                // Rows that do not split into vec4s are still read as vec4s.
+                let straddling = words && !vec4 && len >= VEC && aligned4(&sig, &args, true);
+                let walked = if straddling { len + VEC - 1 } else { len };
+                match stream_lanes(&sig, &stages, per_row, walked, vec4 || straddling) {
+                    Some(lanes) => RowLayout::Stream { lanes, straddling },
+                    None => {
+                        let detail = format!("{} stages over rows of {len}: too many loop iterations", stages.len());
+                        return Err(KilnError::Invalid { op, detail });
+                    }
                 }
-            },
+            }
             None => RowLayout::Invocation,
         };
         let (invocations, wg) = match layout {
             RowLayout::Lanes(l) => (rows * l.lanes as usize, l.workgroup_size()),
-            RowLayout::Stream(l) => (rows * l as usize, l),
+            RowLayout::Stream { lanes, .. } => (rows * lanes as usize, lanes),
             RowLayout::Invocation => (rows, WG),
         };
         let groups = gpu.grid(op, invocations.div_ceil(wg as usize))?;
