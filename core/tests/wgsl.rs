@@ -284,15 +284,18 @@ fn catalog() -> Vec<String> {
             }
         }
     }
-    // A streamed row of a plain stage (x − mean's sum), per element and per row.
-    for (per_row, vec4, straddling) in
-        [(false, false, false), (false, true, false), (true, false, false), (false, false, true)]
-    {
+    // A streamed row of a plain stage: x − its sum per element, or the sum
+    // per row; rows read element by element, in vec4s, or in the vec4s
+    // covering them.
+    let reads = [(false, false), (true, false), (false, true)];
+    for (per_row, (vec4, straddling)) in [false, true].into_iter().flat_map(|p| reads.map(|r| (p, r))) {
         let mut s = sig(2, &[(DType::F32, true)], &[], vec![], vec![]);
-        s.bodies = vec![
-            Body { ops: vec![(Op::Load(0), DType::F32)], roots: vec![0] },
-            Body { ops: x_minus_row0(), roots: vec![2] },
-        ];
+        let last = if per_row {
+            Body { ops: vec![(Op::Row(0), DType::F32)], roots: vec![0] }
+        } else {
+            Body { ops: x_minus_row0(), roots: vec![2] }
+        };
+        s.bodies = vec![Body { ops: vec![(Op::Load(0), DType::F32)], roots: vec![0] }, last];
         let layout = RowLayout::Stream { lanes: 8, straddling };
         let (stages, outputs) = (vec![ReduceOp::Sum], vec![DType::F32]);
         out.push(KernelKey::Row { sig: s, stages, outputs, per_row, vec4, layout }.wgsl());

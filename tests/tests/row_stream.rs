@@ -14,34 +14,45 @@ fn random(dev: &Device, shape: &[usize], seed: u64) -> Tensor {
 }
 
 /// (what, build, tolerance relative to the largest reference magnitude,
-/// whether its rows are read as vec4s though they do not split into them).
-const CASES: [(&str, Build, f64, bool); 11] = [
+/// the streamed kernel's name suffix: how it reads the rows).
+const CASES: [(&str, Build, f64, &str); 14] = [
     // vec4 lanes, every lane's share whole: the online (max, sum of exp) pass.
-    ("softmax over [16, 262144]", |d| random(d, &[16, 262144], 1).softmax(-1), 1e-5, false),
+    ("softmax over [16, 262144]", |d| random(d, &[16, 262144], 1).softmax(-1), 1e-5, VEC4),
     // vec4 lanes, the last walk of some lanes short (70000 = 273·256 + 112).
-    ("softmax over [16, 70000]", |d| random(d, &[16, 70000], 2).softmax(-1), 1e-5, false),
+    ("softmax over [16, 70000]", |d| random(d, &[16, 70000], 2).softmax(-1), 1e-5, VEC4),
     // 50257 is odd: rows not 4-aligned, read in the vec4s covering them.
-    ("log-softmax over [20, 50257]", |d| random(d, &[20, 50257], 3).log_softmax(-1), 1e-5, true),
+    ("log-softmax over [20, 50257]", |d| random(d, &[20, 50257], 3).log_softmax(-1), 1e-5, STRADDLING),
     // Two plain stages (mean, then the mean of squares about it).
-    ("layer norm over [16, 40000]", |d| layer_norm(&random(d, &[16, 40000], 4)), 1e-4, false),
+    ("layer norm over [16, 40000]", |d| layer_norm(&random(d, &[16, 40000], 4)), 1e-4, VEC4),
     // The same over rows that straddle vec4s: the sums' masked elements count 0.
-    ("layer norm over [16, 40001]", |d| layer_norm(&random(d, &[16, 40001], 8)), 1e-4, true),
+    ("layer norm over [16, 40001]", |d| layer_norm(&random(d, &[16, 40001], 8)), 1e-4, STRADDLING),
     // A row-broadcast leaf (one value per row) in straddling vec4s.
-    ("softmax of x minus a per-row value over [18, 30003]", |d| shifted_softmax(d, 18, 30003), 1e-5, true),
+    ("softmax of x minus a per-row value over [18, 30003]", |d| shifted_softmax(d, 18, 30003), 1e-5, STRADDLING),
     // One value per row, written by the row's first lane.
-    ("logsumexp over [24, 30011]", |d| logsumexp(&random(d, &[24, 30011], 5)), 1e-5, false),
-    ("max over [16, 65536]", |d| random(d, &[16, 65536], 6).max(&[-1], false), 0.0, false),
+    ("logsumexp over [24, 30011]", |d| logsumexp(&random(d, &[24, 30011], 5)), 1e-5, STRADDLING),
+    ("logsumexp over [24, 30012]", |d| logsumexp(&random(d, &[24, 30012], 11)), 1e-5, VEC4),
+    // A one-hot target per row (a row-broadcast label against a column
+    // index), then the picked log-probability per row: in vec4s where the
+    // rows split into them; a column index over rows that do not is read
+    // element by element.
+    ("cross-entropy over [16, 50256]", |d| cross_entropy(d, 16, 50256), 1e-5, VEC4),
+    ("cross-entropy over [16, 50257]", |d| cross_entropy(d, 16, 50257), 1e-5, ELEMENTS),
+    ("max over [16, 65536]", |d| random(d, &[16, 65536], 6).max(&[-1], false), 0.0, VEC4),
     // A transposed input: strided leaves, read element by element.
     (
         "sum over a transposed [20000, 16]",
         |d| random(d, &[20000, 16], 7).permute(&[1, 0])?.sum(&[-1], false),
         1e-5,
-        false,
+        ELEMENTS,
     ),
     // A row whose every element is −∞ but one: sums of exp from −∞ prefixes stay 0.
-    ("softmax of −∞ rows with one finite value", |d| minus_infinity_rows(d, 20000)?.softmax(-1), 1e-6, false),
-    ("the same over rows of 20001", |d| minus_infinity_rows(d, 20001)?.softmax(-1), 1e-6, true),
+    ("softmax of −∞ rows with one finite value", |d| minus_infinity_rows(d, 20000)?.softmax(-1), 1e-6, VEC4),
+    ("the same over rows of 20001", |d| minus_infinity_rows(d, 20001)?.softmax(-1), 1e-6, STRADDLING),
 ];
+
+const VEC4: &str = "_stream_vec4";
+const STRADDLING: &str = "_stream_straddling";
+const ELEMENTS: &str = "_stream";
 
 fn layer_norm(x: &Tensor) -> Result<Tensor> {
     let centered = x.sub(&x.mean(&[-1], true)?)?;
@@ -51,6 +62,14 @@ fn layer_norm(x: &Tensor) -> Result<Tensor> {
 fn logsumexp(x: &Tensor) -> Result<Tensor> {
     let m = x.max(&[-1], true)?;
     x.sub(&m)?.exp()?.sum(&[-1], true)?.log()?.add(&m)
+}
+
+/// Each row's −log p(label) under softmax, the labels spread over the row.
+fn cross_entropy(d: &Device, rows: usize, len: usize) -> Result<Tensor> {
+    let labels: Vec<i32> = (0..rows).map(|r| (r * 7919 % len) as i32).collect();
+    let labels = Tensor::from_slice(d, &labels, &[rows])?;
+    let picked = random(d, &[rows, len], 12).log_softmax(-1)?.mul(&labels.one_hot(len, DType::F32)?)?;
+    picked.sum(&[-1], false)?.neg()
 }
 
 fn shifted_softmax(d: &Device, rows: usize, len: usize) -> Result<Tensor> {
@@ -67,7 +86,7 @@ fn minus_infinity_rows(d: &Device, len: usize) -> Result<Tensor> {
 #[test]
 fn long_rows_match_the_reference_on_every_adapter() {
     let devices = devices();
-    for (what, build, tol, straddles) in CASES {
+    for (what, build, tol, suffix) in CASES {
         let want = kiln::block_on(build(&Device::cpu()).unwrap().to_vec::<f32>()).unwrap();
         let scale = want.iter().filter(|v| v.is_finite()).fold(1e-30f32, |m, v| m.max(v.abs())) as f64;
         for (label, dev) in devices.iter() {
@@ -76,7 +95,6 @@ fn long_rows_match_the_reference_on_every_adapter() {
                 dev.plan_kernels(&[y.node().clone()]).unwrap().into_iter().map(|k| k.name).collect();
             let info = dev.info();
             let streams = info.is_cpu_adapter() && info.workgroup_memory;
-            let suffix = if straddles { "_stream_straddling" } else { "_stream" };
             let streamed = names.iter().filter(|n| n.ends_with(suffix)).count();
             assert_eq!(streamed, if streams { 1 } else { 0 }, "{what} on {label}: {names:?}");
             if streams {

@@ -197,13 +197,14 @@ pub enum RowLayout {
 }
 
 impl RowLayout {
-    /// The kernel name's suffix.
-    fn suffix(self) -> &'static str {
+    /// The kernel name's suffix (a stream's says how it reads its rows).
+    fn suffix(self, vec4: bool) -> &'static str {
         match self {
             RowLayout::Invocation => "",
             RowLayout::Lanes(_) => "_lanes",
-            RowLayout::Stream { straddling: false, .. } => "_stream",
             RowLayout::Stream { straddling: true, .. } => "_stream_straddling",
+            RowLayout::Stream { .. } if vec4 => "_stream_vec4",
+            RowLayout::Stream { .. } => "_stream",
         }
     }
 }
@@ -266,7 +267,7 @@ impl KernelKey {
                 };
                 (kind, prologue.as_ref(), suffix)
             }
-            KernelKey::Row { sig, layout, .. } => ("row", Some(sig), layout.suffix()),
+            KernelKey::Row { sig, layout, vec4, .. } => ("row", Some(sig), layout.suffix(*vec4)),
             KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),
         };
         let mut name = kind.to_string();

@@ -69,10 +69,11 @@ pub fn stream_lanes(sig: &Sig, stages: &[ReduceOp], per_row: bool, len: usize, v
 /// body's roots written per element, or with `per_row` once per row by
 /// its first lane. With `vec4` (rows a multiple of 4 long, 4-aligned
 /// leaves) every lane reads and writes vec4s. With `straddling` (4-aligned
-/// leaves, rows that do not split into vec4s: a vocabulary's 50257; not
-/// `per_row`) the lanes read the 4-aligned vec4s covering the row, which
-/// may hold a neighbour's elements: those count as each stage's identity
-/// and are not written (the outputs are stored element by element).
+/// leaves, rows that do not split into vec4s: a vocabulary's 50257) the
+/// lanes read the 4-aligned vec4s covering the row, which may hold a
+/// neighbour's elements: those count as each stage's identity and are not
+/// written (the outputs are stored element by element). With `per_row`
+/// and either, the last body must read row statistics only.
 pub fn row_stream_wgsl(
     sig: &Sig,
     stages: &[ReduceOp],
@@ -82,11 +83,11 @@ pub fn row_stream_wgsl(
     lanes: u32,
     straddling: bool,
 ) -> String {
-    assert!(!(straddling && (vec4 || per_row)), "straddling rows are read as vec4s and written per element");
+    assert!(!(straddling && vec4), "rows are read either in their own vec4s or in those covering them");
     let wide = vec4 || straddling;
     let e = Emitter::new(sig, 3, wide).with_meta_lets().with_stages(stages).with_straddling(straddling);
     let (l, step) = (lanes as usize, if wide { VEC } else { 1 });
-    let mut s = row_decls(&e, stages, outputs, wide, vec4);
+    let mut s = row_decls(&e, stages, outputs, wide, vec4 && !per_row);
     if straddling {
         s += IN_ROW_FN;
     }
@@ -122,10 +123,13 @@ pub fn row_stream_wgsl(
     }
     let last = stages.len();
     if per_row {
+        // In vec4s, the last body reads only row statistics: its vec4's
+        // elements are the same value.
         s += "    if (lane == 0u) {\n    let f = row * len;\n";
         let roots = e.body(last, "f", "", &mut s);
         for (o, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
-            s += &format!("    out{o}[row] = {};\n", store_expr(d, r));
+            let r = if wide { format!("{r}.x") } else { r.clone() };
+            s += &format!("    out{o}[row] = {};\n", store_expr(d, &r));
         }
         return s + "    }\n}\n";
     }

@@ -19,7 +19,7 @@ use crate::codegen::{KernelKey, META_WORDS, Meta, RowLayout, WG};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::ReduceOp;
-use crate::sched::lower::{Access, Args, Sig};
+use crate::sched::lower::{Access, Args, Op, Sig};
 use crate::shape::{Layout, numel};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -83,6 +83,14 @@ impl Gpu {
     pub(super) fn meta_room(rank: usize) -> usize {
         META_WORDS - matmul_epilogue_base(rank.saturating_sub(2)) - rank
     }
+}
+
+/// Whether body `b` of `sig` computes from row statistics and scalars
+/// alone, reading no leaf.
+fn reads_only_row_values(sig: &Sig, b: usize) -> bool {
+    sig.bodies[b].ops.iter().all(|(op, _)| {
+        matches!(op, Op::Row(_) | Op::Param(_) | Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(_))
+    })
 }
 
 /// Whether every leaf of `sig` can be read four elements at a time; with
@@ -291,8 +299,9 @@ impl Recording {
         }
         let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
         // Rows read in lanes or as vec4s: word-sized values written per element.
-        let words =
-            !per_row && dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool) && vectorizable_reading_rows(&sig);
+        let word_outputs =
+            dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool) && vectorizable_reading_rows(&sig);
+        let words = !per_row && word_outputs;
         let vec4 = words && len.is_multiple_of(VEC) && aligned4(&sig, &args, false);
         let width = match gpu.assumed_subgroup_width.load(Ordering::Relaxed) {
             super::NO_FIXED_WIDTH => None,
@@ -301,21 +310,26 @@ impl Recording {
         };
         let (memory, cpu) = (gpu.info.workgroup_memory, gpu.info.is_cpu_adapter());
         let lanes = words.then(|| RowLanes::for_device(memory, cpu, width, &sig, &stages, len, vec4)).flatten();
-        let layout = match lanes {
-            Some(l) => RowLayout::Lanes(l),
+        let (layout, vec4) = match lanes {
+            Some(l) => (RowLayout::Lanes(l), vec4),
             None if gpu.streams_rows(rows, len) => {
-                // Rows that do not split into vec4s are still read as vec4s.
-                let straddling = words && !vec4 && len >= VEC && aligned4(&sig, &args, true);
+                // The stream reads a row's statistics as vec4s also where
+                // they end in one value per row computed from them alone,
+                // and rows that do not split into vec4s as the vec4s
+                // covering them.
+                let wide = word_outputs && (!per_row || reads_only_row_values(&sig, stages.len()));
+                let vec4 = wide && len.is_multiple_of(VEC) && aligned4(&sig, &args, false);
+                let straddling = wide && !vec4 && len >= VEC && aligned4(&sig, &args, true);
                 let walked = if straddling { len + VEC - 1 } else { len };
                 match stream_lanes(&sig, &stages, per_row, walked, vec4 || straddling) {
-                    Some(lanes) => RowLayout::Stream { lanes, straddling },
+                    Some(lanes) => (RowLayout::Stream { lanes, straddling }, vec4),
                     None => {
                         let detail = format!("{} stages over rows of {len}: too many loop iterations", stages.len());
                         return Err(KilnError::Invalid { op, detail });
                     }
                 }
             }
-            None => RowLayout::Invocation,
+            None => (RowLayout::Invocation, vec4),
         };
         let (invocations, wg) = match layout {
             RowLayout::Lanes(l) => (rows * l.lanes as usize, l.workgroup_size()),
