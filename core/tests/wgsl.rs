@@ -129,17 +129,20 @@ fn catalog() -> Vec<String> {
         s.bodies[0].roots = vec![4];
         out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
     }
-    // A row index (an iota along rows) next to a row statistic, on rows
-    // that a vec4 may straddle.
-    let mut s = sig(2, &[(DType::F32, true)], &[DType::I32, DType::I32], vec![], vec![]);
-    s.leaves[0].access = Access::Div;
-    s.leaves.push(LeafDesc { dtype: DType::I32, buffer: None, access: Access::Div });
-    s.bodies[0].ops.push((Op::Iota { leaf: 1, start: 0, step: 1 }, DType::I32));
-    s.bodies[0].ops.push((Op::Cast(1), DType::F32));
-    s.bodies[0].ops.push((Op::Binary(BinaryOp::Mul, 0, 2), DType::F32));
-    s.bodies[0].roots = vec![3];
-    let walk = Walk::Vec4Straddling;
-    out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
+    // A row index (an iota along rows) next to a row statistic, and a
+    // column index (an iota along columns) next to a per-column value, on
+    // rows that a vec4 may straddle.
+    for index in [Access::Div, Access::Mod] {
+        let mut s = sig(2, &[(DType::F32, true)], &[DType::I32, DType::I32], vec![], vec![]);
+        s.leaves[0].access = index;
+        s.leaves.push(LeafDesc { dtype: DType::I32, buffer: None, access: index });
+        s.bodies[0].ops.push((Op::Iota { leaf: 1, start: 0, step: 1 }, DType::I32));
+        s.bodies[0].ops.push((Op::Cast(1), DType::F32));
+        s.bodies[0].ops.push((Op::Binary(BinaryOp::Mul, 0, 2), DType::F32));
+        s.bodies[0].roots = vec![3];
+        let walk = Walk::Vec4Straddling;
+        out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
+    }
     // Row statistics alone (an op depending only on one, hoisted): eighths
     // of rows, and a reduction's prologue loading them once per span.
     let mut s = sig(2, &[(DType::F32, true), (DType::F32, true)], &[], vec![], vec![]);

@@ -218,8 +218,9 @@ fn broadcast_indices_step_across_grid_strides() {
 fn rows_that_do_not_split_into_vec4s_are_read_four_at_a_time() {
     // Rows of a length that is not a multiple of 4 (GPT-2's vocabulary of
     // 50257 among them, 64 rows streamed, 4 rows in tree passes): a vec4 may straddle two rows, so each of its
-    // elements reads its own row's statistic (or row index). Repeats
-    // shorter than a vec4 stay one element at a time.
+    // elements reads its own row's statistic (or row index), or its own
+    // column's entry of a per-column vector. Repeats shorter than a vec4
+    // stay one element at a time.
     for (rows, len) in [(4, 7), (12, 5), (3, 3), (64, 50257), (4, 50257), (300, 1023)] {
         let normalize = move |d: &Device| {
             let x = random(d, &[rows, len], 60);
@@ -231,10 +232,14 @@ fn rows_that_do_not_split_into_vec4s_are_read_four_at_a_time() {
             random(d, &[rows, len], 63).mul(&index)
         };
         check(&format!("a row index over [{rows}, {len}]"), by_row, |k| k == 1, 1e-6);
+        let by_column = move |d: &Device| random(d, &[rows, len], 69).mul(&random(d, &[len], 70))?.exp();
+        check(&format!("a column vector over [{rows}, {len}]"), by_column, |k| k == 1, 1e-6);
         // Reductions along such rows read them as vec4s masked to the row:
         // a plain one, and one of a row statistic's expression (softmax's).
         let sum = move |d: &Device| random(d, &[rows, len], 64).sum(&[1], false);
         check(&format!("a sum over [{rows}, {len}]"), sum, |_| true, 1e-5);
+        let weighted = move |d: &Device| random(d, &[rows, len], 71).mul(&random(d, &[len], 72))?.sum(&[1], false);
+        check(&format!("a column-weighted sum over [{rows}, {len}]"), weighted, |_| true, 1e-5);
         let sum_exp = move |d: &Device| {
             let x = random(d, &[rows, len], 65);
             x.sub(&random(d, &[rows, 1], 66))?.exp()?.sum(&[1], true)
@@ -253,6 +258,8 @@ fn rows_that_do_not_split_into_vec4s_are_read_four_at_a_time() {
             let names = plan(normalize(dev).unwrap());
             let vectorized = (rows * len) % 4 == 0 && len >= 4;
             assert_eq!(names.len(), 1, "{label}: {names:?}");
+            assert_eq!(names[0].ends_with("_straddling"), vectorized, "[{rows}, {len}] on {label}: {names:?}");
+            let names = plan(by_column(dev).unwrap());
             assert_eq!(names[0].ends_with("_straddling"), vectorized, "[{rows}, {len}] on {label}: {names:?}");
             // Long rows take tree passes, the first reading vec4s, except
             // where enough of them stream (CPU adapters): one row kernel.

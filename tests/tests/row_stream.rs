@@ -15,7 +15,7 @@ fn random(dev: &Device, shape: &[usize], seed: u64) -> Tensor {
 
 /// (what, build, tolerance relative to the largest reference magnitude,
 /// the streamed kernel's name suffix: how it reads the rows).
-const CASES: [(&str, Build, f64, &str); 14] = [
+const CASES: [(&str, Build, f64, &str); 15] = [
     // vec4 lanes, every lane's share whole: the online (max, sum of exp) pass.
     ("softmax over [16, 262144]", |d| random(d, &[16, 262144], 1).softmax(-1), 1e-5, VEC4),
     // vec4 lanes, the last walk of some lanes short (70000 = 273·256 + 112).
@@ -31,12 +31,14 @@ const CASES: [(&str, Build, f64, &str); 14] = [
     // One value per row, written by the row's first lane.
     ("logsumexp over [24, 30011]", |d| logsumexp(&random(d, &[24, 30011], 5)), 1e-5, STRADDLING),
     ("logsumexp over [24, 30012]", |d| logsumexp(&random(d, &[24, 30012], 11)), 1e-5, VEC4),
+    // A per-column leaf (a bias) over rows that straddle vec4s: each
+    // element reads its own column's entry.
+    ("softmax of x plus a per-column bias over [16, 30001]", |d| biased_softmax(d, 16, 30001), 1e-5, STRADDLING),
     // A one-hot target per row (a row-broadcast label against a column
     // index), then the picked log-probability per row: in vec4s where the
-    // rows split into them; a column index over rows that do not is read
-    // element by element.
+    // rows split into them, and in those covering them where they do not.
     ("cross-entropy over [16, 50256]", |d| cross_entropy(d, 16, 50256), 1e-5, VEC4),
-    ("cross-entropy over [16, 50257]", |d| cross_entropy(d, 16, 50257), 1e-5, ELEMENTS),
+    ("cross-entropy over [16, 50257]", |d| cross_entropy(d, 16, 50257), 1e-5, STRADDLING),
     ("max over [16, 65536]", |d| random(d, &[16, 65536], 6).max(&[-1], false), 0.0, VEC4),
     // A transposed input: strided leaves, read element by element.
     (
@@ -74,6 +76,10 @@ fn cross_entropy(d: &Device, rows: usize, len: usize) -> Result<Tensor> {
 
 fn shifted_softmax(d: &Device, rows: usize, len: usize) -> Result<Tensor> {
     random(d, &[rows, len], 9).sub(&random(d, &[rows, 1], 10))?.softmax(-1)
+}
+
+fn biased_softmax(d: &Device, rows: usize, len: usize) -> Result<Tensor> {
+    random(d, &[rows, len], 13).add(&random(d, &[len], 14))?.softmax(-1)
 }
 
 fn minus_infinity_rows(d: &Device, len: usize) -> Result<Tensor> {

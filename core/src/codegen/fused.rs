@@ -37,9 +37,10 @@ pub enum Walk {
     /// not splatted from a per-lane load at every vec4, and the loads are
     /// [`ROWS_PER_INVOCATION`] streams an eighth of a row apart.
     Vec4Segments,
-    /// `Vec4`, over rows of the row-broadcast leaves' repeat that do not
+    /// `Vec4`, over rows of a broadcast leaf's period or repeat that do not
     /// split into vec4s (a vocabulary's 50257): a vec4 may straddle two
-    /// rows, so each of its elements reads its own row's value.
+    /// rows, so each of its elements reads its own row's value (`Div`) or
+    /// column's (`Mod`).
     Vec4Straddling,
 }
 
@@ -61,7 +62,8 @@ pub struct Emitter<'a> {
     /// vector integer division: one per lane, a third of a row-broadcast
     /// subtraction's time on lavapipe).
     periodic: bool,
-    /// Read `Div` leaves per element of a vec4 ([`Walk::Vec4Straddling`]).
+    /// Read `Mod` and `Div` leaves per element of a vec4
+    /// ([`Walk::Vec4Straddling`]).
     straddling: bool,
     /// A row kernel's stages, whose values `Row(k)` ops read.
     stages: &'a [ReduceOp],
@@ -91,9 +93,9 @@ impl<'a> Emitter<'a> {
         Emitter { periodic: true, ..self }
     }
 
-    /// This emitter, reading each `Div` leaf once per element of a vec4
-    /// when `on` (whose repeat is at least 4, so a vec4 spans at most two
-    /// rows).
+    /// This emitter, reading each `Mod` and `Div` leaf once per element of
+    /// a vec4 when `on` (whose period or repeat is at least 4, so a vec4
+    /// wraps at most once).
     pub fn with_straddling(self, on: bool) -> Emitter<'a> {
         Emitter { straddling: on, ..self }
     }
@@ -196,25 +198,31 @@ impl<'a> Emitter<'a> {
         format!("u32({at})")
     }
 
-    /// Whether leaf `k` is a `Div` leaf read once per element of a vec4.
+    /// Whether leaf `k` is a `Mod` or `Div` leaf read once per element of
+    /// a vec4.
     fn straddles(&self, k: usize) -> bool {
-        self.vec4 && self.straddling && self.sig.leaves[k].access == Access::Div
+        self.vec4 && self.straddling && matches!(self.sig.leaves[k].access, Access::Mod | Access::Div)
     }
 
-    /// `Div` leaf `k`'s element index for each element of the vec4 at flat
-    /// index `f`: the row of its first, or the next one where the row ends
-    /// within the vec4 (one division per vec4, none with `periodic`).
+    /// `Mod` or `Div` leaf `k`'s element index for each element of the
+    /// vec4 at flat index `f`. The first element's row (`Div`) or column
+    /// (`Mod`) is `f`'s; a later one has moved to the next row, or wrapped
+    /// to the row's start, where `f`'s remainder plus its place reaches the
+    /// period (one division per vec4, none with `periodic`).
     fn straddling_indices(&self, k: usize, f: &str) -> [String; 4] {
         let base = self.leaf_base[k];
-        let (offset, repeat) = (self.word(base), self.word(base + 1));
+        let (offset, period) = (self.word(base), self.word(base + 1));
         let (q, r) = if self.periodic {
             (format!("pq{k}"), format!("pr{k}"))
         } else {
-            (format!("({f} / {repeat})"), format!("({f} % {repeat})"))
+            (format!("({f} / {period})"), format!("({f} % {period})"))
         };
-        std::array::from_fn(|j| match j {
-            0 => format!("({offset} + {q})"),
-            _ => format!("({offset} + {q} + select(0u, 1u, {r} + {j}u >= {repeat}))"),
+        let div = self.sig.leaves[k].access == Access::Div;
+        std::array::from_fn(|j| match (j, div) {
+            (0, true) => format!("({offset} + {q})"),
+            (0, false) => format!("({offset} + {r})"),
+            (_, true) => format!("({offset} + {q} + select(0u, 1u, {r} + {j}u >= {period}))"),
+            (_, false) => format!("({offset} + select({r} + {j}u, {r} + {j}u - {period}, {r} + {j}u >= {period}))"),
         })
     }
 

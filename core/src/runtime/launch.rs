@@ -94,18 +94,28 @@ fn reads_only_row_values(sig: &Sig, b: usize) -> bool {
 }
 
 /// Whether every leaf of `sig` can be read four elements at a time; with
-/// `straddling`, `Div` leaves whose repeat is not a multiple of 4 (but at
-/// least 4) count, read per element ([`Walk::Vec4Straddling`]).
+/// `straddling`, also `Mod` and `Div` leaves that do not split into vec4s
+/// ([`reads_per_element`]) whose period or repeat is at least 4, read per
+/// element ([`Walk::Vec4Straddling`]).
 fn aligned4(sig: &Sig, args: &Args, straddling: bool) -> bool {
-    sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| {
-        let (_, period) = Access::of(l);
-        match leaf.access {
-            Access::Contiguous => l.offset.is_multiple_of(VEC),
-            Access::Mod => l.offset.is_multiple_of(VEC) && period.is_multiple_of(VEC),
-            Access::Div => period.is_multiple_of(VEC) || (straddling && period >= VEC),
-            Access::Strided => false,
-        }
+    sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| match leaf.access {
+        Access::Contiguous => l.offset.is_multiple_of(VEC),
+        Access::Mod | Access::Div => !reads_per_element(leaf.access, l) || (straddling && Access::of(l).1 >= VEC),
+        Access::Strided => false,
     })
+}
+
+/// Whether a leaf read as `access` through `l` does not split into the
+/// vec4s of a 4-aligned walk: a `Div` leaf whose rows are not a multiple
+/// of 4 long (its vec4s would straddle two rows), a `Mod` leaf whose
+/// period or offset is not one (its vec4s would wrap, or be unaligned).
+fn reads_per_element(access: Access, l: &Layout) -> bool {
+    let (_, period) = Access::of(l);
+    match access {
+        Access::Div => !period.is_multiple_of(VEC),
+        Access::Mod => !(period.is_multiple_of(VEC) && l.offset.is_multiple_of(VEC)),
+        Access::Contiguous | Access::Strided => false,
+    }
 }
 
 impl Recording {
@@ -443,11 +453,12 @@ impl Recording {
 ///   `Div` leaf shares one repeat of at least 256 elements that splits into
 ///   eight whole vec4 runs (so eight neighbouring invocations read 128
 ///   contiguous bytes).
-/// - Vec4s a grid apart, each element reading its own row
-///   (`Vec4Straddling`), when a `Div` leaf's repeat is not a multiple of 4.
+/// - Vec4s a grid apart, each element reading its own row or column
+///   (`Vec4Straddling`), when a `Mod` or `Div` leaf does not split into
+///   vec4s ([`reads_per_element`]); first, since the others would misread.
 /// - Otherwise vec4s a grid apart.
 fn vec4_walk(sig: &Sig, args: &Args, n: usize) -> Walk {
-    if periods(sig, args, Access::Div).any(|r| !r.is_multiple_of(VEC)) {
+    if sig.leaves.iter().zip(&args.layouts).any(|(leaf, l)| reads_per_element(leaf.access, l)) {
         return Walk::Vec4Straddling;
     }
     match (shared_period(sig, args, Access::Mod), shared_period(sig, args, Access::Div)) {
