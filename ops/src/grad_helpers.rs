@@ -37,33 +37,44 @@ impl Tensor {
 
     /// Place this tensor (a slice's cotangent) into zeros of `shape` where
     /// `specs` took it from: one gather per sliced axis, whose out-of-range
-    /// index (`len`) reads 0 off the slice.
+    /// indices read 0 off the slice.
     pub fn unslice(&self, specs: &[SliceSpec], shape: &[usize]) -> Result<Tensor> {
         let mut out = self.clone();
         for (d, (spec, &n)) in specs.iter().zip(shape).enumerate() {
             if spec.start == 0 && spec.len == n && spec.step == 1 {
                 continue;
             }
-            let index: Vec<f64> = (0..n as isize)
-                .map(|i| {
-                    let rel = i - spec.start as isize;
-                    let j = rel / spec.step;
-                    let hit = rel % spec.step == 0 && j >= 0 && (j as usize) < spec.len;
-                    if hit { j as f64 } else { spec.len as f64 }
-                })
-                .collect();
-            out = out.gather(d as isize, &self.axis_index(&index, d, n, &out)?)?;
+            let mut view = vec![1isize; out.rank()];
+            view[d] = n as isize;
+            let mut along = out.shape().to_vec();
+            along[d] = n;
+            let index = self.unslice_index(spec, n)?.reshape(&view)?.broadcast_to(&along)?;
+            out = out.gather(d as isize, &index)?;
         }
         Ok(out)
     }
 
-    /// An i32 index along axis `d` (length `n`), broadcast over `like`'s other axes.
-    fn axis_index(&self, index: &[f64], d: usize, n: usize, like: &Tensor) -> Result<Tensor> {
-        let mut view = vec![1isize; like.rank()];
-        view[d] = n as isize;
-        let mut shape = like.shape().to_vec();
-        shape[d] = n;
-        Tensor::from_f64(&self.device, index, &[n], DType::I32)?.reshape(&view)?.broadcast_to(&shape)
+    /// For each of the `n` positions along a sliced axis, the element of
+    /// the slice `spec` took from it (i32), or an index out of the slice's
+    /// range where it took none. A unit step's is an iota shifted by the
+    /// start, which the gather's kernel computes instead of loading: CPU
+    /// adapters pay more for a load than for the arithmetic (the conv
+    /// backward's col2im sums three such gathers per element). Other steps
+    /// read a table.
+    fn unslice_index(&self, spec: &SliceSpec, n: usize) -> Result<Tensor> {
+        let start = spec.start as f64;
+        if spec.step == 1 {
+            return Tensor::arange(&self.device, -start, n as f64 - start, 1.0, DType::I32);
+        }
+        let index: Vec<f64> = (0..n as isize)
+            .map(|i| {
+                let rel = i - spec.start as isize;
+                let j = rel / spec.step;
+                let hit = rel % spec.step == 0 && j >= 0 && (j as usize) < spec.len;
+                if hit { j as f64 } else { spec.len as f64 }
+            })
+            .collect();
+        Tensor::from_f64(&self.device, &index, &[n], DType::I32)
     }
 
     /// The reverse of `src.gather(axis, index)` for a `src` of `shape`: each

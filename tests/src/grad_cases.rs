@@ -190,6 +190,9 @@ fn views(s: &mut Cases) {
         x[0].slice(0, None, None, -1)?.slice(1, Some(-2), None, -3)
     });
     s.add("slice", "slice of a transpose", &[(&[7, 5], -2.0, 2.0)], |x| x[0].t()?.slice(1, Some(2), None, 3));
+    s.add("slice", "[5, 7] rows 1..4, then columns 2.. (unit steps)", &[(&[5, 7], -2.0, 2.0)], |x| {
+        x[0].slice(0, Some(1), Some(4), 1)?.slice(1, Some(2), None, 1)
+    });
     s.add("narrow", "[2, 3, 4] axis 2, 1..3", cube, |x| x[0].narrow(2, 1, 2));
     s.add("expand", "[3, 1] → [2, 3, 4]", &[(&[3, 1], -2.0, 2.0)], |x| x[0].expand(&[2, 3, 4]));
     s.add("expand", "[3, 1]ᵀ → [4, 1, 3]", &[(&[3, 1], -2.0, 2.0)], |x| x[0].t()?.expand(&[4, 1, 3]));
