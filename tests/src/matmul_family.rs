@@ -21,7 +21,7 @@ pub type Case = (&'static str, fn(&Device) -> Result<Tensor>);
 /// A vec4 config runs its scalar twin on shapes that are not
 /// vec4-eligible; the "ragged" case checks that fallback (every shape
 /// for every vec4 config is slow to compile on SwiftShader).
-pub const CASES: [Case; 7] = [
+pub const CASES: [Case; 8] = [
     ("ragged 37x53 @ 53x29", |d| random(d, &[37, 53], 1)?.matmul(&random(d, &[53, 29], 2)?)),
     ("batched [2,3,19,70] @ [3,70,21]", |d| random(d, &[2, 3, 19, 70], 3)?.matmul(&random(d, &[3, 70, 21], 4)?)),
     ("transposed operands 45x33", |d| random(d, &[33, 45], 5)?.t()?.matmul(&random(d, &[40, 33], 6)?.t()?)),
@@ -36,6 +36,12 @@ pub const CASES: [Case; 7] = [
     }),
     ("vec4-eligible batched [2,3,19,68] @ [3,68,20]", |d| {
         random(d, &[2, 3, 19, 68], 15)?.matmul(&random(d, &[3, 68, 20], 16)?)
+    }),
+    // B copied into column panels first (forced here; by default only
+    // large products on CPU adapters): N splits into every vec4 config's
+    // panels.
+    ("vec4-eligible in column panels relu(x @ w + b) 70x36 @ 36x256", |d| {
+        random(d, &[70, 36], 17)?.matmul(&random(d, &[36, 256], 18)?)?.add(&random(d, &[256], 19)?)?.relu()
     }),
     ("relu(x @ w + b) epilogue 1030x72 @ 72x90", |d| {
         random(d, &[1030, 72], 9)?.matmul(&random(d, &[72, 90], 10)?)?.add(&random(d, &[90], 11)?)?.relu()
@@ -53,10 +59,12 @@ pub struct Family {
 }
 
 /// Force each config in turn on `dev` for each of `cases`; the device is
-/// left on the tuner's choice, also when a case fails to build.
+/// left on the tuner's choice and its own panel rule, also when a case
+/// fails to build.
 pub async fn check(dev: &Device, cases: &[Case]) -> Result<Family> {
     let family = check_forcing(dev, cases).await;
     dev.set_matmul_config(None)?;
+    dev.set_matmul_panels(None);
     family
 }
 
@@ -81,6 +89,15 @@ async fn check_forcing(dev: &Device, cases: &[Case]) -> Result<Family> {
                 continue;
             }
             dev.set_matmul_config(Some(*config))?;
+            let panels = what.contains("column panels");
+            dev.set_matmul_panels(panels.then_some(true));
+            if panels {
+                // The copy into panels is a kernel of its own.
+                let planned = dev.plan_kernels(&[build(dev)?.node().clone()])?.len();
+                if planned != 1 + config.vec as usize {
+                    family.failures.push(format!("{what}, {}: {planned} kernels planned", config.name()));
+                }
+            }
             let got = build(dev)?.cast(DType::F32)?.to_vec::<f32>().await;
             let got = match got {
                 Ok(g) => g,

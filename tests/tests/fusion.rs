@@ -319,3 +319,38 @@ fn large_reductions_stream_and_small_ones_take_one_pass() {
     check("odd rows", |d| random(d, &[5, 250001], 42).sum(&[1], false), |k| k >= 3, 1e-5);
     check("a small column sum", |d| random(d, &[64, 64], 43).sum(&[0], false), |k| k == 1, 1e-5);
 }
+
+#[test]
+fn views_that_keep_rows_whole_are_read_four_at_a_time() {
+    // Permutes and slices whose innermost axis stays contiguous, a multiple
+    // of 4 long and 4-aligned read vec4s (elementwise, reductions, row
+    // kernels); the others read element by element. Both agree with the
+    // reference.
+    let permuted = |d: &Device, last: usize| random(d, &[6, 10, last], 80).permute(&[1, 0, 2]);
+    type Build<'a> = &'a dyn Fn(&Device) -> Result<Tensor>;
+    let cases: [(&str, Build, bool); 6] = [
+        ("a head split [6, 10, 12] → [10, 6, 12]", &|d| permuted(d, 12)?.exp(), true),
+        ("columns 4..16 of [30, 20]", &|d| random(d, &[30, 20], 81).narrow(1, 4, 12)?.mul_scalar(2.0), true),
+        ("a permute with rows of 6", &|d| permuted(d, 6)?.exp(), false),
+        ("columns 1..13 of [30, 20]", &|d| random(d, &[30, 20], 82).narrow(1, 1, 12)?.mul_scalar(2.0), false),
+        ("a transpose", &|d| random(d, &[24, 16], 83).t()?.mul_scalar(2.0), false),
+        ("a permuted operand plus a contiguous one", &|d| permuted(d, 12)?.add(&random(d, &[10, 6, 12], 84)), true),
+    ];
+    for (what, f, vectorized) in cases {
+        check(what, f, |k| k == 1, 1e-6);
+        for (label, dev) in devices().iter() {
+            let names: Vec<String> =
+                dev.plan_kernels(&[f(dev).unwrap().node().clone()]).unwrap().into_iter().map(|k| k.name).collect();
+            let walks_vec4s = ["_vec4", "_rows", "_segments", "_straddling"].iter().any(|s| names[0].ends_with(s));
+            assert_eq!(walks_vec4s, vectorized, "{what} on {label}: {names:?}");
+        }
+    }
+    let sum = |d: &Device| permuted(d, 12)?.sum(&[2], false);
+    check("a sum along a permuted tensor's rows", sum, |_| true, 1e-5);
+    let total = |d: &Device| permuted(d, 12)?.mul_scalar(0.5)?.sum(&[], false);
+    check("a sum over a permuted tensor", total, |_| true, 1e-5);
+    let softmax = |d: &Device| random(d, &[6, 64, 256], 85).permute(&[1, 0, 2])?.softmax(-1);
+    check("softmax over a permuted tensor", softmax, |k| k <= 2, 1e-5);
+    let long = |d: &Device| random(d, &[16, 2, 4096], 86).permute(&[1, 0, 2])?.softmax(-1);
+    check("softmax over long permuted rows", long, |k| k <= 2, 1e-5);
+}

@@ -406,15 +406,16 @@ fn live_ops(body: &Body, cut: Option<usize>) -> Vec<bool> {
     live
 }
 
-/// Whether a body can run four elements at a time: only contiguous
-/// 4-byte leaves, no gather, no pow.
+/// Whether a body can run four elements at a time: only 4-byte leaves
+/// (strided ones where their rows split into vec4s, which the launch
+/// checks), no gather, no pow.
 pub fn vectorizable(sig: &Sig) -> bool {
     vectorizable_reading_rows(sig) && !sig.bodies.iter().any(|b| b.ops.iter().any(|(op, _)| matches!(op, Op::Row(_))))
 }
 
 /// `vectorizable`, except that the bodies may read row stages (splat).
 pub fn vectorizable_reading_rows(sig: &Sig) -> bool {
-    sig.leaves.iter().all(|l| l.access != Access::Strided && l.dtype != DType::F16)
+    sig.leaves.iter().all(|l| l.dtype != DType::F16)
         && sig.bodies.iter().all(|b| {
             b.ops.iter().all(|(op, d)| {
                 *d != DType::F16 && !matches!(op, Op::Gather { .. } | Op::Binary(BinaryOp::Pow, ..) | Op::Acc)

@@ -197,8 +197,11 @@ impl ShapeClass {
 /// reading the accumulator as `acc`.
 /// Meta: 0 M, 1 K, 2 N, 3 k0, 4 k1, 5 accumulate, 6 first batch,
 /// 7 A row stride, 8 A col stride, 9 B row stride, 10 B col stride,
-/// 11 A offset, 12 B offset, 13 apply the epilogue (last k chunk), then
-/// the batch shape and A's and B's batch strides, then the epilogue's meta.
+/// 11 A offset, 12 B offset, 13 apply the epilogue (last k chunk), 14 B's
+/// panel stride (vec4 kernels: elements from one workgroup's columns of B
+/// to the next's; `tile_n` in a row-major B, K · `tile_n` in a copy laid
+/// out as column panels), then the batch shape and A's and B's batch
+/// strides, then the epilogue's meta.
 /// The k loop runs over [k0, k1), which the runtime keeps at most
 /// `MATMUL_K_CHUNK` long (Mesa ends loops after 65,535 iterations).
 pub fn matmul_kernel(c: &MatmulConfig, dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
@@ -283,10 +286,14 @@ fn main_vec(c: &MatmulConfig) -> String {
     s += "    let base = batch_offsets(batch) >> vec2<u32>(2u);\n";
     s += "    let sar = bitcast<i32>(m(7u)) >> 2u;\n    let sbr = bitcast<i32>(m(9u)) >> 2u;\n";
     s += &rows_and_accumulators(c);
+    // Column vec4 v of this lane, clamped into B, and where it lies in
+    // this workgroup's panel of B.
     let _ = writeln!(s, "    let nvec = N >> 2u;");
+    let _ = writeln!(s, "    let panel0 = wg.x * {}u;", wx * nv);
+    let _ = writeln!(s, "    let panel = base.y + i32(wg.x) * (bitcast<i32>(m(14u)) >> 2u);");
     for v in 0..nv {
-        let _ = writeln!(s, "    let cv{v} = wg.x * {}u + lx + {}u;", wx * nv, v * wx);
-        let _ = writeln!(s, "    let cb{v} = base.y + i32(min(cv{v}, nvec - 1u));");
+        let _ = writeln!(s, "    let cv{v} = panel0 + lx + {}u;", v * wx);
+        let _ = writeln!(s, "    let cb{v} = panel + i32(min(cv{v}, nvec - 1u) - panel0);");
     }
     s += &k_loops(c, &|at| format!("in0[u32({at})]"), vec_k_loop);
     s + &store_vec_blocks(c) + "}\n"

@@ -284,7 +284,7 @@ fn monoid_code(monoid: Monoid, d: DType) -> (String, String, String) {
 }
 
 /// Meta word where the matmul's batch shape starts.
-pub(crate) const MATMUL_SHAPE_BASE: usize = 14;
+pub(crate) const MATMUL_SHAPE_BASE: usize = 15;
 
 /// Meta word where an epilogue's shape starts, past the batch layout.
 pub fn matmul_epilogue_base(batch_rank: usize) -> usize {

@@ -3,17 +3,17 @@
 //! [`Recording`] is submitted as one command encoder and one submit, and
 //! the jit replays one with other input buffers.
 
+mod matmul;
+
 use super::Gpu;
 use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
 use super::profile::Launch;
 use super::realize::ReadRequest;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
-use crate::codegen::matmul::MatmulConfig;
 use crate::codegen::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN, stream_lanes};
 use crate::codegen::templates::{
-    MATMUL_K_CHUNK, Monoid, REDUCE_STREAM_MIN, REDUCE_WG, Runs, matmul_epilogue_base, reduce_shape, runs_len,
-    whole_spans,
+    Monoid, REDUCE_STREAM_MIN, REDUCE_WG, Runs, matmul_epilogue_base, reduce_shape, runs_len, whole_spans,
 };
 use crate::codegen::{KernelKey, META_WORDS, Meta, RowLayout, WG};
 use crate::dtype::DType;
@@ -101,8 +101,22 @@ fn aligned4(sig: &Sig, args: &Args, straddling: bool) -> bool {
     sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| match leaf.access {
         Access::Contiguous => l.offset.is_multiple_of(VEC),
         Access::Mod | Access::Div => !reads_per_element(leaf.access, l) || (straddling && Access::of(l).1 >= VEC),
-        Access::Strided => false,
+        Access::Strided => strided_rows_split_into_vec4s(l),
     })
+}
+
+/// Whether the four elements of a strided leaf at any 4-aligned flat index
+/// are one aligned vec4 of its buffer: its innermost axis is contiguous and
+/// a multiple of 4 long, and its offset and other strides are multiples of
+/// 4 (a permute or slice that keeps rows whole, such as B's column panels
+/// for a matmul, or attention's head split).
+fn strided_rows_split_into_vec4s(l: &Layout) -> bool {
+    let (Some(&len), Some(&step)) = (l.shape.last(), l.strides.last()) else { return false };
+    let outer = l.strides.iter().zip(&l.shape).rev().skip(1);
+    step == 1
+        && len.is_multiple_of(VEC)
+        && l.offset.is_multiple_of(VEC)
+        && outer.into_iter().all(|(&s, &d)| d == 1 || s.rem_euclid(VEC as isize) == 0)
 }
 
 /// Whether a leaf read as `access` through `l` does not split into the
@@ -353,95 +367,6 @@ impl Recording {
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
         let key = KernelKey::Row { sig, stages, outputs: dtypes, per_row, vec4, layout };
         self.dispatch(gpu, &key, meta, buffers, groups, numel(shape))
-    }
-
-    /// `out = epilogue(a @ b)` (f32), with the config the tuner picks.
-    /// `args` binds `a`'s and `b`'s buffers first, then whatever the
-    /// epilogue (a fused body) reads.
-    #[allow(clippy::too_many_arguments)]
-    pub fn matmul(
-        &mut self,
-        gpu: &Gpu,
-        op: &'static str,
-        a: &Layout,
-        b: &Layout,
-        operand_dtype: DType,
-        shape: &[usize],
-        out: &Arc<PooledBuffer>,
-        epilogue: Option<Sig>,
-        args: Args,
-    ) -> Result<()> {
-        let r = shape.len();
-        let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
-        let config = gpu.matmul_config(operand_dtype, m, n, k)?;
-        self.matmul_with(gpu, config, op, a, b, operand_dtype, shape, out, epilogue, args)
-    }
-
-    /// `matmul` with the kernel `config`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn matmul_with(
-        &mut self,
-        gpu: &Gpu,
-        config: MatmulConfig,
-        op: &'static str,
-        a: &Layout,
-        b: &Layout,
-        operand_dtype: DType,
-        shape: &[usize],
-        out: &Arc<PooledBuffer>,
-        epilogue: Option<Sig>,
-        args: Args,
-    ) -> Result<()> {
-        let r = shape.len();
-        let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
-        let batch_shape = &shape[..r - 2];
-        let batch: usize = batch_shape.iter().product();
-        if numel(shape) == 0 {
-            return Ok(());
-        }
-        let max = gpu.info.limits.max_compute_workgroups_per_dimension as usize;
-        let vec_ok = operand_dtype == DType::F32
-            && k.is_multiple_of(VEC)
-            && n.is_multiple_of(VEC)
-            && a.strides[r - 1] == 1
-            && b.strides[r - 1] == 1
-            && [a.offset as isize, b.offset as isize]
-                .iter()
-                .chain(&a.strides[..r - 1])
-                .chain(&b.strides[..r - 1])
-                .all(|s| s % VEC as isize == 0);
-        let config = MatmulConfig { vec: config.vec && vec_ok, ..config };
-        let (tile_m, tile_n) = config.tile();
-        let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
-        if gx > max || gy > max {
-            return Err(KilnError::Invalid { op, detail: format!("an output of {m}×{n} exceeds the adapter's grid") });
-        }
-        let sig = epilogue;
-        let buffers: Vec<Arc<PooledBuffer>> =
-            std::iter::once(out.clone()).chain(args.buffers.iter().cloned()).collect();
-        let batch_rank = batch_shape.len();
-        let key = KernelKey::Matmul { dtype: operand_dtype, batch_rank, epilogue: sig.clone(), config };
-        for b0 in (0..batch).step_by(max) {
-            for k0 in (0..k.max(1)).step_by(MATMUL_K_CHUNK) {
-                let k1 = (k0 + MATMUL_K_CHUNK).min(k);
-                let mut meta = Meta::default();
-                meta.u(m).u(k).u(n).u(k0).u(k1).u((k0 > 0) as usize).u(b0);
-                meta.i(a.strides[r - 2]).i(a.strides[r - 1]).i(b.strides[r - 2]).i(b.strides[r - 1]);
-                meta.u(a.offset).u(b.offset).u((k1 == k) as usize);
-                batch_shape.iter().for_each(|&d| {
-                    meta.u(d);
-                });
-                a.strides[..r - 2].iter().chain(&b.strides[..r - 2]).for_each(|&s| {
-                    meta.i(s);
-                });
-                if let Some(sig) = &sig {
-                    Self::fused_meta(&mut meta, sig, &args, shape);
-                }
-                let groups = [gx as u32, gy as u32, (batch - b0).min(max) as u32];
-                self.dispatch(gpu, &key, meta, buffers.clone(), groups, m * n)?;
-            }
-        }
-        Ok(())
     }
 }
 

@@ -112,6 +112,8 @@ pub(crate) struct Gpu {
     assumed_subgroup_width: AtomicU32,
     /// Set by [`Device::set_workgroup_reductions`]: 0 by device type, 1 off, 2 on.
     workgroup_reductions: AtomicU8,
+    /// Set by [`Device::set_matmul_panels`]: 0 by device type and size, 1 off, 2 on.
+    matmul_panels: AtomicU8,
     /// Switched by [`Device::set_kernel_profiling`].
     profiler: profile::Profiler,
 }
@@ -228,6 +230,7 @@ impl Device {
             tuner: tune::Tuner::default(),
             assumed_subgroup_width: AtomicU32::new(0),
             workgroup_reductions: AtomicU8::new(0),
+            matmul_panels: AtomicU8::new(0),
             profiler: profile::Profiler::default(),
         })))))
     }
@@ -283,6 +286,16 @@ impl Device {
     pub fn set_workgroup_reductions(&self, on: Option<bool>) {
         if let Backend::Gpu(g) = &*self.0 {
             g.workgroup_reductions.store(on.map_or(0, |on| if on { 2 } else { 1 }), Ordering::Relaxed);
+        }
+    }
+
+    /// Test hook: make vec4 matmuls read B from a copy laid out as column
+    /// panels wherever its shape allows (`Some(true)`), never
+    /// (`Some(false)`), or on CPU adapters for large B (`None`, the
+    /// default). No-op on the CPU reference.
+    pub fn set_matmul_panels(&self, on: Option<bool>) {
+        if let Backend::Gpu(g) = &*self.0 {
+            g.matmul_panels.store(on.map_or(0, |on| if on { 2 } else { 1 }), Ordering::Relaxed);
         }
     }
 

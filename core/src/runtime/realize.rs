@@ -370,7 +370,7 @@ impl<'a> Plan<'a> {
         low.body(&[v]);
         let out = self.gpu.alloc("matmul", DType::F32, shape)?;
         let (a, b) = (&mm.a.layout, &mm.b.layout);
-        self.rec.matmul(self.gpu, "matmul", a, b, mm.a.dtype, shape, &out, Some(low.sig), low.args)?;
+        self.rec.matmul(self.gpu, None, "matmul", a, b, mm.a.dtype, shape, &out, Some(low.sig), low.args)?;
         self.covered(&low.covers);
         Ok(Some(GpuArray { buffer: out, layout: Layout::contiguous(shape), dtype: DType::F32 }))
     }
@@ -384,7 +384,7 @@ impl<'a> Plan<'a> {
         let args =
             crate::sched::lower::Args { buffers: vec![mm.a.buffer.clone(), mm.b.buffer.clone()], ..Default::default() };
         let (a, b) = (&mm.a.layout, &mm.b.layout);
-        self.rec.matmul(self.gpu, "matmul", a, b, mm.a.dtype, &mm.shape, &out, None, args)?;
+        self.rec.matmul(self.gpu, None, "matmul", a, b, mm.a.dtype, &mm.shape, &out, None, args)?;
         self.covered(&[mm.origin]);
         let a = GpuArray { buffer: out, layout: Layout::contiguous(&mm.shape), dtype: DType::F32 };
         self.matmuls.insert(mm.id, a.clone());

@@ -227,7 +227,7 @@ impl Gpu {
                 break;
             }
             let mut rec = Recording::default();
-            rec.matmul_with(self, config, "matmul", &la, &lb, dtype, &[m, n], &out, None, args.clone())?;
+            rec.matmul(self, Some(config), "matmul", &la, &lb, dtype, &[m, n], &out, None, args.clone())?;
             self.submit_uncounted(&rec, None)?; // compiles and warms up
             self.idle().await?;
             let mut reps = 1;
