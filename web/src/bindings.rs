@@ -32,14 +32,16 @@ pub struct Gpu {
 #[wasm_bindgen]
 impl Gpu {
     /// Every matmul kernel-family member this device runs, forced in turn
-    /// on a ragged and a vec4-eligible product against the CPU reference
+    /// on a ragged and a vec4-eligible product, and one reading B from
+    /// column panels, against the CPU reference
     /// (`kiln_conformance::matmul_family`; the tuner only times them, so
     /// this is what checks each one's results in the browser). Resolves to
     /// `{"checked": n, "skipped": [reason], "failures": [what]}`.
     pub fn matmul_family(&self) -> Promise {
         let device = self.device.clone();
         future_to_promise(async move {
-            let wanted = |w: &str| w.starts_with("ragged") || w.starts_with("vec4-eligible relu");
+            let wanted =
+                |w: &str| w.starts_with("ragged") || w.starts_with("vec4-eligible relu") || w.contains("column panels");
             let cases: Vec<_> = matmul_family::CASES.into_iter().filter(|(w, _)| wanted(w)).collect();
             let family = matmul_family::check(&device, &cases).await.map_err(js_err)?;
             let list = |v: &[String]| format!("[{}]", v.iter().map(|s| quote(s)).collect::<Vec<_>>().join(","));
