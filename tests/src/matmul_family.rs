@@ -21,7 +21,7 @@ pub type Case = (&'static str, fn(&Device) -> Result<Tensor>);
 /// A vec4 config runs its scalar twin on shapes that are not
 /// vec4-eligible; the "ragged" case checks that fallback (every shape
 /// for every vec4 config is slow to compile on SwiftShader).
-pub const CASES: [Case; 8] = [
+pub const CASES: [Case; 9] = [
     ("ragged 37x53 @ 53x29", |d| random(d, &[37, 53], 1)?.matmul(&random(d, &[53, 29], 2)?)),
     ("batched [2,3,19,70] @ [3,70,21]", |d| random(d, &[2, 3, 19, 70], 3)?.matmul(&random(d, &[3, 70, 21], 4)?)),
     ("transposed operands 45x33", |d| random(d, &[33, 45], 5)?.t()?.matmul(&random(d, &[40, 33], 6)?.t()?)),
@@ -42,6 +42,10 @@ pub const CASES: [Case; 8] = [
     // panels.
     ("vec4-eligible in column panels relu(x @ w + b) 70x36 @ 36x256", |d| {
         random(d, &[70, 36], 17)?.matmul(&random(d, &[36, 256], 18)?)?.add(&random(d, &[256], 19)?)?.relu()
+    }),
+    // K past one dispatch's chunk: the second adds to the first's output.
+    ("vec4-eligible k split over dispatches 3x16404 @ 16404x8", |d| {
+        random(d, &[3, 16404], 20)?.matmul(&random(d, &[16404, 8], 21)?)
     }),
     ("relu(x @ w + b) epilogue 1030x72 @ 72x90", |d| {
         random(d, &[1030, 72], 9)?.matmul(&random(d, &[72, 90], 10)?)?.add(&random(d, &[90], 11)?)?.relu()

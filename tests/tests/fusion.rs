@@ -328,13 +328,25 @@ fn views_that_keep_rows_whole_are_read_four_at_a_time() {
     // reference.
     let permuted = |d: &Device, last: usize| random(d, &[6, 10, last], 80).permute(&[1, 0, 2]);
     type Build<'a> = &'a dyn Fn(&Device) -> Result<Tensor>;
-    let cases: [(&str, Build, bool); 6] = [
+    let cases: [(&str, Build, bool); 8] = [
         ("a head split [6, 10, 12] → [10, 6, 12]", &|d| permuted(d, 12)?.exp(), true),
         ("columns 4..16 of [30, 20]", &|d| random(d, &[30, 20], 81).narrow(1, 4, 12)?.mul_scalar(2.0), true),
         ("a permute with rows of 6", &|d| permuted(d, 6)?.exp(), false),
         ("columns 1..13 of [30, 20]", &|d| random(d, &[30, 20], 82).narrow(1, 1, 12)?.mul_scalar(2.0), false),
         ("a transpose", &|d| random(d, &[24, 16], 83).t()?.mul_scalar(2.0), false),
         ("a permuted operand plus a contiguous one", &|d| permuted(d, 12)?.add(&random(d, &[10, 6, 12], 84)), true),
+        // Large enough that each invocation steps its coordinates across
+        // several vec4s a grid apart, with carries through every axis.
+        (
+            "a large head split [64, 300, 12] → [300, 64, 12]",
+            &|d| random(d, &[64, 300, 12], 87).permute(&[1, 0, 2])?.exp(),
+            true,
+        ),
+        (
+            "a rank-4 permute [16, 30, 20, 8] → [20, 16, 30, 8]",
+            &|d| random(d, &[16, 30, 20, 8], 88).permute(&[2, 0, 1, 3])?.mul_scalar(3.0),
+            true,
+        ),
     ];
     for (what, f, vectorized) in cases {
         check(what, f, |k| k == 1, 1e-6);

@@ -103,8 +103,16 @@ impl<'a> Emitter<'a> {
     /// Variables holding `f0 / period` and `f0 % period` for each `Mod` and
     /// `Div` leaf, for a walk whose flat index starts at `f0` and grows by
     /// `step` (both u32 expressions) at each [`Emitter::periodic_advance`].
+    /// With strided leaves, also the coordinates `pc{d}` of `f0` and
+    /// `sc{d}` of `step`.
     pub fn periodic_start(&self, f0: &str, step: &str) -> String {
         let mut s = String::new();
+        if self.reads_strided() {
+            let start = unravel(self.sig.rank, self.shape_base, f0);
+            s += &start.replace("rem", "prem").replace("let c", "var pc");
+            let step = unravel(self.sig.rank, self.shape_base, step);
+            s += &step.replace("rem", "srem").replace("let c", "let sc");
+        }
         for k in self.periodic_leaves() {
             let p = self.word(self.leaf_base[k] + 1);
             s += &format!("    var pq{k} = {f0} / {p};\n    var pr{k} = {f0} % {p};\n");
@@ -117,10 +125,22 @@ impl<'a> Emitter<'a> {
     /// by its `step`: no division, and no u32 overflow (`pr + sr` is not
     /// formed unless it stays below the period).
     pub fn periodic_advance(&self) -> String {
-        if self.periodic_leaves().next().is_none() {
+        if self.periodic_leaves().next().is_none() && !self.reads_strided() {
             return String::new();
         }
         let mut s = String::from("    {\n");
+        if self.reads_strided() {
+            // Innermost first, each coordinate plus its step and the carry
+            // from the one inside it (below twice its extent: one wrap).
+            let rank = self.sig.rank;
+            s += "    var carry = 0u;\n";
+            for d in (1..rank).rev() {
+                let extent = format!("m({}u)", self.shape_base + d);
+                s += &format!("    pc{d} += sc{d} + carry;\n    carry = select(0u, 1u, pc{d} >= {extent});\n");
+                s += &format!("    pc{d} -= carry * {extent};\n");
+            }
+            s += "    pc0 += sc0 + carry;\n";
+        }
         for k in self.periodic_leaves() {
             let p = self.word(self.leaf_base[k] + 1);
             s += &format!("    let wrap{k} = pr{k} >= {p} - sr{k};\n");
@@ -128,6 +148,11 @@ impl<'a> Emitter<'a> {
             s += &format!("    pq{k} += sq{k} + select(0u, 1u, wrap{k});\n");
         }
         s + "    }\n"
+    }
+
+    /// Whether some leaf is read through coordinates (general strides).
+    fn reads_strided(&self) -> bool {
+        self.sig.leaves.iter().any(|l| l.access == Access::Strided)
     }
 
     fn periodic_leaves(&self) -> impl Iterator<Item = usize> + '_ {
@@ -283,7 +308,10 @@ impl<'a> Emitter<'a> {
             }
             _ => false,
         });
-        if strided {
+        if strided && self.periodic {
+            // Stepped by `periodic_advance`, not divided out of `f`.
+            (0..self.sig.rank).for_each(|d| s.push_str(&format!("    let {pfx}c{d} = pc{d};\n")));
+        } else if strided {
             s.push_str(
                 &unravel(self.sig.rank, self.shape_base, f)
                     .replace("rem", &format!("{pfx}rem"))

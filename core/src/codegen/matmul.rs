@@ -212,11 +212,13 @@ pub fn matmul_kernel(c: &MatmulConfig, dtype: DType, batch_rank: usize, epilogue
     if c.staged {
         s += &main_staged(c);
     } else if c.vec {
-        // Same bindings, read as vec4s (f32 only).
+        // Same bindings, read and written as vec4s (f32 only; N is a
+        // multiple of 4, so a row's vec4s never straddle two rows).
         s = s.replace("in0: array<f32>", "in0: array<vec4<f32>>").replace("in1: array<f32>", "in1: array<vec4<f32>>");
+        s = s.replace("out: array<f32>", "out: array<vec4<f32>>");
         s = s.replace("fn load_a(e: i32) -> f32 { return in0[u32(e)]; }\n", "");
         s = s.replace("fn load_b(e: i32) -> f32 { return in1[u32(e)]; }\n", "");
-        s += &main_vec(c);
+        return s + &main_vec(c) + STORE_VEC4_FN;
     } else {
         s += &main_fn(c);
     }
@@ -296,7 +298,12 @@ fn main_vec(c: &MatmulConfig) -> String {
         let _ = writeln!(s, "    let cb{v} = panel + i32(min(cv{v}, nvec - 1u) - panel0);");
     }
     s += &k_loops(c, &|at| format!("in0[u32({at})]"), vec_k_loop);
-    s + &store_vec_blocks(c) + "}\n"
+    for i in 0..c.tm {
+        for v in 0..nv {
+            let _ = writeln!(s, "    store4(batch, row0 + {i}u, cv{v}, c{i}_{v});");
+        }
+    }
+    s + "}\n"
 }
 
 /// The staged entry point. Per `STAGE_K` slice of k, each invocation
@@ -555,6 +562,28 @@ fn k_loop(c: &MatmulConfig, a: &dyn Fn(u32) -> String, pre: &str) -> String {
     }
     s + "    }\n"
 }
+
+/// The vec4 kernels' store: output vec4 `cv` of row `r` (the epilogue
+/// still runs per element).
+const STORE_VEC4_FN: &str = "
+fn store4(batch: u32, r: u32, cv: u32, v: vec4<f32>) {
+    let M = m(0u);
+    let N = m(2u);
+    if (r >= M || cv >= N >> 2u) {
+        return;
+    }
+    let at = ((batch * M + r) * N >> 2u) + cv;
+    var x = v;
+    if (m(5u) != 0u) {
+        x += out[at];
+    }
+    if (m(13u) != 0u) {
+        let f = at * 4u;
+        x = vec4<f32>(epilogue(f, x.x), epilogue(f + 1u, x.y), epilogue(f + 2u, x.z), epilogue(f + 3u, x.w));
+    }
+    out[at] = x;
+}
+";
 
 const STORE_FN: &str = "
 fn store(batch: u32, r: u32, c: u32, v: f32) {
