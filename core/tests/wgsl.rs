@@ -438,3 +438,100 @@ fn streamed_rows_take_enough_lanes_to_stay_within_mesas_loop_budget() {
     // max stage alone): three passes.
     assert_eq!(lanes(&[ReduceOp::Max], false, 1 << 20, true), Some((1, 16)));
 }
+
+/// Shifts whose operands are not unary expressions, as in `a * b >> 2u`:
+/// WGSL's grammar forbids them and browsers' compilers (Tint) reject them
+/// ("mixing '*' and '>>' requires parenthesis"), but naga accepts them.
+/// Reads kiln's style: shifts written with a space on either side
+/// (templates such as `vec4<f32>>` never are).
+fn unparenthesized_shifts(source: &str) -> Vec<String> {
+    let binary = |c: u8| b"*/%+-&|^".contains(&c);
+    let operand_end = |c: u8| c.is_ascii_alphanumeric() || b"_)]".contains(&c);
+    let mut found = Vec::new();
+    for line in source.lines() {
+        let b = line.as_bytes();
+        for at in (0..b.len().saturating_sub(3)).filter(|&i| &b[i..i + 4] == b" >> " || &b[i..i + 4] == b" << ") {
+            // Back over the left operand: names, templates, calls, indexing.
+            let mut i = at;
+            while i > 0 {
+                let c = b[i - 1];
+                if c == b')' || c == b']' {
+                    let (close, open) = (c, if c == b')' { b'(' } else { b'[' });
+                    let mut depth = 0;
+                    while i > 0 {
+                        i -= 1;
+                        depth += (b[i] == close) as i32 - (b[i] == open) as i32;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                } else if c.is_ascii_alphanumeric() || b"_.<>".contains(&c) {
+                    i -= 1;
+                } else {
+                    break;
+                }
+            }
+            let before = b[..i].iter().rev().find(|&&c| c != b' ').copied();
+            let left_binary = match before {
+                Some(b'-') => b[..i]
+                    .iter()
+                    .rev()
+                    .skip_while(|&&c| c != b'-')
+                    .skip(1)
+                    .find(|&&c| c != b' ')
+                    .is_some_and(|&c| operand_end(c)),
+                Some(b'&') | Some(b'|') => !b[..i].ends_with(b"&&") && !b[..i].ends_with(b"||"),
+                Some(c) => binary(c),
+                None => false,
+            };
+            // Forward over the right operand.
+            let mut j = at + 4;
+            while j < b.len() && b"-!~".contains(&b[j]) {
+                j += 1;
+            }
+            while j < b.len() {
+                let c = b[j];
+                if c == b'(' || c == b'[' {
+                    let (open, close) = (c, if c == b'(' { b')' } else { b']' });
+                    let mut depth = 0;
+                    while j < b.len() {
+                        depth += (b[j] == open) as i32 - (b[j] == close) as i32;
+                        j += 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                } else if c.is_ascii_alphanumeric() || b"_.".contains(&c) {
+                    j += 1;
+                } else {
+                    break;
+                }
+            }
+            let after = b[j..].iter().position(|&c| c != b' ').map(|k| (b[j + k], b.get(j + k + 1).copied()));
+            let right_binary = match after {
+                Some((b'&', Some(b'&'))) | Some((b'|', Some(b'|'))) => false,
+                Some((c, _)) => binary(c),
+                None => false,
+            };
+            if left_binary || right_binary {
+                found.push(line.trim().to_string());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_kernel_mixes_a_shift_with_other_operators_unparenthesized() {
+    // The checker itself, on what Tint rejects and what it accepts.
+    assert_eq!(unparenthesized_shifts("let at = ((b * M + r) * N >> 2u) + cv;").len(), 1);
+    assert_eq!(unparenthesized_shifts("let x = a >> 2u + 1u;").len(), 1);
+    assert_eq!(unparenthesized_shifts("let x = a - b >> 2u;").len(), 1);
+    assert!(unparenthesized_shifts("let at = (((b * M + r) * N) >> 2u) + cv;").is_empty());
+    assert!(unparenthesized_shifts("let p = base.y + i32(wg.x) * (bitcast<i32>(m(14u)) >> 2u);").is_empty());
+    assert!(unparenthesized_shifts("if (r >= M || cv >= N >> 2u) { return; }").is_empty());
+    assert!(unparenthesized_shifts("x = kparams[i >> 2u][i & 3u]; y = -a >> 1u;").is_empty());
+    let kernels = catalog();
+    let bad: Vec<String> = kernels.iter().flat_map(|k| unparenthesized_shifts(k)).collect();
+    assert!(bad.is_empty(), "shifts mixed with other operators (Tint rejects these):\n{}", bad.join("\n"));
+}

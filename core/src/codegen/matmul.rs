@@ -572,7 +572,7 @@ fn store4(batch: u32, r: u32, cv: u32, v: vec4<f32>) {
     if (r >= M || cv >= N >> 2u) {
         return;
     }
-    let at = ((batch * M + r) * N >> 2u) + cv;
+    let at = (((batch * M + r) * N) >> 2u) + cv;
     var x = v;
     if (m(5u) != 0u) {
         x += out[at];
