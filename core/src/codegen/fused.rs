@@ -122,8 +122,9 @@ impl<'a> Emitter<'a> {
     }
 
     /// Steps the quotients and remainders of [`Emitter::periodic_start`]
-    /// by its `step`: no division, and no u32 overflow (`pr + sr` is not
-    /// formed unless it stays below the period).
+    /// (and its coordinates, with carries) by its `step`: no division, and
+    /// no u32 overflow (`pr + sr` is not formed unless it stays below the
+    /// period).
     pub fn periodic_advance(&self) -> String {
         if self.periodic_leaves().next().is_none() && !self.reads_strided() {
             return String::new();
