@@ -471,17 +471,18 @@ fn unparenthesized_shifts(source: &str) -> Vec<String> {
                     break;
                 }
             }
-            let before = b[..i].iter().rev().find(|&&c| c != b' ').copied();
-            let left_binary = match before {
-                Some(b'-') => b[..i]
-                    .iter()
-                    .rev()
-                    .skip_while(|&&c| c != b'-')
-                    .skip(1)
-                    .find(|&&c| c != b' ')
-                    .is_some_and(|&c| operand_end(c)),
-                Some(b'&') | Some(b'|') => !b[..i].ends_with(b"&&") && !b[..i].ends_with(b"||"),
-                Some(c) => binary(c),
+            // The character before the left operand, and the one before that.
+            let last_non_space = |end: usize| b[..end].iter().rposition(|&c| c != b' ');
+            let left_binary = match last_non_space(i) {
+                Some(k) => {
+                    let prev = k.checked_sub(1).map(|p| b[p]);
+                    match b[k] {
+                        // Binary where an operand precedes it, not a negation.
+                        b'-' => last_non_space(k).is_some_and(|p| operand_end(b[p])),
+                        c @ (b'&' | b'|') => prev != Some(c),
+                        c => binary(c),
+                    }
+                }
                 None => false,
             };
             // Forward over the right operand.
@@ -531,6 +532,7 @@ fn no_kernel_mixes_a_shift_with_other_operators_unparenthesized() {
     assert!(unparenthesized_shifts("let p = base.y + i32(wg.x) * (bitcast<i32>(m(14u)) >> 2u);").is_empty());
     assert!(unparenthesized_shifts("if (r >= M || cv >= N >> 2u) { return; }").is_empty());
     assert!(unparenthesized_shifts("x = kparams[i >> 2u][i & 3u]; y = -a >> 1u;").is_empty());
+    assert!(unparenthesized_shifts("let ok = x && y >> 2u == 0u;").is_empty());
     let kernels = catalog();
     let bad: Vec<String> = kernels.iter().flat_map(|k| unparenthesized_shifts(k)).collect();
     assert!(bad.is_empty(), "shifts mixed with other operators (Tint rejects these):\n{}", bad.join("\n"));
