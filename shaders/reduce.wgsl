@@ -12,7 +12,8 @@
 // (the loop below over a whole span), `store(slot, v, i)`, STEP (1, or 4
 // when a contiguous prologue is read as vec4s), LANES, PER_THREAD and
 // WHOLE_SPANS (every span of every row is whole, known at launch: the
-// loop for the others folds away).
+// loop for the others folds away) and ONE_ROW (a single row, for the entry
+// points).
 //
 // Invocation g of a row folds PER_THREAD runs of STEP elements of its row
 // into one partial, in order. With LANES = 1 they are consecutive: partial

@@ -24,8 +24,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (w >= rows * blocks) {
         return;
     }
-    let row = w / blocks;
-    let g = (w % blocks) * REDUCE_WG + li;
+    let row = select(w / blocks, 0u, ONE_ROW);
+    let g = select(w % blocks, w, ONE_ROW) * REDUCE_WG + li;
     var v = identity();
     var i = 0u;
     if (g < groups) {

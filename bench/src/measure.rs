@@ -147,7 +147,7 @@ impl Record {
     }
 
     pub fn line(&self) -> String {
-        let frac = self.ceiling_fraction.map_or(String::new(), |f| format!("  ({f:.2} of ceiling)"));
+        let frac = self.ceiling_fraction.map_or(String::new(), |f| format!("  ({f:.3} of ceiling)"));
         let note = if self.note.is_empty() { String::new() } else { format!("  [{}]", self.note) };
         format!(
             "  {:<28} {:>10.2} {:<7} ({:.2}–{:.2}){frac}{note}",

@@ -21,7 +21,7 @@ pub fn splice(page: &str, generated: &str) -> String {
 }
 
 fn cell(r: &Record) -> String {
-    let frac = r.ceiling_fraction.map_or(String::new(), |f| format!(" = **{f:.2}**"));
+    let frac = r.ceiling_fraction.map_or(String::new(), |f| format!(" = **{f:.3}**"));
     format!("{:.2} {} ({:.2}–{:.2}){frac}", r.median, r.unit, r.spread.0, r.spread.1)
 }
 

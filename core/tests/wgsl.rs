@@ -6,7 +6,7 @@ use kiln_core::DType;
 use kiln_core::codegen::fused::{Combine, RowLanes, Walk};
 use kiln_core::codegen::matmul::MatmulConfig;
 use kiln_core::codegen::row_stream::stream_lanes;
-use kiln_core::codegen::templates::{Monoid, Runs};
+use kiln_core::codegen::templates::{Monoid, ReducePass, Runs};
 use kiln_core::codegen::{KernelKey, RowLayout};
 use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
 use kiln_core::sched::lower::{Access, Body, LeafDesc, Op, Sig};
@@ -160,11 +160,14 @@ fn catalog() -> Vec<String> {
             monoid,
             prologue,
             partials: DType::F32,
-            runs: Runs::Vec4,
-            workgroup,
-            streams,
-            row_leaves: true,
-            whole: streams,
+            pass: ReducePass {
+                runs: Runs::Vec4,
+                workgroup,
+                streams,
+                row_leaves: true,
+                whole: streams,
+                one_row: streams,
+            },
         };
         out.push(key.wgsl());
         // The same prologue over rows that do not split into vec4s.
@@ -172,11 +175,14 @@ fn catalog() -> Vec<String> {
             monoid,
             prologue: Some(s.clone()),
             partials: DType::F32,
-            runs: Runs::Straddling,
-            workgroup,
-            streams,
-            row_leaves: false,
-            whole: streams,
+            pass: ReducePass {
+                runs: Runs::Straddling,
+                workgroup,
+                streams,
+                row_leaves: false,
+                whole: streams,
+                one_row: false,
+            },
         };
         out.push(key.wgsl());
     }
@@ -203,27 +209,38 @@ fn catalog() -> Vec<String> {
                         monoid,
                         prologue: Some(s.clone()),
                         partials: dtype.wide(),
-                        runs,
-                        workgroup,
-                        streams,
-                        row_leaves: false,
                         // Both forms of each pass: with and without the
-                        // code for spans that are not whole.
-                        whole: streams,
+                        // code for spans that are not whole, over one row
+                        // and over many.
+                        pass: ReducePass {
+                            runs,
+                            workgroup,
+                            streams,
+                            row_leaves: false,
+                            whole: streams,
+                            one_row: streams,
+                        },
                     };
                     out.extend(runs.iter().map(|&r| key(r).wgsl()));
                 }
             }
-            for workgroup in [false, true] {
+            // Later passes, over partials read as vec4s where a plain
+            // reduction's rows of partials split into them.
+            let runs =
+                if matches!(monoid, Monoid::Reduce(_)) { &[Runs::Scalar, Runs::Vec4][..] } else { &[Runs::Scalar] };
+            for (&runs, workgroup) in runs.iter().flat_map(|r| [(r, false), (r, true)]) {
                 let key = KernelKey::Reduce {
                     monoid,
                     prologue: None,
                     partials: dtype.wide(),
-                    runs: Runs::Scalar,
-                    workgroup,
-                    streams: false,
-                    row_leaves: false,
-                    whole: workgroup,
+                    pass: ReducePass {
+                        runs,
+                        workgroup,
+                        streams: false,
+                        row_leaves: false,
+                        whole: workgroup,
+                        one_row: !workgroup,
+                    },
                 };
                 out.push(key.wgsl());
             }

@@ -366,3 +366,36 @@ fn views_that_keep_rows_whole_are_read_four_at_a_time() {
     let long = |d: &Device| random(d, &[16, 2, 4096], 86).permute(&[1, 0, 2])?.softmax(-1);
     check("softmax over long permuted rows", long, |k| k <= 2, 1e-5);
 }
+
+#[test]
+fn later_tree_passes_read_partials_four_at_a_time() {
+    // A full sum of 2^24 elements: the first pass leaves 2^19 partials (one
+    // per invocation on CPU adapters), which the later passes read as
+    // vec4s, 256 to an invocation: 4 kernels in all, where scalar reads
+    // took 5. On GPUs each workgroup leaves one partial: 2 kernels.
+    let full = |d: &Device| random(d, &[1 << 24], 80).sum(&[], false);
+    check("a sum of 2^24", full, |k| k <= 4, 1e-5);
+    for (label, dev) in devices().iter() {
+        let kernels = dev.plan_kernels(&[full(dev).unwrap().node().clone()]).unwrap().len();
+        let want = if dev.info().is_cpu_adapter() { 4 } else { 2 };
+        assert_eq!(kernels, want, "a sum of 2^24 on {label}");
+    }
+    // Rows of partials that split into vec4s and rows that do not (after a
+    // first pass over rows that do not split into vec4s), one row and
+    // many, for each monoid; arg reductions keep scalar reads.
+    for (rows, len) in [(3, 1 << 20), (5, 300001), (1, 1 << 21), (2, 65536 * 3)] {
+        let x = move |d: &Device, seed| random(d, &[rows, len], seed);
+        check(&format!("a sum over [{rows}, {len}]"), move |d| x(d, 81).sum(&[1], false), |_| true, 1e-5);
+        check(&format!("a max over [{rows}, {len}]"), move |d| x(d, 82).max(&[1], false), |_| true, 0.0);
+        check(&format!("a min over [{rows}, {len}]"), move |d| x(d, 83).min(&[1], false), |_| true, 0.0);
+        // Signs: the product is exact, and one element missed or taken
+        // twice flips it half the time.
+        let signs = move |d: &Device| {
+            let x = x(d, 84);
+            x.div(&x.abs()?)?.prod(&[1], false)
+        };
+        check(&format!("a product of signs over [{rows}, {len}]"), signs, |_| true, 0.0);
+        let arg = move |d: &Device| x(d, 85).argmax(Some(1), false)?.cast(DType::F32);
+        check(&format!("an argmax over [{rows}, {len}]"), arg, |_| true, 0.0);
+    }
+}

@@ -13,6 +13,26 @@ use crate::sched::lower::{Access, Body, Op, Sig, meta_bases};
 
 /// Elements one invocation of a vectorized elementwise kernel handles.
 pub const VEC: usize = 4;
+
+/// A flat element index as a body reads its leaves there: `at`, a u32
+/// expression, and, where the caller knows it as `origin + plus` (a
+/// variable bound once and a constant, both multiples of 4), that form
+/// too. A vec4 body then reads each contiguous leaf at a vec4 index bound
+/// once per origin ([`Emitter::origin_lets`]) plus `plus / 4`, one addition
+/// per read instead of three: on lavapipe, which reads each lane's vec4 on
+/// its own, a sum's first pass ran about 5% faster so.
+#[derive(Debug, Clone, Copy)]
+pub struct Flat<'s> {
+    pub at: &'s str,
+    pub run: Option<(&'s str, usize)>,
+}
+
+impl<'s> Flat<'s> {
+    /// An index known only as an expression.
+    pub fn at(at: &'s str) -> Flat<'s> {
+        Flat { at, run: None }
+    }
+}
 /// Vec4s (or rows of them) one invocation of a vectorized elementwise
 /// kernel handles.
 pub const ROWS_PER_INVOCATION: usize = 8;
@@ -175,6 +195,19 @@ impl<'a> Emitter<'a> {
         s
     }
 
+    /// `let`s holding each contiguous leaf's vec4 index at `origin` (a
+    /// flat index, a multiple of 4), which [`Flat`] runs from that origin
+    /// read.
+    pub fn origin_lets(&self, origin: &str) -> String {
+        let mut s = String::new();
+        for (k, leaf) in self.sig.leaves.iter().enumerate() {
+            if leaf.access == Access::Contiguous && leaf.buffer.is_some() {
+                s += &format!("    let {origin}_q{k} = ({} + {origin}) >> 2u;\n", self.word(self.leaf_base[k]));
+            }
+        }
+        s
+    }
+
     /// Meta word `w` as a leaf index reads it.
     fn word(&self, w: usize) -> String {
         if self.meta_lets { format!("meta{w}") } else { format!("m({w}u)") }
@@ -262,29 +295,39 @@ impl<'a> Emitter<'a> {
         format!("vec4<{}>({})", compute_type(leaf.dtype), lanes.join(", "))
     }
 
-    fn load(&self, k: usize, at: &str) -> String {
+    /// Leaf `k` at element index `at`, or at vec4 index `quad` where given.
+    fn load(&self, k: usize, at: &str, quad: Option<String>) -> String {
         let leaf = &self.sig.leaves[k];
         let buf = format!("in{}", leaf.buffer.expect("load of a computed leaf"));
         let splat = leaf.access == Access::Div;
+        let quad = || quad.clone().unwrap_or_else(|| format!("{at} >> 2u"));
         match (self.vec4, leaf.dtype) {
             // All four lanes read one element when the leaf repeats by 4s.
             (true, _) if splat => self.load_elements(k, &[at.to_string()]),
-            (true, DType::Bool) => format!("({buf}[{at} >> 2u] != vec4<u32>(0u))"),
-            (true, _) => format!("{buf}[{at} >> 2u]"),
+            (true, DType::Bool) => format!("({buf}[{}] != vec4<u32>(0u))", quad()),
+            (true, _) => format!("{buf}[{}]", quad()),
             (false, d) => load_expr(d, &buf, at),
         }
+    }
+
+    /// Contiguous leaf `k`'s vec4 index at `f`, where `f` is a run from an
+    /// origin ([`Flat`]).
+    fn quad(&self, k: usize, f: Flat) -> Option<String> {
+        let (origin, plus) = f.run?;
+        let contiguous = self.vec4 && self.sig.leaves[k].access == Access::Contiguous;
+        contiguous.then(|| format!("{origin}_q{k} + {}u", plus / VEC))
     }
 
     /// Statements computing body `b` at flat index `f`, variables prefixed
     /// `pfx`; returns the expressions of the body's roots.
     pub fn body(&self, b: usize, f: &str, pfx: &str, s: &mut String) -> Vec<String> {
-        self.body_hoisting(b, f, pfx, None, None, s)
+        self.body_hoisting(b, Flat::at(f), pfx, None, None, s)
     }
 
     /// [`Emitter::body`] with op `given.0`'s value read from the expression
     /// `given.1` instead of computed (and ops only it needed left out).
     pub fn body_given(&self, b: usize, f: &str, given: (usize, &str), s: &mut String) -> Vec<String> {
-        self.body_hoisting(b, f, "", None, Some(given), s)
+        self.body_hoisting(b, Flat::at(f), "", None, Some(given), s)
     }
 
     /// [`Emitter::body`], with the ops that depend only on leaves read as
@@ -295,12 +338,13 @@ impl<'a> Emitter<'a> {
     pub fn body_hoisting(
         &self,
         b: usize,
-        f: &str,
+        flat: Flat,
         pfx: &str,
         mut hoisted: Option<(&mut String, Access)>,
         given: Option<(usize, &str)>,
         s: &mut String,
     ) -> Vec<String> {
+        let f = flat.at;
         let body: &Body = &self.sig.bodies[b];
         let live = live_ops(body, given.map(|g| g.0));
         let strided = body.ops.iter().any(|(op, _)| match op {
@@ -330,7 +374,7 @@ impl<'a> Emitter<'a> {
             let value = match op {
                 _ if given.is_some_and(|g| g.0 == i) => given.unwrap().1.to_string(),
                 Op::Load(k) if self.straddles(*k) => self.load_elements(*k, &self.straddling_indices(*k, f)),
-                Op::Load(k) => self.load(*k, &self.index(*k, f, pfx)),
+                Op::Load(k) => self.load(*k, &self.index(*k, f, pfx), self.quad(*k, flat)),
                 Op::Iota { leaf, start, step } => {
                     let at = self.index(*leaf, f, pfx);
                     let idx = if self.straddles(*leaf) {
@@ -560,7 +604,7 @@ fn hoisted_walk(
 ) -> String {
     let mut pre = String::new();
     let mut inner = String::new();
-    let roots = e.body_hoisting(0, "f", "", Some((&mut pre, access)), None, &mut inner);
+    let roots = e.body_hoisting(0, Flat::at("f"), "", Some((&mut pre, access)), None, &mut inner);
     let mut s = format!("{setup}    let f = {hoisted_f};\n{pre}");
     // Unrolled, each step in its own block: CPU adapters' compilers keep a
     // loop as written; unrolled, a long-row softmax's output pass ran 14%
@@ -847,9 +891,9 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         // Where the row's partials sit in workgroup memory.
         Combine::Workgroup => s += "    let first_lane = local - lane;\n",
     }
-    let slots: Vec<String> = (0..lanes.slots()).map(|t| format!("slot{t}")).collect();
-    let ragged = lanes.ragged().then_some(slots.len() - 1);
-    for (t, f) in slots.iter().enumerate() {
+    let names: Vec<String> = (0..lanes.slots()).map(|t| format!("slot{t}")).collect();
+    let ragged = lanes.ragged().then_some(names.len() - 1);
+    for (t, f) in names.iter().enumerate() {
         let unit = format!("lane + {}u", t as u32 * l);
         if ragged == Some(t) {
             let last = lanes.units() - 1;
@@ -859,6 +903,17 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
             s += &format!("    let {f} = row * {len}u + ({unit}) * {step}u;\n");
         }
     }
+    // Whole vec4 slots are runs from the first (its vec4 indices bound once).
+    let slots: Vec<Flat> = (names.iter().enumerate())
+        .map(|(t, f)| match ragged != Some(t) && vec4 {
+            true => Flat { at: f, run: Some(("slot0", t * l as usize * step)) },
+            false => Flat::at(f),
+        })
+        .collect();
+    if vec4 {
+        s += &e.origin_lets("slot0");
+        s += "    let slot0_q = slot0 >> 2u;\n";
+    }
     // For each body, the latest earlier stage whose value it can be given.
     let given: Vec<Option<(usize, usize)>> =
         (0..=stages.len()).map(|b| (0..b).rev().find_map(|k| stage_value_in(sig, k, b).map(|op| (k, op)))).collect();
@@ -866,7 +921,7 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         // Each value folded as soon as it is made (SwiftShader's compiler
         // runs about 10% slower when all are made first).
         let (identity, merge) = slot_monoid(k, vec4);
-        for (t, f) in slots.iter().enumerate() {
+        for (t, &f) in slots.iter().enumerate() {
             let v = lane_roots(&e, k, stage_given, t, f, &mut s).remove(0);
             let v = if ragged == Some(t) { format!("select({identity}, {v}, in_row)") } else { v };
             s += &if t == 0 { format!("    var b{k} = {v};\n") } else { format!("    b{k} = {merge}(b{k}, {v});\n") };
@@ -874,9 +929,13 @@ pub fn row_lanes_wgsl(sig: &Sig, stages: &[ReduceOp], outputs: &[DType], lanes: 
         s += &format!("    var s{k} = {};\n", slot_total(k, &format!("b{k}"), vec4));
         s += &combine_lanes(&e, k, lanes);
     }
-    for (t, f) in slots.iter().enumerate() {
+    for (t, &f) in slots.iter().enumerate() {
         let roots = lane_roots(&e, stages.len(), given[stages.len()], t, f, &mut s);
-        let at = if vec4 { format!("{f} >> 2u") } else { f.clone() };
+        let at = match f.run {
+            Some((_, plus)) => format!("slot0_q + {}u", plus / VEC),
+            None if vec4 => format!("{} >> 2u", f.at),
+            None => f.at.to_string(),
+        };
         for (k, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
             s += &format!("    out{k}[{at}] = {};\n", store_expr(d, r));
         }
@@ -940,7 +999,7 @@ fn slot_total(k: usize, acc: &str, vec4: bool) -> String {
 /// Body `b`'s roots at slot `t` (flat index `f`), named `k{b}t{t}_v…`.
 /// With `given` = (stage k, op), that op is stage k's value at this slot,
 /// already in registers, instead of being read and computed again.
-fn lane_roots(e: &Emitter, b: usize, given: Option<(usize, usize)>, t: usize, f: &str, s: &mut String) -> Vec<String> {
+fn lane_roots(e: &Emitter, b: usize, given: Option<(usize, usize)>, t: usize, f: Flat, s: &mut String) -> Vec<String> {
     let value = given.map(|(k, op)| (op, format!("k{k}t{t}_v{op}")));
     e.body_hoisting(b, f, &format!("k{b}t{t}_"), None, value.as_ref().map(|(op, v)| (*op, v.as_str())), s)
 }

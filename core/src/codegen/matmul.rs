@@ -528,8 +528,9 @@ fn vec_k_loop(c: &MatmulConfig, a: &dyn Fn(u32) -> String, pre: &str) -> String 
     let mut s = String::from("    for (var k = m(3u); k < m(4u); k += 4u) {\n        let ka = i32(k >> 2u);\n");
     s += pre;
     for kk in 0..4 {
+        let _ = writeln!(s, "        let kb{kk} = i32(k + {kk}u) * sbr;");
         for v in 0..nv {
-            let _ = writeln!(s, "        let b{kk}_{v} = in1[u32(cb{v} + i32(k + {kk}u) * sbr)];");
+            let _ = writeln!(s, "        let b{kk}_{v} = in1[u32(cb{v} + kb{kk})];");
         }
     }
     for i in 0..c.tm {

@@ -152,19 +152,7 @@ pub enum KernelKey {
         monoid: Monoid,
         prologue: Option<Sig>,
         partials: DType,
-        /// How a first pass reads its runs (`Scalar` for later passes).
-        runs: templates::Runs,
-        /// One partial per workgroup, combined in workgroup memory (GPUs).
-        workgroup: bool,
-        /// The streaming layout of a first pass over a large input
-        /// ([`templates::reduce_shape`]).
-        streams: bool,
-        /// Every `Div` leaf of the prologue repeats by a multiple of the
-        /// row (`x − max(x)` over long rows): loaded once per span.
-        row_leaves: bool,
-        /// Every span of every row is whole (the row a multiple of the
-        /// elements a span covers): the kernel has no code for the others.
-        whole: bool,
+        pass: templates::ReducePass,
     },
     Row {
         sig: Sig,
@@ -215,14 +203,12 @@ impl KernelKey {
             KernelKey::Elementwise { sig, outputs, out_strided, walk } => {
                 fused::elementwise_wgsl(sig, outputs, *out_strided, *walk)
             }
-            KernelKey::Reduce { monoid, prologue: Some(sig), runs, workgroup, streams, row_leaves, whole, .. } => {
-                let src = ReduceSource::Prologue(sig);
-                templates::reduce_wgsl(*monoid, src, *runs, *workgroup, *streams, *row_leaves, *whole)
-            }
-            KernelKey::Reduce { monoid, prologue: None, partials, workgroup, streams, whole, .. } => {
-                let src = ReduceSource::Partials { dtype: *partials };
-                let runs = templates::Runs::Scalar;
-                templates::reduce_wgsl(*monoid, src, runs, *workgroup, *streams, false, *whole)
+            KernelKey::Reduce { monoid, prologue, partials, pass } => {
+                let src = match prologue {
+                    Some(sig) => ReduceSource::Prologue(sig),
+                    None => ReduceSource::Partials { dtype: *partials },
+                };
+                templates::reduce_wgsl(*monoid, src, *pass)
             }
             KernelKey::Row { sig, stages, outputs, layout: RowLayout::Lanes(lanes), .. } => {
                 fused::row_lanes_wgsl(sig, stages, outputs, *lanes)
@@ -252,12 +238,12 @@ impl KernelKey {
                 };
                 ("ew", Some(sig), suffix)
             }
-            KernelKey::Reduce { monoid, prologue, workgroup, runs, .. } => {
+            KernelKey::Reduce { monoid, prologue, pass, .. } => {
                 let kind = match monoid {
                     Monoid::Reduce(op) => op.name(),
                     Monoid::Arg(op) => op.name(),
                 };
-                let suffix = match (prologue.is_some(), workgroup, runs) {
+                let suffix = match (prologue.is_some(), pass.workgroup, pass.runs) {
                     (true, false, templates::Runs::Straddling) => "_straddling",
                     (true, true, templates::Runs::Straddling) => "_wg_straddling",
                     (true, false, _) => "",

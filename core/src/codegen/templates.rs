@@ -1,7 +1,7 @@
 //! Hand-written kernels from `shaders/`, completed with a few generated
 //! functions (loads for the input dtype and layout, the reduction's monoid).
 
-use super::fused::{Emitter, VEC, reduce_monoid};
+use super::fused::{Emitter, Flat, VEC, reduce_monoid};
 use super::{META_DECL, compute_type, storage_type};
 use crate::dtype::DType;
 use crate::ir::{ArgOp, ReduceOp};
@@ -91,23 +91,32 @@ pub fn whole_spans(monoid: Monoid, streams: bool, len: usize, step: usize) -> bo
     len.is_multiple_of(per_thread * lanes as usize * step)
 }
 
-/// A reduce pass; with `runs` other than `Scalar` each invocation reads its
-/// runs as vec4s ([`Runs`]); with
-/// `workgroup` each workgroup combines its invocations' partials into one
-/// in workgroup memory (shaders/reduce_workgroup.wgsl); `streams`: see
-/// [`reduce_shape`]; `row_leaves`: every `Div` leaf of the prologue repeats
-/// by a multiple of the row, so an unrolled span loads it once; `whole`:
-/// every span is whole ([`whole_spans`]), so the code for the others is
-/// left out.
-pub fn reduce_wgsl(
-    monoid: Monoid,
-    src: ReduceSource,
-    runs: Runs,
-    workgroup: bool,
-    streams: bool,
-    row_leaves: bool,
-    whole: bool,
-) -> String {
+/// The shape of one reduce pass: how it reads its runs and what its
+/// kernel may leave out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReducePass {
+    /// How the pass reads its runs (a later pass: `Vec4` or `Scalar`).
+    pub runs: Runs,
+    /// One partial per workgroup, combined in workgroup memory
+    /// (shaders/reduce_workgroup.wgsl; GPUs).
+    pub workgroup: bool,
+    /// The streaming layout of a first pass over a large input
+    /// ([`reduce_shape`]).
+    pub streams: bool,
+    /// Every `Div` leaf of the prologue repeats by a multiple of the row
+    /// (`x − max(x)` over long rows): an unrolled span loads it once.
+    pub row_leaves: bool,
+    /// Every span of every row is whole ([`whole_spans`]): the kernel has
+    /// no code for the others.
+    pub whole: bool,
+    /// A single row (a full reduction): an invocation's slot is its index
+    /// in the row, with no division by the row's invocations.
+    pub one_row: bool,
+}
+
+/// A reduce pass of `monoid` over `src`, shaped by `pass`.
+pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, pass: ReducePass) -> String {
+    let ReducePass { runs, workgroup, streams, row_leaves, whole, one_row } = pass;
     let vec4 = runs != Runs::Scalar;
     let straddling = runs == Runs::Straddling;
     let value_dtype = match src {
@@ -152,8 +161,13 @@ pub fn reduce_wgsl(
         }
         ReduceSource::Partials { dtype } => {
             let st = storage_type(dtype.wide());
-            s += &format!("@group(0) @binding({}) var<storage, read> in_v: array<{st}>;\n", value_out + 1);
-            s += &format!("fn load(row: u32, r: u32) -> {acc} {{ return in_v[row * m(1u) + r]; }}\n");
+            let (elem, at) = if vec4 {
+                (format!("vec4<{st}>"), "(row * m(1u) + r) >> 2u")
+            } else {
+                (st.to_string(), "row * m(1u) + r")
+            };
+            s += &format!("@group(0) @binding({}) var<storage, read> in_v: array<{elem}>;\n", value_out + 1);
+            s += &format!("fn load(row: u32, r: u32) -> {unit} {{ return in_v[{at}]; }}\n");
             if is_arg {
                 s += &format!("@group(0) @binding({}) var<storage, read> in_i: array<i32>;\n", value_out + 2);
                 s += "fn load_index(row: u32, r: u32) -> u32 { return u32(in_i[row * m(1u) + r]); }\n";
@@ -171,7 +185,7 @@ pub fn reduce_wgsl(
     s += "}\n";
     s += &format!("const STEP: u32 = {}u;\n", if vec4 { 4 } else { 1 });
     s += &format!("const LANES: u32 = {lanes}u;\nconst PER_THREAD: u32 = {per_thread}u;\n");
-    s += &format!("const WHOLE_SPANS: bool = {whole};\n");
+    s += &format!("const WHOLE_SPANS: bool = {whole};\nconst ONE_ROW: bool = {one_row};\n");
     s += &format!("const REDUCE_WG: u32 = {REDUCE_WG}u;\n");
     s + REDUCE_TEMPLATE + if workgroup { REDUCE_WORKGROUP } else { REDUCE_PASS }
 }
@@ -215,7 +229,11 @@ fn fold_span(
         ReduceSource::Partials { .. } => None,
     };
     s += &run_base(straddling, "start", "base");
-    s += &e.as_ref().map_or(String::new(), Emitter::meta_lets);
+    s += &match &e {
+        Some(e) => e.meta_lets() + &e.origin_lets("base"),
+        None if layout == Runs::Vec4 => "    let base_q = base >> 2u;\n".to_string(),
+        None => String::new(),
+    };
     // The hoisted ops index their leaves at the first run; a `Div` leaf
     // repeating by a multiple of the row reads the same element at every run.
     let mut hoisted = String::new();
@@ -226,12 +244,14 @@ fn fold_span(
             Some(e) => {
                 let mut pre = String::new();
                 let hoist = row_leaves.then_some((&mut pre, Access::Div));
-                let v = e.body_hoisting(0, &at, &format!("k{k}_"), hoist, None, &mut unrolled).remove(0);
+                let flat = Flat { at: &at, run: Some(("base", k * stride)) };
+                let v = e.body_hoisting(0, flat, &format!("k{k}_"), hoist, None, &mut unrolled).remove(0);
                 if k == 0 {
                     hoisted = pre;
                 }
                 v
             }
+            None if layout == Runs::Vec4 => format!("in_v[base_q + {}u]", k * stride / VEC),
             None => format!("in_v[{at}]"),
         };
         unrolled += &format!("    let run{k} = {};\n", masked(straddling, &v, &at));

@@ -13,7 +13,7 @@ use super::realize::ReadRequest;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::codegen::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN, stream_lanes};
 use crate::codegen::templates::{
-    Monoid, REDUCE_STREAM_MIN, REDUCE_WG, Runs, matmul_epilogue_base, reduce_shape, runs_len, whole_spans,
+    Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, matmul_epilogue_base, reduce_shape, runs_len, whole_spans,
 };
 use crate::codegen::{KernelKey, META_WORDS, Meta, RowLayout, WG};
 use crate::dtype::DType;
@@ -236,7 +236,10 @@ impl Recording {
         values: &Arc<PooledBuffer>,
         indices: Option<&Arc<PooledBuffer>>,
     ) -> Result<()> {
-        let len = numel(view_shape) / rows.max(1);
+        if rows == 0 {
+            return Ok(());
+        }
+        let len = numel(view_shape) / rows;
         let value_dtype = sig.bodies[0].ops[sig.bodies[0].roots[0]].1.wide();
         let plain = matches!(monoid, Monoid::Reduce(_)) && vectorizable(&sig);
         let runs = if plain && len.is_multiple_of(VEC) && aligned4(&sig, &args, false) {
@@ -255,7 +258,13 @@ impl Recording {
         loop {
             // The first pass reads the fused input; later ones the partials.
             let first = prologue.is_some();
-            let runs = if first { runs } else { Runs::Scalar };
+            // Partials are read as vec4s where each row's split into them
+            // (not an arg reduction's, whose indices go with them).
+            let runs = match first {
+                true => runs,
+                false if matches!(monoid, Monoid::Reduce(_)) && len.is_multiple_of(VEC) => Runs::Vec4,
+                false => Runs::Scalar,
+            };
             let step = if runs == Runs::Scalar { 1 } else { VEC };
             let streams = first && matches!(monoid, Monoid::Reduce(_)) && rows * len >= REDUCE_STREAM_MIN;
             let (per_thread, _) = reduce_shape(monoid, streams);
@@ -282,16 +291,15 @@ impl Recording {
                 }
                 None => (None, outputs.into_iter().chain(inputs.drain(..)).collect()),
             };
-            let key = KernelKey::Reduce {
-                monoid,
-                prologue: prologue_sig,
-                partials: value_dtype,
+            let pass = ReducePass {
                 runs,
                 workgroup,
                 streams,
                 row_leaves: row_leaves && first,
                 whole: whole_spans(monoid, streams, len, step),
+                one_row: rows == 1,
             };
+            let key = KernelKey::Reduce { monoid, prologue: prologue_sig, partials: value_dtype, pass };
             self.dispatch(gpu, &key, meta, buffers, grid, rows * len)?;
             if last {
                 return Ok(());
