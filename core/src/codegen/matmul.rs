@@ -57,8 +57,8 @@ impl MatmulConfig {
     /// workgroups of one SIMD width whose rows are uniform (A loads become
     /// scalar loads); GPUs like more invocations per workgroup.
     pub const CANDIDATES: [MatmulConfig; 21] = [
-        vcfg(32, 16, 8, 1, true),
         vcfg(32, 8, 8, 1, true),
+        vcfg(32, 16, 8, 1, true),
         vcfg(16, 8, 8, 1, true),
         vcfg(32, 16, 8, 1, false),
         vcfg(32, 8, 8, 1, false),

@@ -56,9 +56,11 @@ const FINALISTS: usize = 3;
 const ROUNDS: usize = 3;
 /// Candidates within this fraction of the fastest count as tied, and the
 /// tie goes to the one listed first: at 1024³ on lavapipe 32x16/8x1+sg+vec4
-/// and 32x8/8x1+sg+vec4 ran within 1–3% of each other, either won by
-/// noise, and 2048³ (which takes 1024³'s choice) then ran at 0.31–0.36 or
-/// 0.28–0.29 of FMA. The list puts first what wins at larger sizes.
+/// and 32x8/8x1+sg+vec4 have run within 1–3% of each other, either winning
+/// by noise, and 2048³ (which takes 1024³'s choice, and reads B in column
+/// panels that 1024³ does not) then ran at 0.256–0.277 or 0.287–0.291 of
+/// FMA (nineteenth session, docs/BENCHMARKS.md). The list puts first what
+/// wins at larger sizes.
 const NEAR_TIE: f64 = 0.03;
 
 #[derive(Debug, Default)]
