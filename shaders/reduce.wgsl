@@ -22,9 +22,8 @@
 // reductions) each LANES consecutive invocations share a span of
 // LANES*PER_THREAD runs, lane l taking runs l, l + LANES, …: neighbouring
 // invocations read neighbouring memory (a CPU adapter's SIMD batch one
-// contiguous block, a GPU's warp coalesced loads), and a first pass, whose
-// LANES is a whole workgroup, reads PER_THREAD streams at once
-// (`reduce_shape` in templates.rs says why). The last span of a row has
+// contiguous block, a GPU's warp coalesced loads; `reduce_shape` in
+// templates.rs says how many runs and lanes each pass takes, and why). The last span of a row has
 // fewer lanes when groups is not a multiple of LANES, and strides by their
 // number.
 // A span wholly inside the row is folded by `fold_span` in the same order,

@@ -68,26 +68,29 @@ pub const REDUCE_STREAM_MIN: usize = 1 << 20;
 /// The runs one invocation of a reduce pass folds (PER_THREAD in
 /// shaders/reduce.wgsl) and the invocations that share a span of a row
 /// (LANES). Arg reductions take consecutive runs (ties keep the lower
-/// index). With `streams` (a plain first pass over a large input) a
-/// whole workgroup is interleaved, so that each
-/// invocation's runs are 8 streams 4 KB apart (at vec4s), which CPU
-/// prefetchers follow at once: a read-only probe over 16M f32 read at
-/// 0.94–1.00 of copy on lavapipe, 0.88 on GL and 1.27 on SwiftShader in
-/// that layout, against 0.69–0.74, 0.71 and 0.95 in spans of 8 lanes and
-/// 64 runs, the layout before and still that of other passes
-/// (docs/BENCHMARKS.md).
-pub fn reduce_shape(monoid: Monoid, streams: bool) -> (usize, u32) {
+/// index); other passes take 64 runs in spans of 8 lanes, so that a CPU
+/// adapter's SIMD batch reads contiguous memory. A plain first pass over a
+/// large input (`streams`) folds fewer runs per invocation: on a CPU
+/// adapter 16 in spans of 8 lanes, so a SIMD batch walks 2 KB (at vec4s)
+/// in order (a read-only probe over 16M f32 on lavapipe, in turn: 6.2–6.4
+/// ms, against 8.0–8.5 with 8 runs 4 KB apart and 7.8–8.7 with 64 runs;
+/// GL 7.1–7.3 against 9.1–9.2; SwiftShader 19.2–19.8 against 18.7–19.3;
+/// nineteenth session, docs/BENCHMARKS.md); with workgroup trees (GPUs)
+/// 8 with the whole workgroup as one span, so that a warp reads 512
+/// contiguous bytes per run.
+pub fn reduce_shape(monoid: Monoid, streams: bool, workgroup: bool) -> (usize, u32) {
     match monoid {
         Monoid::Arg(_) => (64, 1),
-        Monoid::Reduce(_) if streams => (8, REDUCE_WG as u32),
+        Monoid::Reduce(_) if streams && workgroup => (8, REDUCE_WG as u32),
+        Monoid::Reduce(_) if streams => (16, 8),
         Monoid::Reduce(_) => (64, 8),
     }
 }
 
 /// Whether every span of a pass over rows of `len` is whole: a span covers
 /// LANES · PER_THREAD runs of `step` elements ([`reduce_shape`]).
-pub fn whole_spans(monoid: Monoid, streams: bool, len: usize, step: usize) -> bool {
-    let (per_thread, lanes) = reduce_shape(monoid, streams);
+pub fn whole_spans(monoid: Monoid, streams: bool, workgroup: bool, len: usize, step: usize) -> bool {
+    let (per_thread, lanes) = reduce_shape(monoid, streams, workgroup);
     len.is_multiple_of(per_thread * lanes as usize * step)
 }
 
@@ -125,7 +128,7 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, pass: ReducePass) -> Strin
     };
     let acc = compute_type(value_dtype);
     let is_arg = matches!(monoid, Monoid::Arg(_));
-    let (per_thread, lanes) = reduce_shape(monoid, streams);
+    let (per_thread, lanes) = reduce_shape(monoid, streams, workgroup);
     let mut s = String::from(META_DECL);
     let value_out = if is_arg { 2 } else { 1 };
     if is_arg {

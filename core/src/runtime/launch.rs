@@ -267,7 +267,7 @@ impl Recording {
             };
             let step = if runs == Runs::Scalar { 1 } else { VEC };
             let streams = first && matches!(monoid, Monoid::Reduce(_)) && rows * len >= REDUCE_STREAM_MIN;
-            let (per_thread, _) = reduce_shape(monoid, streams);
+            let (per_thread, _) = reduce_shape(monoid, streams, workgroup);
             let groups = len.div_ceil(per_thread * step);
             // Partials this pass leaves per row: one per invocation, or one
             // per workgroup of REDUCE_WG invocations.
@@ -296,7 +296,7 @@ impl Recording {
                 workgroup,
                 streams,
                 row_leaves: row_leaves && first,
-                whole: whole_spans(monoid, streams, len, step),
+                whole: whole_spans(monoid, streams, workgroup, len, step),
                 one_row: rows == 1,
             };
             let key = KernelKey::Reduce { monoid, prologue: prologue_sig, partials: value_dtype, pass };
