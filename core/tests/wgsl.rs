@@ -57,7 +57,7 @@ fn access(contiguous: bool) -> Access {
 const LOAD: usize = 1 << 20;
 
 fn ew(sig: Sig, outputs: Vec<DType>) -> String {
-    KernelKey::Elementwise { sig, outputs, out_strided: false, walk: Walk::Flat }.wgsl()
+    KernelKey::Elementwise { sig, outputs, out_strided: false, walk: Walk::Flat, whole: false }.wgsl()
 }
 
 /// Ops 0..3 of a row body: x − row stage 0.
@@ -73,11 +73,13 @@ fn catalog() -> Vec<String> {
                 let s = sig(3, &[(d, contiguous)], &[], vec![(Op::Unary(op, LOAD), d)], vec![0]);
                 // Strided leaves read vec4s too, where their rows split into them.
                 if d != DType::F16 {
+                    // With and without the grid-strided walk's bounds checks.
                     let key = KernelKey::Elementwise {
                         sig: s.clone(),
                         outputs: vec![d],
                         out_strided: false,
                         walk: Walk::Vec4,
+                        whole: contiguous,
                     };
                     out.push(key.wgsl());
                 }
@@ -93,7 +95,14 @@ fn catalog() -> Vec<String> {
             if op != BinaryOp::Pow && d != DType::F16 {
                 let s = sig(2, &[(d, true), (d, true)], &[], vec![(Op::Binary(op, LOAD, LOAD + 1), o)], vec![0]);
                 out.push(
-                    KernelKey::Elementwise { sig: s, outputs: vec![o], out_strided: false, walk: Walk::Vec4 }.wgsl(),
+                    KernelKey::Elementwise {
+                        sig: s,
+                        outputs: vec![o],
+                        out_strided: false,
+                        walk: Walk::Vec4,
+                        whole: false,
+                    }
+                    .wgsl(),
                 );
             }
         }
@@ -117,7 +126,10 @@ fn catalog() -> Vec<String> {
         out.push(ew(sig(3, &[], &[from], vec![(Op::Param(0), from)], vec![0]), vec![from]));
         let wide = from.wide();
         let s = sig(2, &[(from, false)], &[], vec![(Op::Cast(LOAD), wide)], vec![0]);
-        out.push(KernelKey::Elementwise { sig: s, outputs: vec![wide], out_strided: true, walk: Walk::Flat }.wgsl());
+        out.push(
+            KernelKey::Elementwise { sig: s, outputs: vec![wide], out_strided: true, walk: Walk::Flat, whole: false }
+                .wgsl(),
+        );
     }
     // Broadcast leaves read without coordinates: a bias (period) and a row
     // statistic (repeat), scalar and four at a time.
@@ -128,7 +140,8 @@ fn catalog() -> Vec<String> {
         s.bodies[0].ops.push((Op::Binary(BinaryOp::Add, 0, 1), DType::F32));
         s.bodies[0].ops.push((Op::Where(2, 3, 0), DType::F32));
         s.bodies[0].roots = vec![4];
-        out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
+        let whole = walk == Walk::Vec4Straddling;
+        out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk, whole }.wgsl());
     }
     // A row index (an iota along rows) next to a row statistic, and a
     // column index (an iota along columns) next to a per-column value, on
@@ -142,7 +155,9 @@ fn catalog() -> Vec<String> {
         s.bodies[0].ops.push((Op::Binary(BinaryOp::Mul, 0, 2), DType::F32));
         s.bodies[0].roots = vec![3];
         let walk = Walk::Vec4Straddling;
-        out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
+        out.push(
+            KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk, whole: false }.wgsl(),
+        );
     }
     // Row statistics alone (an op depending only on one, hoisted): eighths
     // of rows, and a reduction's prologue loading them once per span.
@@ -152,7 +167,9 @@ fn catalog() -> Vec<String> {
     s.bodies[0].ops.push((Op::Binary(BinaryOp::Sub, 0, 2), DType::F32));
     s.bodies[0].roots = vec![3];
     let walk = Walk::Vec4Segments;
-    out.push(KernelKey::Elementwise { sig: s.clone(), outputs: vec![DType::F32], out_strided: false, walk }.wgsl());
+    let key =
+        KernelKey::Elementwise { sig: s.clone(), outputs: vec![DType::F32], out_strided: false, walk, whole: false };
+    out.push(key.wgsl());
     for (workgroup, streams) in [(false, false), (false, true), (true, false), (true, true)] {
         let prologue = Some(s.clone());
         let monoid = Monoid::Reduce(ReduceOp::Sum);

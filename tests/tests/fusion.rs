@@ -399,3 +399,24 @@ fn later_tree_passes_read_partials_four_at_a_time() {
         check(&format!("an argmax over [{rows}, {len}]"), arg, |_| true, 0.0);
     }
 }
+
+#[test]
+fn grid_strided_walks_cover_every_element_with_and_without_bounds_checks() {
+    // The grid-strided vec4 walk has no bounds checks where its grid covers
+    // the elements exactly (a multiple of 8 vec4s for each of 256
+    // invocations per workgroup) and checks each step otherwise; both with
+    // contiguous leaves and with a transposed one stepped through its
+    // coordinates.
+    for n in [8192, 8196, 3 * 8192, (1 << 20) + 4] {
+        check(
+            &format!("x * 2 + 1 over [{n}]"),
+            move |d| random(d, &[n], 90).mul_scalar(2.0)?.add_scalar(1.0),
+            |k| k == 1,
+            1e-6,
+        );
+    }
+    for (a, b, c) in [(8, 16, 64), (8, 16, 68), (32, 64, 128)] {
+        let permuted = move |d: &Device| random(d, &[b, a, c], 91).permute(&[1, 0, 2])?.add(&random(d, &[a, b, c], 92));
+        check(&format!("a permuted sum over [{a}, {b}, {c}]"), permuted, |k| k == 1, 1e-6);
+    }
+}

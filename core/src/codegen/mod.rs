@@ -146,6 +146,9 @@ pub enum KernelKey {
         outputs: Vec<DType>,
         out_strided: bool,
         walk: Walk,
+        /// The grid-strided walk's grid covers the elements exactly: its
+        /// steps have no bounds check.
+        whole: bool,
     },
     /// First pass (`prologue`) or a later pass over partials of `dtype`.
     Reduce {
@@ -200,8 +203,8 @@ impl RowLayout {
 impl KernelKey {
     pub fn wgsl(&self) -> String {
         match self {
-            KernelKey::Elementwise { sig, outputs, out_strided, walk } => {
-                fused::elementwise_wgsl(sig, outputs, *out_strided, *walk)
+            KernelKey::Elementwise { sig, outputs, out_strided, walk, whole } => {
+                fused::elementwise_wgsl(sig, outputs, *out_strided, *walk, *whole)
             }
             KernelKey::Reduce { monoid, prologue, partials, pass } => {
                 let src = match prologue {
