@@ -140,7 +140,7 @@ fn catalog() -> Vec<String> {
         s.bodies[0].ops.push((Op::Binary(BinaryOp::Add, 0, 1), DType::F32));
         s.bodies[0].ops.push((Op::Where(2, 3, 0), DType::F32));
         s.bodies[0].roots = vec![4];
-        let whole = walk == Walk::Vec4Straddling;
+        let whole = matches!(walk, Walk::Vec4Rows | Walk::Vec4Straddling);
         out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk, whole }.wgsl());
     }
     // A row index (an iota along rows) next to a row statistic, and a
@@ -167,9 +167,10 @@ fn catalog() -> Vec<String> {
     s.bodies[0].ops.push((Op::Binary(BinaryOp::Sub, 0, 2), DType::F32));
     s.bodies[0].roots = vec![3];
     let walk = Walk::Vec4Segments;
-    let key =
-        KernelKey::Elementwise { sig: s.clone(), outputs: vec![DType::F32], out_strided: false, walk, whole: false };
-    out.push(key.wgsl());
+    for whole in [false, true] {
+        let key = KernelKey::Elementwise { sig: s.clone(), outputs: vec![DType::F32], out_strided: false, walk, whole };
+        out.push(key.wgsl());
+    }
     for (workgroup, streams) in [(false, false), (false, true), (true, false), (true, true)] {
         let prologue = Some(s.clone());
         let monoid = Monoid::Reduce(ReduceOp::Sum);

@@ -499,8 +499,8 @@ pub fn vectorizable_reading_rows(sig: &Sig) -> bool {
 /// An elementwise kernel writing the roots of body 0 to `outputs` buffers.
 /// Meta: 0 element count, 1 threads per grid row, shape at 2, then leaves
 /// and params, then (with `out_strided`) the one output's layout. `whole`:
-/// the grid-strided walk's grid covers the elements exactly, so its steps
-/// need no bounds check.
+/// a vec4 walk's grid covers the elements exactly (8 vec4s for each
+/// invocation), so it needs no bounds checks.
 pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: Walk, whole: bool) -> String {
     let vec4 = walk != Walk::Flat;
     let e = Emitter::new(sig, 2, vec4);
@@ -517,6 +517,9 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
         if vec4 && d == DType::Bool { format!("select(vec4<u32>(0u), vec4<u32>(1u), {v})") } else { store_expr(d, v) }
     };
     // The vec4 stores of `roots` at flat index `f`.
+    // A walk's bounds check, left out where the grid covers the elements
+    // exactly (`whole`; see the grid-strided walk below).
+    let bounds = |past: &str| if whole { String::new() } else { format!("    if ({past}) {{ return; }}\n") };
     let outputs_stored = |roots: &[String]| -> String {
         let stores = outputs.iter().zip(roots).enumerate();
         stores.map(|(k, (&d, r))| format!("    out{k}[f >> 2u] = {};\n", store(d, r))).collect()
@@ -525,15 +528,15 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
         let period = e.first_period_word(Access::Mod).expect("a Vec4Rows kernel has a broadcast leaf");
         let mut setup = format!("    let period = m({period}u);\n    let cols = period / 4u;\n");
         setup += &format!("    let r0 = (t / cols) * {ROWS_PER_INVOCATION}u;\n    let rows = n / period;\n");
-        setup += "    if (r0 >= rows) { return; }\n    let col = (t % cols) * 4u;\n";
+        setup += &(bounds("r0 >= rows") + "    let col = (t % cols) * 4u;\n");
         // Mod leaves read at `col` (= f % period), so hoisted loads see `f = col`.
-        let each = "    let r = r0 + i;\n    if (r >= rows) { return; }\n    let f = r * period + col;\n";
-        s += &hoisted_walk(&e, Access::Mod, &setup, "col", each, &outputs_stored);
+        let each = "    let r = r0 + i;\n".to_string() + &bounds("r >= rows") + "    let f = r * period + col;\n";
+        s += &hoisted_walk(&e, Access::Mod, &setup, "col", &each, &outputs_stored);
     } else if walk == Walk::Vec4Segments {
         let repeat = e.first_period_word(Access::Div).expect("a Vec4Segments kernel has a row-broadcast leaf");
         let mut setup = format!("    let repeat = m({repeat}u);\n    let segment = repeat / {ROWS_PER_INVOCATION}u;\n");
         setup += "    let per_row = segment / 4u;\n    let row = t / per_row;\n";
-        setup += "    if (row >= n / repeat) { return; }\n    let f0 = row * repeat + (t % per_row) * 4u;\n";
+        setup += &(bounds("row >= n / repeat") + "    let f0 = row * repeat + (t % per_row) * 4u;\n");
         // Div leaves read at f / repeat, so hoisted loads see the row's start.
         s += &hoisted_walk(&e, Access::Div, &setup, "row * repeat", "    let f = f0 + i * segment;\n", &outputs_stored);
     } else if vec4 {

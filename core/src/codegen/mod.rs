@@ -146,8 +146,7 @@ pub enum KernelKey {
         outputs: Vec<DType>,
         out_strided: bool,
         walk: Walk,
-        /// The grid-strided walk's grid covers the elements exactly: its
-        /// steps have no bounds check.
+        /// A vec4 walk's grid covers the elements exactly: no bounds checks.
         whole: bool,
     },
     /// First pass (`prologue`) or a later pass over partials of `dtype`.

@@ -217,8 +217,7 @@ impl Recording {
         }
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
         let invocations = groups[0] as usize * groups[1] as usize * WG as usize;
-        let strided = matches!(walk, Walk::Vec4 | Walk::Vec4Straddling);
-        let whole = strided && invocations * VEC * ROWS_PER_INVOCATION == n;
+        let whole = walk != Walk::Flat && invocations * VEC * ROWS_PER_INVOCATION == n;
         let key = KernelKey::Elementwise { sig, outputs: dtypes, out_strided: out_region.is_some(), walk, whole };
         self.dispatch(gpu, &key, meta, buffers, groups, n)
     }
