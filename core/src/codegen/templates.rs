@@ -72,8 +72,8 @@ pub const REDUCE_STREAM_MIN: usize = 1 << 20;
 /// adapter's SIMD batch reads contiguous memory. A plain first pass over a
 /// large input (`streams`) folds fewer runs per invocation: on a CPU
 /// adapter 16 in spans of 8 lanes, so a SIMD batch walks 2 KB (at vec4s)
-/// in order (a read-only probe over 16M f32 on lavapipe, in turn: 6.2–6.4
-/// ms, against 8.0–8.5 with 8 runs 4 KB apart and 7.8–8.7 with 64 runs;
+/// in order (a read-only probe over 16M f32 on lavapipe, in turn: 6.2–7.1
+/// ms, against 8.0–8.9 with 8 runs 4 KB apart and 7.8–8.7 with 64 runs;
 /// GL 7.1–7.3 against 9.1–9.2; SwiftShader 19.2–19.8 against 18.7–19.3;
 /// nineteenth session, docs/BENCHMARKS.md); with workgroup trees (GPUs)
 /// 8 with the whole workgroup as one span, so that a warp reads 512
