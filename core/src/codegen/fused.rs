@@ -33,6 +33,7 @@ impl<'s> Flat<'s> {
         Flat { at, run: None }
     }
 }
+
 /// Vec4s (or rows of them) one invocation of a vectorized elementwise
 /// kernel handles.
 pub const ROWS_PER_INVOCATION: usize = 8;
@@ -300,12 +301,12 @@ impl<'a> Emitter<'a> {
         let leaf = &self.sig.leaves[k];
         let buf = format!("in{}", leaf.buffer.expect("load of a computed leaf"));
         let splat = leaf.access == Access::Div;
-        let quad = || quad.clone().unwrap_or_else(|| format!("{at} >> 2u"));
+        let quad = quad.unwrap_or_else(|| format!("{at} >> 2u"));
         match (self.vec4, leaf.dtype) {
             // All four lanes read one element when the leaf repeats by 4s.
             (true, _) if splat => self.load_elements(k, &[at.to_string()]),
-            (true, DType::Bool) => format!("({buf}[{}] != vec4<u32>(0u))", quad()),
-            (true, _) => format!("{buf}[{}]", quad()),
+            (true, DType::Bool) => format!("({buf}[{quad}] != vec4<u32>(0u))"),
+            (true, _) => format!("{buf}[{quad}]"),
             (false, d) => load_expr(d, &buf, at),
         }
     }
@@ -516,10 +517,10 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
     let store = |d: DType, v: &str| {
         if vec4 && d == DType::Bool { format!("select(vec4<u32>(0u), vec4<u32>(1u), {v})") } else { store_expr(d, v) }
     };
-    // The vec4 stores of `roots` at flat index `f`.
     // A walk's bounds check, left out where the grid covers the elements
     // exactly (`whole`; see the grid-strided walk below).
     let bounds = |past: &str| if whole { String::new() } else { format!("    if ({past}) {{ return; }}\n") };
+    // The vec4 stores of `roots` at flat index `f`.
     let outputs_stored = |roots: &[String]| -> String {
         let stores = outputs.iter().zip(roots).enumerate();
         stores.map(|(k, (&d, r))| format!("    out{k}[f >> 2u] = {};\n", store(d, r))).collect()
