@@ -23,9 +23,9 @@
 // LANES*PER_THREAD runs, lane l taking runs l, l + LANES, …: neighbouring
 // invocations read neighbouring memory (a CPU adapter's SIMD batch one
 // contiguous block, a GPU's warp coalesced loads; `reduce_shape` in
-// templates.rs says how many runs and lanes each pass takes, and why). The last span of a row has
-// fewer lanes when groups is not a multiple of LANES, and strides by their
-// number.
+// templates.rs says how many runs and lanes each pass takes, and why).
+// The last span of a row has fewer lanes when groups is not a multiple of
+// LANES, and strides by their number.
 // A span wholly inside the row is folded by `fold_span` in the same order,
 // without bounds checks and, where its runs are contiguous, unrolled (CPU
 // adapters' compilers do not unroll the loop: a sum's pass ran 15% faster
