@@ -1052,8 +1052,10 @@ fn stage_value_in(sig: &Sig, k: usize, b: usize) -> Option<usize> {
 /// `end` elements later, `stride` elements at a time, folding blocks of
 /// `span` elements (a sum's rounding error grows with the blocks and a
 /// block's length, not with the row's). With `mask` (a `vec4<bool>`
-/// expression of `f`), the vec4 at `f` may reach outside the row: its
-/// elements where the mask is false count as the stage's identity.
+/// expression of the flat index it is given), the vec4 at `f` may reach
+/// outside the row: its elements where the mask is false count as the
+/// stage's identity. A trip of the loop takes `unroll` strides while that
+/// many remain in the block.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RowWalk<'a> {
     pub first: &'a str,
@@ -1061,31 +1063,71 @@ pub(super) struct RowWalk<'a> {
     pub span: usize,
     pub origin: &'a str,
     pub end: &'a str,
-    pub mask: Option<&'a str>,
+    pub mask: Option<fn(&str) -> String>,
+    pub unroll: usize,
 }
 
 impl RowWalk<'_> {
     /// A row per invocation: every element of the row, `step` at a time.
     fn whole_row(step: usize) -> RowWalk<'static> {
-        RowWalk { first: "0u", stride: step, span: ROW_BLOCK, origin: "row * len", end: "len", mask: None }
+        RowWalk { first: "0u", stride: step, span: ROW_BLOCK, origin: "row * len", end: "len", mask: None, unroll: 1 }
     }
 }
 
-/// Opens the two loops of a row stage: over blocks of the walk's `span`
-/// (declaring the block's accumulators `block_vars`), then over the block,
-/// at flat index `f`. The caller closes both.
-fn row_blocks(block_vars: &str, walk: RowWalk) -> String {
-    let RowWalk { first, stride, span, origin, end, .. } = walk;
-    format!(
-        "    for (var j0 = {first}; j0 < {end}; j0 += {span}u) {{\n{block_vars}    let j1 = min(j0 + {span}u, {end});\n    for (var j = j0; j < j1; j += {stride}u) {{\n    let f = {origin} + j;\n"
-    )
+/// Opens the loop over blocks of a row stage's walk (declaring the block's
+/// accumulators `block_vars`) and writes the loops over the block, each
+/// trip's code written by `trip` for its flat indices. The caller closes
+/// the block loop.
+fn row_blocks(block_vars: &str, walk: RowWalk, s: &mut String, trip: impl FnMut(&[String], &mut String)) {
+    let RowWalk { first, span, end, .. } = walk;
+    *s += &format!(
+        "    for (var j0 = {first}; j0 < {end}; j0 += {span}u) {{\n{block_vars}    let j1 = min(j0 + {span}u, {end});\n"
+    );
+    strided_trips("j0", "j1", walk, s, trip);
+}
+
+/// Loops `j` from `from` to `to` (u32 expressions) by `walk.stride`, at
+/// flat index `walk.origin + j`: `walk.unroll` strides per trip (flat
+/// indices `f`, `fu1`, …) while that many remain, then one per trip, so
+/// that CPU adapters pay a loop's masks and branches once per several
+/// loads. `trip` writes a trip's code for its flat indices.
+pub(super) fn strided_trips(
+    from: &str,
+    to: &str,
+    walk: RowWalk,
+    s: &mut String,
+    mut trip: impl FnMut(&[String], &mut String),
+) {
+    let RowWalk { stride, origin, unroll, .. } = walk;
+    let mut j = format!("var j = {from}");
+    if unroll > 1 {
+        *s += &format!(
+            "    var j = {from};\n    for (; j + {}u < {to}; j += {}u) {{\n",
+            (unroll - 1) * stride,
+            unroll * stride
+        );
+        *s += &format!("    let f = {origin} + j;\n");
+        let fs: Vec<String> = (0..unroll).map(|u| if u == 0 { "f".to_string() } else { format!("fu{u}") }).collect();
+        (1..unroll).for_each(|u| *s += &format!("    let fu{u} = f + {}u;\n", u * stride));
+        trip(&fs, s);
+        *s += "    }\n";
+        j.clear();
+    }
+    *s += &format!("    for ({j}; j < {to}; j += {stride}u) {{\n    let f = {origin} + j;\n");
+    trip(&["f".to_string()], s);
+    *s += "    }\n";
+}
+
+/// The prefix naming the values of the `u`-th stride of an unrolled trip.
+pub(super) fn trip_prefix(u: usize) -> String {
+    if u == 0 { String::new() } else { format!("u{u}_") }
 }
 
 /// The value `v` of a walk's element (or vec4) at `f`, its elements outside
 /// the row replaced by `identity` where the walk has a mask.
-fn masked(walk: RowWalk, identity: &str, v: String) -> String {
+fn masked(walk: RowWalk, identity: &str, f: &str, v: String) -> String {
     match walk.mask {
-        Some(mask) => format!("select({identity}, {v}, {mask})"),
+        Some(mask) => format!("select({identity}, {v}, {})", mask(f)),
         None => v,
     }
 }
@@ -1094,15 +1136,20 @@ fn masked(walk: RowWalk, identity: &str, v: String) -> String {
 /// then the block into `s{k}`. With `keep`, each value is also stored
 /// there (an output the outputs' pass reads back).
 pub(super) fn fold_stage(e: &Emitter, k: usize, vec4: bool, walk: RowWalk, keep: Option<&str>) -> String {
+    assert!(keep.is_none() || walk.unroll == 1, "a kept value is stored at `f`");
     let (init, merge) = slot_monoid(k, vec4);
     let mut s = format!("    var s{k} = identity{k}();\n");
-    s += &row_blocks(&format!("    var b{k} = {init};\n"), walk);
-    let v = masked(walk, &init, e.body(k, "f", "", &mut s).remove(0));
-    if let Some(at) = keep {
-        s += &format!("    {at} = {v};\n");
-    }
+    row_blocks(&format!("    var b{k} = {init};\n"), walk, &mut s, |fs, s| {
+        for (u, f) in fs.iter().enumerate() {
+            let v = masked(walk, &init, f, e.body(k, f, &trip_prefix(u), s).remove(0));
+            if let Some(at) = keep {
+                *s += &format!("    {at} = {v};\n");
+            }
+            *s += &format!("    b{k} = {merge}(b{k}, {v});\n");
+        }
+    });
     let block = slot_total(k, &format!("b{k}"), vec4);
-    s + &format!("    b{k} = {merge}(b{k}, {v});\n    }}\n    s{k} = merge{k}(s{k}, {block});\n    }}\n")
+    s + &format!("    s{k} = merge{k}(s{k}, {block});\n    }}\n")
 }
 
 /// Whether stage `k + 1` sums `exp(x − m)` where stage `k` is the max `m`
@@ -1153,19 +1200,34 @@ pub(super) fn online_max_and_exp_sum(e: &Emitter, max: usize, vec4: bool, walk: 
     let splat = |x: &str| if vec4 { format!("vec4<f32>({x})") } else { x.to_string() };
     let (zero, one, ninf) = (splat("0.0"), splat("1.0"), splat("f32_bits(0xff800000u)"));
     let mut s = format!("    var s{max} = f32_bits(0xff800000u);\n    var s{sum} = 0.0;\n");
-    s += &row_blocks(&format!("    var b{max} = {ninf};\n    var b{sum} = {zero};\n"), walk);
-    let mut x = e.body(max, "f", "", &mut s).remove(0);
-    if walk.mask.is_some() {
-        s += &format!("    let x{max} = {};\n", masked(walk, &ninf, x));
-        x = format!("x{max}");
-    }
-    s += &format!("    if (any({x} > b{max})) {{\n        let grown = max(b{max}, {x});\n");
-    s += &format!(
-        "        b{sum} = b{sum} * select(kiln_exp_no_overflow(b{max} - grown), {one}, b{max} == grown);\n        b{max} = grown;\n    }}\n"
-    );
-    s += &format!(
-        "    b{sum} = b{sum} + select(kiln_exp_no_overflow({x} - b{max}), {zero}, b{max} == {ninf});\n    }}\n"
-    );
+    let block_vars = format!("    var b{max} = {ninf};\n    var b{sum} = {zero};\n");
+    row_blocks(&block_vars, walk, &mut s, |fs, s| {
+        // The trip's values, then their max: one rescale per trip at most.
+        let xs: Vec<String> = fs
+            .iter()
+            .enumerate()
+            .map(|(u, f)| {
+                let x = e.body(max, f, &trip_prefix(u), s).remove(0);
+                if walk.mask.is_none() {
+                    return x;
+                }
+                *s += &format!("    let x{max}_{u} = {};\n", masked(walk, &ninf, f, x));
+                format!("x{max}_{u}")
+            })
+            .collect();
+        let top = xs[1..].iter().fold(xs[0].clone(), |m, x| format!("max({m}, {x})"));
+        *s += &format!(
+            "    let top{max} = {top};\n    if (any(top{max} > b{max})) {{\n        let grown = max(b{max}, top{max});\n"
+        );
+        *s += &format!(
+            "        b{sum} = b{sum} * select(kiln_exp_no_overflow(b{max} - grown), {one}, b{max} == grown);\n        b{max} = grown;\n    }}\n"
+        );
+        for x in &xs {
+            *s += &format!(
+                "    b{sum} = b{sum} + select(kiln_exp_no_overflow({x} - b{max}), {zero}, b{max} == {ninf});\n"
+            );
+        }
+    });
     let block_max =
         if vec4 { format!("max(max(b{max}.x, b{max}.y), max(b{max}.z, b{max}.w))") } else { format!("b{max}") };
     s += &format!("    let row_max = max(s{max}, {block_max});\n");

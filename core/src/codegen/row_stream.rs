@@ -9,7 +9,8 @@
 //! Bodies, stages and meta as in [`super::fused::row_wgsl`].
 
 use super::fused::{
-    Emitter, RowWalk, VEC, fold_stage, online_max_and_exp_sum, row_decls, stage_dtype, sums_exp_of_shifted_max,
+    Emitter, RowWalk, VEC, fold_stage, online_max_and_exp_sum, row_decls, stage_dtype, strided_trips,
+    sums_exp_of_shifted_max, trip_prefix,
 };
 use super::templates::IN_ROW_FN;
 use super::{compute_type, store_expr};
@@ -28,6 +29,11 @@ pub const ROW_STREAM_LANES: u32 = 8;
 /// Elements (or vec4s) a lane folds in one block before adding the block
 /// to its partial.
 const LANE_BLOCK: usize = 64;
+/// Strides a lane takes per loop trip: on llvmpipe every trip pays the
+/// loop's masks and branches, and with one vec4 per trip softmax
+/// [16, 262144] ran 8% slower on lavapipe (docs/BENCHMARKS.md, twentieth
+/// session). The loop budget below counts trips as if not unrolled.
+const UNROLL: usize = 4;
 /// Longest row streamed (with the most lanes, a kernel of up to 7 passes
 /// over such a row stays within [`LOOP_BUDGET`]).
 pub const ROW_STREAM_MAX_LEN: usize = 1 << 21;
@@ -71,9 +77,12 @@ pub fn stream_lanes(sig: &Sig, stages: &[ReduceOp], per_row: bool, len: usize, v
 /// leaves) every lane reads and writes vec4s. With `straddling` (4-aligned
 /// leaves, rows that do not split into vec4s: a vocabulary's 50257) the
 /// lanes read the 4-aligned vec4s covering the row, which may hold a
-/// neighbour's elements: those count as each stage's identity and are not
-/// written (the outputs are stored element by element). With `per_row`
-/// and either, the last body must read row statistics only.
+/// neighbour's elements: those count as each stage's identity. They write
+/// the row's whole vec4s as vec4s, and in the (at most two) vec4s it
+/// shares with its neighbours only its own elements, each a component
+/// store (a memory location of its own in WGSL, so no race with the
+/// neighbour's). With `per_row` and either, the last body must read row
+/// statistics only.
 pub fn row_stream_wgsl(
     sig: &Sig,
     stages: &[ReduceOp],
@@ -87,7 +96,7 @@ pub fn row_stream_wgsl(
     let wide = vec4 || straddling;
     let e = Emitter::new(sig, 3, wide).with_meta_lets().with_stages(stages).with_straddling(straddling);
     let (l, step) = (lanes as usize, if wide { VEC } else { 1 });
-    let mut s = row_decls(&e, stages, outputs, wide, vec4 && !per_row);
+    let mut s = row_decls(&e, stages, outputs, wide, wide && !per_row);
     if straddling {
         s += IN_ROW_FN;
     }
@@ -104,11 +113,12 @@ pub fn row_stream_wgsl(
     let first = format!("lane * {step}u");
     let (origin, end, mask) = if straddling {
         s += "    let lo = row * len;\n    let hi = lo + len;\n    let base = lo & ~3u;\n    let span = hi - base;\n";
-        ("base", "span", Some("in_row(f, lo, hi)"))
+        ("base", "span", Some(in_row as fn(&str) -> String))
     } else {
         ("row * len", "len", None)
     };
-    let walk = RowWalk { first: &first, stride: l * step, span: LANE_BLOCK * l * step, origin, end, mask };
+    let (stride, span) = (l * step, LANE_BLOCK * l * step);
+    let walk = RowWalk { first: &first, stride, span, origin, end, mask, unroll: UNROLL };
     let mut k = 0;
     while k < stages.len() {
         if sums_exp_of_shifted_max(sig, stages, k) {
@@ -133,23 +143,60 @@ pub fn row_stream_wgsl(
         }
         return s + "    }\n}\n";
     }
-    s += &format!("    for (var j = {first}; j < {end}; j += {}u) {{\n    let f = {origin} + j;\n", l * step);
-    let roots = e.body(last, "f", "", &mut s);
     if straddling {
-        s += "    let in_row_f = in_row(f, lo, hi);\n";
+        return s + &straddling_outputs(&e, last, outputs, walk) + "}\n";
     }
-    let at = if vec4 { "f >> 2u" } else { "f" };
-    for (o, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
-        if straddling {
-            for (i, c) in ["x", "y", "z", "w"].into_iter().enumerate() {
-                let v = store_expr(d, &format!("{r}.{c}"));
-                s += &format!("    if (in_row_f.{c}) {{ out{o}[f + {i}u] = {v}; }}\n");
+    let at = |f: &str| if vec4 { format!("{f} >> 2u") } else { f.to_string() };
+    s += "    {\n";
+    strided_trips(&first, end, walk, &mut s, |fs, s| {
+        for (u, f) in fs.iter().enumerate() {
+            let roots = e.body(last, f, &trip_prefix(u), s);
+            for (o, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+                *s += &format!("    out{o}[{}] = {};\n", at(f), store_expr(d, r));
             }
-        } else {
-            s += &format!("    out{o}[{at}] = {};\n", store_expr(d, r));
         }
-    }
+    });
     s + "    }\n}\n"
+}
+
+/// Whether the four elements at flat index `f` lie in the row `[lo, hi)`.
+fn in_row(f: &str) -> String {
+    format!("in_row({f}, lo, hi)")
+}
+
+/// A straddling row's outputs (see [`row_stream_wgsl`]): its whole vec4s,
+/// from `whole_lo` to `whole_hi`, by every lane; then the vec4s it shares
+/// at either end element by element, by lane 0.
+fn straddling_outputs(e: &Emitter, last_body: usize, outputs: &[DType], walk: RowWalk) -> String {
+    let mut s = String::from(
+        "    let whole_lo = (lo + 3u) & ~3u;\n    let whole_hi = hi & ~3u;\n    let whole = select(0u, whole_hi - whole_lo, whole_hi > whole_lo);\n    {\n",
+    );
+    let inner = RowWalk { origin: "whole_lo", ..walk };
+    strided_trips(walk.first, "whole", inner, &mut s, |fs, s| {
+        for (u, f) in fs.iter().enumerate() {
+            let roots = e.body(last_body, f, &trip_prefix(u), s);
+            for (o, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+                *s += &format!("    out{o}[{f} >> 2u] = {};\n", store_expr(d, r));
+            }
+        }
+    });
+    s += "    }\n    if (lane == 0u) {\n";
+    // The head (elements before `whole_lo`) and the tail (from
+    // `whole_hi`), each only where the row has elements there.
+    let ends =
+        [("lo != base", "base", "min(whole_lo, hi)"), ("whole_hi >= whole_lo && whole_hi < hi", "whole_hi", "hi")];
+    for (u, (cond, at, end)) in ends.into_iter().enumerate() {
+        s += &format!("    if ({cond}) {{\n    let f = {at};\n    let in_row_f = in_row(f, lo, {end});\n");
+        let roots = e.body(last_body, "f", &format!("e{u}_"), &mut s);
+        for (o, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
+            for c in ["x", "y", "z", "w"] {
+                let v = store_expr(d, &format!("{r}.{c}"));
+                s += &format!("    if (in_row_f.{c}) {{ out{o}[f >> 2u].{c} = {v}; }}\n");
+            }
+        }
+        s += "    }\n";
+    }
+    s + "    }\n"
 }
 
 /// Stage `k`'s lanes' partials `s{k}` merged in lane order, every lane
