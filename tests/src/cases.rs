@@ -476,6 +476,12 @@ fn softmax(s: &mut Suite) {
         s.add(name, "f32 [16, 2^20] axis -1 (long rows)", tol, move |d| {
             f(input(d, 97, &[16, 1 << 20], DType::F32, -5.0, 5.0)?, -1)
         });
+        // Long rows that do not split into vec4s: streamed on CPU adapters
+        // (rows over 16,384 on all of them) in the vec4s covering each row,
+        // the vec4s two rows share written component by component.
+        s.add(name, "f32 [16, 16387] axis -1 (long rows straddling vec4s)", tol, move |d| {
+            f(input(d, 98, &[16, 16387], DType::F32, -5.0, 5.0)?, -1)
+        });
         // A costly input computed in the row kernel: the kernel may keep
         // tanh(x) (or exp(tanh(x) − max)) in the output for the last pass.
         for shape in [[33, 1024], [33, 1023]] {
