@@ -1099,21 +1099,19 @@ pub(super) fn strided_trips(
     mut trip: impl FnMut(&[String], &mut String),
 ) {
     let RowWalk { stride, origin, unroll, .. } = walk;
-    let mut j = format!("var j = {from}");
+    // The loop of single strides declares `j` unless the unrolled loop did.
+    let mut init = format!("var j = {from}");
     if unroll > 1 {
-        *s += &format!(
-            "    var j = {from};\n    for (; j + {}u < {to}; j += {}u) {{\n",
-            (unroll - 1) * stride,
-            unroll * stride
-        );
+        *s +=
+            &format!("    {init};\n    for (; j + {}u < {to}; j += {}u) {{\n", (unroll - 1) * stride, unroll * stride);
         *s += &format!("    let f = {origin} + j;\n");
         let fs: Vec<String> = (0..unroll).map(|u| if u == 0 { "f".to_string() } else { format!("fu{u}") }).collect();
         (1..unroll).for_each(|u| *s += &format!("    let fu{u} = f + {}u;\n", u * stride));
         trip(&fs, s);
         *s += "    }\n";
-        j.clear();
+        init.clear();
     }
-    *s += &format!("    for ({j}; j < {to}; j += {stride}u) {{\n    let f = {origin} + j;\n");
+    *s += &format!("    for ({init}; j < {to}; j += {stride}u) {{\n    let f = {origin} + j;\n");
     trip(&["f".to_string()], s);
     *s += "    }\n";
 }
