@@ -146,9 +146,26 @@ pub fn row_stream_wgsl(
     if straddling {
         return s + &straddling_outputs(&e, last, outputs, walk) + "}\n";
     }
+    output_trips(&e, last, outputs, &first, end, walk, vec4, &mut s);
+    s + "}\n"
+}
+
+/// The last body's outputs written along `walk` from `from` to `to` (in a
+/// scope of their own), as vec4s with `vec4`.
+#[allow(clippy::too_many_arguments)]
+fn output_trips(
+    e: &Emitter,
+    last: usize,
+    outputs: &[DType],
+    from: &str,
+    to: &str,
+    walk: RowWalk,
+    vec4: bool,
+    s: &mut String,
+) {
     let at = |f: &str| if vec4 { format!("{f} >> 2u") } else { f.to_string() };
-    s += "    {\n";
-    strided_trips(&first, end, walk, &mut s, |fs, s| {
+    *s += "    {\n";
+    strided_trips(from, to, walk, s, |fs, s| {
         for (u, f) in fs.iter().enumerate() {
             let roots = e.body(last, f, &trip_prefix(u), s);
             for (o, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
@@ -156,7 +173,7 @@ pub fn row_stream_wgsl(
             }
         }
     });
-    s + "    }\n}\n"
+    *s += "    }\n";
 }
 
 /// Whether the four elements at flat index `f` lie in the row `[lo, hi)`.
@@ -169,18 +186,11 @@ fn in_row(f: &str) -> String {
 /// at either end element by element, by lane 0.
 fn straddling_outputs(e: &Emitter, last_body: usize, outputs: &[DType], walk: RowWalk) -> String {
     let mut s = String::from(
-        "    let whole_lo = (lo + 3u) & ~3u;\n    let whole_hi = hi & ~3u;\n    let whole = select(0u, whole_hi - whole_lo, whole_hi > whole_lo);\n    {\n",
+        "    let whole_lo = (lo + 3u) & ~3u;\n    let whole_hi = hi & ~3u;\n    let whole = select(0u, whole_hi - whole_lo, whole_hi > whole_lo);\n",
     );
     let inner = RowWalk { origin: "whole_lo", ..walk };
-    strided_trips(walk.first, "whole", inner, &mut s, |fs, s| {
-        for (u, f) in fs.iter().enumerate() {
-            let roots = e.body(last_body, f, &trip_prefix(u), s);
-            for (o, (&d, r)) in outputs.iter().zip(&roots).enumerate() {
-                *s += &format!("    out{o}[{f} >> 2u] = {};\n", store_expr(d, r));
-            }
-        }
-    });
-    s += "    }\n    if (lane == 0u) {\n";
+    output_trips(e, last_body, outputs, walk.first, "whole", inner, true, &mut s);
+    s += "    if (lane == 0u) {\n";
     // The head (elements before `whole_lo`) and the tail (from
     // `whole_hi`), each only where the row has elements there.
     let ends =
