@@ -339,10 +339,15 @@ fn catalog() -> Vec<String> {
         let (stages, outputs) = (vec![ReduceOp::Sum], vec![DType::F32]);
         out.push(KernelKey::Row { sig: s, stages, outputs, per_row, vec4, layout }.wgsl());
     }
-    // Every member of the matmul family and the scalar twin a vec4 member
-    // falls back to, plain and with an epilogue.
+    // Both forms of the copy of a matmul operand into a texture.
+    out.extend([false, true].map(|vec4| KernelKey::OperandTexture { vec4 }.wgsl()));
+    // Every member of the matmul family and the twins a texture member
+    // (vec4) and a vec4 member (scalar) fall back to, plain and with an
+    // epilogue.
     let mut configs = MatmulConfig::CANDIDATES.to_vec();
-    for twin in MatmulConfig::CANDIDATES.map(|c| MatmulConfig { vec: false, ..c }) {
+    let twins = MatmulConfig::CANDIDATES
+        .map(|c| [MatmulConfig { tex: false, ..c }, MatmulConfig { vec: false, tex: false, ..c }]);
+    for twin in twins.into_iter().flatten() {
         if !configs.contains(&twin) {
             configs.push(twin);
         }

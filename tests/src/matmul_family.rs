@@ -20,7 +20,10 @@ pub type Case = (&'static str, fn(&Device) -> Result<Tensor>);
 
 /// A vec4 config runs its scalar twin on shapes that are not
 /// vec4-eligible; the "ragged" case checks that fallback (every shape
-/// for every vec4 config is slow to compile on SwiftShader).
+/// for every vec4 config is slow to compile on SwiftShader). Texture
+/// configs run every case: they copy any layout into their textures, and
+/// fall back to their vec4 twin on batches, f16 operands and N not a
+/// multiple of 4.
 pub const CASES: [Case; 9] = [
     ("ragged 37x53 @ 53x29", |d| random(d, &[37, 53], 1)?.matmul(&random(d, &[53, 29], 2)?)),
     ("batched [2,3,19,70] @ [3,70,21]", |d| random(d, &[2, 3, 19, 70], 3)?.matmul(&random(d, &[3, 70, 21], 4)?)),
@@ -88,7 +91,8 @@ async fn check_forcing(dev: &Device, cases: &[Case]) -> Result<Family> {
         let scale = want.iter().fold(1e-30f32, |m, v| m.max(v.abs()));
         let tol = if what.starts_with("f16") { 2e-3 } else { 1e-5 };
         for config in &configs {
-            let eligible = !config.vec || what.contains("vec4") || what.starts_with("ragged");
+            // Texture configs read any layout (through their copies into textures).
+            let eligible = !config.vec || config.tex || what.contains("vec4") || what.starts_with("ragged");
             if !eligible {
                 continue;
             }
@@ -96,9 +100,11 @@ async fn check_forcing(dev: &Device, cases: &[Case]) -> Result<Family> {
             let panels = what.contains("column panels");
             dev.set_matmul_panels(panels.then_some(true));
             if panels {
-                // The copy into panels is a kernel of its own.
+                // The copy into panels is a kernel of its own; texture
+                // configs copy A and B into textures instead.
                 let planned = dev.plan_kernels(&[build(dev)?.node().clone()])?.len();
-                if planned != 1 + config.vec as usize {
+                let copies = if config.tex { 2 } else { config.vec as usize };
+                if planned != 1 + copies {
                     family.failures.push(format!("{what}, {}: {planned} kernels planned", config.name()));
                 }
             }

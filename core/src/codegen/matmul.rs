@@ -25,7 +25,14 @@ use std::fmt::Write;
 /// per load instruction, not per byte, so this cuts their cost 4×. With
 /// `staged` (the GPU form) the workgroup copies each `STAGE_K`-deep slice
 /// of its A and B tiles into workgroup memory once, double-buffered, and
-/// every invocation reads its operands from there.
+/// every invocation reads its operands from there. With `tex` (a `vec`
+/// config whose workgroup is one row of lanes) the runtime first copies A
+/// and B into rgba32float texture arrays laid out as the workgroups read
+/// them ([`super::operand_textures`]), and the kernel reads its operands
+/// with `textureLoad`: llvmpipe fetches a texel for 8 lanes with 8 vector
+/// loads and a transpose, where a storage buffer load is a loop over the
+/// lanes with a bounds branch per component (docs/BENCHMARKS.md,
+/// twenty-first session).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MatmulConfig {
     pub tm: u32,
@@ -35,18 +42,24 @@ pub struct MatmulConfig {
     pub share: bool,
     pub vec: bool,
     pub staged: bool,
+    pub tex: bool,
 }
 
 const fn cfg(tm: u32, tn: u32, wx: u32, wy: u32, share: bool) -> MatmulConfig {
-    MatmulConfig { tm, tn, wx, wy, share, vec: false, staged: false }
+    MatmulConfig { tm, tn, wx, wy, share, vec: false, staged: false, tex: false }
 }
 
 const fn vcfg(tm: u32, tn: u32, wx: u32, wy: u32, share: bool) -> MatmulConfig {
-    MatmulConfig { tm, tn, wx, wy, share, vec: true, staged: false }
+    MatmulConfig { tm, tn, wx, wy, share, vec: true, staged: false, tex: false }
 }
 
 const fn scfg(tm: u32, tn: u32, wx: u32, wy: u32) -> MatmulConfig {
-    MatmulConfig { tm, tn, wx, wy, share: false, vec: false, staged: true }
+    MatmulConfig { tm, tn, wx, wy, share: false, vec: false, staged: true, tex: false }
+}
+
+/// A texture config: operands from textures, one row of `wx` lanes.
+const fn tcfg(tm: u32, tn: u32, wx: u32, share: bool) -> MatmulConfig {
+    MatmulConfig { tm, tn, wx, wy: 1, share, vec: true, staged: false, tex: true }
 }
 
 /// Depth (k) of the operand slices a staged config keeps in workgroup memory.
@@ -56,7 +69,10 @@ impl MatmulConfig {
     /// What the autotuner tries. CPU adapters like big register blocks and
     /// workgroups of one SIMD width whose rows are uniform (A loads become
     /// scalar loads); GPUs like more invocations per workgroup.
-    pub const CANDIDATES: [MatmulConfig; 21] = [
+    pub const CANDIDATES: [MatmulConfig; 24] = [
+        tcfg(32, 8, 8, true),
+        tcfg(32, 16, 8, true),
+        tcfg(32, 16, 8, false),
         vcfg(32, 8, 8, 1, true),
         vcfg(32, 16, 8, 1, true),
         vcfg(16, 8, 8, 1, true),
@@ -107,7 +123,8 @@ impl MatmulConfig {
         let sg = if self.share { "+sg" } else { "" };
         let v = if self.vec { "+vec4" } else { "" };
         let wg = if self.staged { "+wg" } else { "" };
-        format!("{}x{}/{}x{}{sg}{v}{wg}", self.tm, self.tn, self.wx, self.wy)
+        let tex = if self.tex { "+tex" } else { "" };
+        format!("{}x{}/{}x{}{sg}{v}{wg}{tex}", self.tm, self.tn, self.wx, self.wy)
     }
 
     /// Whether kiln runs this config on `info`'s device ([`MatmulConfig::refusal`]).
@@ -129,6 +146,8 @@ impl MatmulConfig {
             ))
         } else if self.share && !info.subgroups {
             Some(format!("{name} shares through subgroups, which {adapter} ({}) lacks", info.backend))
+        } else if self.tex && info.limits.max_storage_textures_per_shader_stage == 0 {
+            Some(format!("{name} writes its operands to storage textures, which {adapter} ({}) lacks", info.backend))
         } else {
             None
         }
@@ -211,6 +230,16 @@ pub fn matmul_kernel(c: &MatmulConfig, dtype: DType, batch_rank: usize, epilogue
     s += &preamble(dtype, batch_rank, epilogue);
     if c.staged {
         s += &main_staged(c);
+    } else if c.tex {
+        // A and B as texture arrays in the bindings of their buffers.
+        for (b, name) in [(2, "a"), (3, "b")] {
+            let buffer = format!("@group(0) @binding({b}) var<storage, read> in{}: array<f32>;\n", b - 2);
+            s = s.replace(&buffer, &format!("@group(0) @binding({b}) var t{name}: texture_2d_array<f32>;\n"));
+        }
+        s = s.replace("fn load_a(e: i32) -> f32 { return in0[u32(e)]; }\n", "");
+        s = s.replace("fn load_b(e: i32) -> f32 { return in1[u32(e)]; }\n", "");
+        s = s.replace("out: array<f32>", "out: array<vec4<f32>>");
+        return s + &main_tex(c) + STORE_VEC4_FN;
     } else if c.vec {
         // Same bindings, read and written as vec4s (f32 only; N is a
         // multiple of 4, so a row's vec4s never straddle two rows).
@@ -276,8 +305,19 @@ fn main_fn(c: &MatmulConfig) -> String {
     for j in 0..tn {
         let _ = writeln!(s, "    let cb{j} = base.y + i32(min(col0 + {}u, N - 1u)) * sbc;", j * wx);
     }
-    s += &k_loops(c, &|at| format!("load_a({at})"), k_loop);
+    let a = |at: String| format!("load_a({at})");
+    s +=
+        &k_loops(c, &|i| a(format!("ra{i} + ka")), &|q, first, last| buffer_lane_row(q, first, last, &a), &|a, pre| {
+            k_loop(c, a, pre)
+        });
     s + &store_blocks(c) + "}\n"
+}
+
+/// The lane's row `lx + first` of the block (clamped to its row `last`) in
+/// A's buffer: a `let rs{q}` before the loops and the load at this k step.
+fn buffer_lane_row(q: u32, first: u32, last: u32, load: &dyn Fn(String) -> String) -> (String, String) {
+    let at = format!("    let rs{q} = base.x + i32(min(row0 + min(lx + {first}u, {last}u), M - 1u)) * sar;\n");
+    (at, load(format!("rs{q} + ka")))
 }
 
 /// The vec4 entry point: loads by vec4 index (element index / 4).
@@ -297,13 +337,44 @@ fn main_vec(c: &MatmulConfig) -> String {
         let _ = writeln!(s, "    let cv{v} = panel0 + lx + {}u;", v * wx);
         let _ = writeln!(s, "    let cb{v} = panel + i32(min(cv{v}, nvec - 1u) - panel0);");
     }
-    s += &k_loops(c, &|at| format!("in0[u32({at})]"), vec_k_loop);
-    for i in 0..c.tm {
+    let a = |at: String| format!("in0[u32({at})]");
+    let b_step = |kk: u32| {
+        let mut s = format!("        let kb{kk} = i32(k + {kk}u) * sbr;\n");
         for v in 0..nv {
-            let _ = writeln!(s, "    store4(batch, row0 + {i}u, cv{v}, c{i}_{v});");
+            let _ = writeln!(s, "        let b{kk}_{v} = in1[u32(cb{v} + kb{kk})];");
         }
+        s
+    };
+    let lane = |q, first, last| buffer_lane_row(q, first, last, &a);
+    s += &k_loops(c, &|i| a(format!("ra{i} + ka")), &lane, &|a, pre| {
+        vec_k_loop(c, a, pre, "        let ka = i32(k >> 2u);\n", &b_step)
+    });
+    s + &store4_blocks(c) + "}\n"
+}
+
+/// The texture entry point ([`MatmulConfig::tex`]). A's row block is layer
+/// `wg.y` of `ta` (texel x: row in the block, y: k / 4, four k each), B's
+/// column panel layer `wg.x` of `tb` (x: column vec4 in the panel, y: k);
+/// texels past M, N or K hold 0, so no load is clamped.
+fn main_tex(c: &MatmulConfig) -> String {
+    assert_eq!(c.wy, 1, "{}: texture configs are one row of lanes", c.name());
+    let (tm, wx, nv) = (c.tm, c.wx, c.tn / 4);
+    let mut s = entry(c);
+    let _ = writeln!(s, "    let lx = li % {wx}u;\n    let row0 = wg.y * {tm}u;");
+    s += &accumulators(c);
+    for v in 0..nv {
+        let _ = writeln!(s, "    let cv{v} = wg.x * {}u + lx + {}u;", wx * nv, v * wx);
     }
-    s + "}\n"
+    let b_step = |kk: u32| {
+        let load = |v: u32| format!("textureLoad(tb, vec2<u32>(lx + {}u, k + {kk}u), wg.x, 0)", v * wx);
+        (0..nv).map(|v| format!("        let b{kk}_{v} = {};\n", load(v))).collect::<String>()
+    };
+    let a = |x: String| format!("textureLoad(ta, vec2<u32>({x}, kq), wg.y, 0)");
+    let lane = |_q, first, last| (String::new(), a(format!("min(lx + {first}u, {last}u)")));
+    s += &k_loops(c, &|i| a(format!("{i}u")), &lane, &|a, pre| {
+        vec_k_loop(c, a, pre, "        let kq = k >> 2u;\n", &b_step)
+    });
+    s + &store4_blocks(c) + "}\n"
 }
 
 /// The staged entry point. Per `STAGE_K` slice of k, each invocation
@@ -473,6 +544,17 @@ fn accumulators(c: &MatmulConfig) -> String {
     s
 }
 
+/// Stores the block of a vec4 kernel by vec4s: column vec4 v is `cv{v}`.
+fn store4_blocks(c: &MatmulConfig) -> String {
+    let mut s = String::new();
+    for i in 0..c.tm {
+        for v in 0..c.tn / 4 {
+            let _ = writeln!(s, "    store4(batch, row0 + {i}u, cv{v}, c{i}_{v});");
+        }
+    }
+    s
+}
+
 /// Stores the block of a kernel whose column vec4 v starts at `4 · cv{v}`.
 fn store_vec_blocks(c: &MatmulConfig) -> String {
     let mut s = String::new();
@@ -497,41 +579,53 @@ fn store_blocks(c: &MatmulConfig) -> String {
     s
 }
 
-/// A k loop (`k_loop` or `vec_k_loop`) reading A's row i at `load(offset)`.
-/// With `share`, lane l loads rows l, l + wx, … of A before each k step and
-/// the others' rows come by `subgroupBroadcast`, when the workgroup row is
-/// one whole subgroup of wx lanes; otherwise the plain loop runs.
+/// Writes a k loop given A's value for row i and statements to run first.
+type KLoop<'a> = dyn Fn(&dyn Fn(u32) -> String, &str) -> String + 'a;
+
+/// A k loop (`k_loop` or `vec_k_loop`, given A's value for row i of the
+/// block and statements to run first) over A's rows `row(i)`. With
+/// `share`, lane l loads rows l, l + wx, … of A before each k step
+/// (`lane(q, first, last)`: statements before the loops, and the load of
+/// the lane's row `lx + first` clamped to the block's row `last`) and the
+/// others' rows come by `subgroupBroadcast`, when the workgroup row is one
+/// whole subgroup of wx lanes; otherwise the plain loop runs.
 fn k_loops(
     c: &MatmulConfig,
-    load: &dyn Fn(&str) -> String,
-    k_loop: fn(&MatmulConfig, &dyn Fn(u32) -> String, &str) -> String,
+    row: &dyn Fn(u32) -> String,
+    lane: &dyn Fn(u32, u32, u32) -> (String, String),
+    k_loop: &KLoop,
 ) -> String {
-    let plain = k_loop(c, &|i| load(&format!("ra{i} + ka")), "");
+    let plain = k_loop(row, "");
     if !c.share {
         return plain;
     }
     let (mut s, mut loads) = (String::new(), String::new());
     for q in 0..c.tm.div_ceil(c.wx) {
-        let (first, last) = (q * c.wx, c.tm - 1);
-        let _ = writeln!(s, "    let rs{q} = base.x + i32(min(row0 + min(lx + {first}u, {last}u), M - 1u)) * sar;");
-        let _ = writeln!(loads, "        let s{q} = {};", load(&format!("rs{q} + ka")));
+        let (setup, load) = lane(q, q * c.wx, c.tm - 1);
+        s += &setup;
+        let _ = writeln!(loads, "        let s{q} = {load};");
     }
     let wx = c.wx;
-    let shared = k_loop(c, &|i| format!("subgroupBroadcast(s{}, {}u)", i / wx, i % wx), &loads);
+    let shared = k_loop(&|i| format!("subgroupBroadcast(s{}, {}u)", i / wx, i % wx), &loads);
     s + &format!("    if (subgroupAll(sg_size == {wx}u && sg_lane == lx)) {{\n{shared}    }} else {{\n{plain}    }}\n")
 }
 
-/// The vec4 k loop, four k at a time: A's vec4 for row i is `a(i)`,
-/// computed after the statements `pre`.
-fn vec_k_loop(c: &MatmulConfig, a: &dyn Fn(u32) -> String, pre: &str) -> String {
+/// The vec4 k loop, four k at a time: the statements `head`, then `pre`,
+/// then `b_step(kk)` loading B's vec4s `b{kk}_{v}` at k + kk; A's vec4 for
+/// row i is `a(i)`.
+fn vec_k_loop(
+    c: &MatmulConfig,
+    a: &dyn Fn(u32) -> String,
+    pre: &str,
+    head: &str,
+    b_step: &dyn Fn(u32) -> String,
+) -> String {
     let nv = c.tn / 4;
-    let mut s = String::from("    for (var k = m(3u); k < m(4u); k += 4u) {\n        let ka = i32(k >> 2u);\n");
+    let mut s = String::from("    for (var k = m(3u); k < m(4u); k += 4u) {\n");
+    s += head;
     s += pre;
     for kk in 0..4 {
-        let _ = writeln!(s, "        let kb{kk} = i32(k + {kk}u) * sbr;");
-        for v in 0..nv {
-            let _ = writeln!(s, "        let b{kk}_{v} = in1[u32(cb{v} + kb{kk})];");
-        }
+        s += &b_step(kk);
     }
     for i in 0..c.tm {
         let _ = writeln!(s, "        let a{i} = {};", a(i));

@@ -6,6 +6,7 @@
 pub mod fused;
 pub mod math;
 pub mod matmul;
+pub mod operand_textures;
 pub mod row_stream;
 pub mod templates;
 
@@ -170,6 +171,10 @@ pub enum KernelKey {
         epilogue: Option<Sig>,
         config: matmul::MatmulConfig,
     },
+    /// A matmul operand copied into a texture ([`operand_textures`]).
+    OperandTexture {
+        vec4: bool,
+    },
 }
 
 /// How a row kernel's invocations share the rows.
@@ -224,6 +229,7 @@ impl KernelKey {
             KernelKey::Matmul { dtype, batch_rank, epilogue, config } => {
                 matmul::matmul_kernel(config, *dtype, *batch_rank, epilogue.as_ref())
             }
+            KernelKey::OperandTexture { vec4 } => operand_textures::pack_wgsl(*vec4),
         }
     }
 
@@ -257,6 +263,7 @@ impl KernelKey {
             }
             KernelKey::Row { sig, layout, vec4, .. } => ("row", Some(sig), layout.suffix(*vec4)),
             KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),
+            KernelKey::OperandTexture { vec4 } => ("operand_texture", None, if *vec4 { "_vec4" } else { "" }),
         };
         let mut name = kind.to_string();
         let mut seen = Vec::new();

@@ -7,11 +7,12 @@
 //! keeps, or a tensor the function read from outside its inputs: its value
 //! at capture time is what every replay sees).
 
-use super::launch::Recording;
+use super::launch::{Bound, Recording};
 use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
 use super::profile;
 use super::realize::Plan;
+use super::textures::PooledTexture;
 use super::{Backend, Device, Gpu, GpuArray};
 use crate::error::{KilnError, Result};
 use crate::ir::{Node, Prim, Realized};
@@ -24,12 +25,14 @@ enum Slot {
     Input(usize),
     Output(usize),
     Fixed(Arc<PooledBuffer>),
+    /// A texture matmul's operand texture, rewritten by every replay.
+    Texture(Arc<PooledTexture>),
 }
 
 struct Launch {
     kernel: Arc<Kernel>,
     meta_slot: usize,
-    buffers: Vec<Slot>,
+    bindings: Vec<Slot>,
     groups: [u32; 3],
 }
 
@@ -113,7 +116,14 @@ impl Program {
             .map(|d| Launch {
                 kernel: d.kernel.clone(),
                 meta_slot: d.meta_slot,
-                buffers: d.buffers.iter().map(&mut slot_of).collect(),
+                bindings: d
+                    .bindings
+                    .iter()
+                    .map(|b| match b {
+                        Bound::Buffer(b) => slot_of(b),
+                        Bound::Texture(t) => Slot::Texture(t.clone()),
+                    })
+                    .collect(),
                 groups: d.groups,
             })
             .collect();
@@ -151,10 +161,11 @@ impl Program {
             .collect::<Result<Vec<_>>>()?;
         let fresh: Vec<Arc<PooledBuffer>> =
             self.output_sizes.iter().map(|&size| gpu.pool.get(size, Gpu::storage_usage())).collect();
-        let buffer = |s: &Slot| match s {
-            Slot::Input(k) => in_arrays[*k].buffer.clone(),
-            Slot::Output(j) => fresh[*j].clone(),
-            Slot::Fixed(b) => b.clone(),
+        let bound = |s: &Slot| match s {
+            Slot::Input(k) => Bound::Buffer(in_arrays[*k].buffer.clone()),
+            Slot::Output(j) => Bound::Buffer(fresh[*j].clone()),
+            Slot::Fixed(b) => Bound::Buffer(b.clone()),
+            Slot::Texture(t) => Bound::Texture(t.clone()),
         };
         gpu.check_errors()?;
         let mut encoder =
@@ -164,8 +175,8 @@ impl Program {
                 .launches
                 .iter()
                 .map(|l| {
-                    let buffers: Vec<Arc<PooledBuffer>> = l.buffers.iter().map(buffer).collect();
-                    let bind_group = gpu.bind_group(&l.kernel, meta, l.meta_slot, &buffers);
+                    let bindings: Vec<Bound> = l.bindings.iter().map(bound).collect();
+                    let bind_group = gpu.bind_group(&l.kernel, meta, l.meta_slot, &bindings);
                     profile::Launch { kernel: &l.kernel, bind_group, groups: l.groups }
                 })
                 .collect();
@@ -178,7 +189,8 @@ impl Program {
         self.outputs
             .iter()
             .map(|o| {
-                let value = GpuArray { buffer: buffer(&o.slot), layout: o.layout.clone(), dtype: o.dtype };
+                let Bound::Buffer(buffer) = bound(&o.slot) else { unreachable!("outputs are buffers") };
+                let value = GpuArray { buffer, layout: o.layout.clone(), dtype: o.dtype };
                 Node::realized(Prim::Input { shape: o.layout.shape.clone(), dtype: o.dtype }, Realized::Gpu(value))
             })
             .collect()

@@ -10,6 +10,7 @@ use super::pipelines::Kernel;
 use super::pool::PooledBuffer;
 use super::profile::Launch;
 use super::realize::ReadRequest;
+use super::textures::PooledTexture;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::codegen::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN, stream_lanes};
 use crate::codegen::templates::{
@@ -24,11 +25,27 @@ use crate::shape::{Layout, numel};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+/// A resource a launch binds: a buffer, or a texture matmul's operand texture.
+#[derive(Debug, Clone)]
+pub(super) enum Bound {
+    Buffer(Arc<PooledBuffer>),
+    Texture(Arc<PooledTexture>),
+}
+
+impl Bound {
+    fn resource(&self) -> wgpu::BindingResource<'_> {
+        match self {
+            Bound::Buffer(b) => b.buffer().as_entire_binding(),
+            Bound::Texture(t) => wgpu::BindingResource::TextureView(t.view()),
+        }
+    }
+}
+
 pub(super) struct Dispatch {
     pub kernel: Arc<Kernel>,
     pub meta_slot: usize,
     /// Bound at bindings 1, 2, ... (binding 0 is the meta block).
-    pub buffers: Vec<Arc<PooledBuffer>>,
+    pub bindings: Vec<Bound>,
     pub groups: [u32; 3],
 }
 
@@ -142,6 +159,20 @@ impl Recording {
         groups: [u32; 3],
         size: usize,
     ) -> Result<()> {
+        let bindings = buffers.into_iter().map(Bound::Buffer).collect();
+        self.dispatch_binding(gpu, key, meta, bindings, groups, size)
+    }
+
+    /// [`Recording::dispatch`] binding textures too.
+    fn dispatch_binding(
+        &mut self,
+        gpu: &Gpu,
+        key: &KernelKey,
+        meta: Meta,
+        bindings: Vec<Bound>,
+        groups: [u32; 3],
+        size: usize,
+    ) -> Result<()> {
         if meta.0.len() > META_WORDS {
             return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({} words)", meta.0.len())));
         }
@@ -152,7 +183,7 @@ impl Recording {
         let meta_slot = self.meta.len() / META_WORDS;
         self.meta.extend(&meta.0);
         self.meta.resize((meta_slot + 1) * META_WORDS, 0);
-        self.dispatches.push(Dispatch { kernel, meta_slot, buffers, groups });
+        self.dispatches.push(Dispatch { kernel, meta_slot, bindings, groups });
         Ok(())
     }
 
@@ -452,13 +483,13 @@ impl Gpu {
             && (shortest..=ROW_STREAM_MAX_LEN).contains(&len)
     }
 
-    /// The bindings of one launch: its slot of `meta`, then `buffers`.
+    /// The bindings of one launch: its slot of `meta`, then `bindings`.
     pub(super) fn bind_group(
         &self,
         kernel: &Kernel,
         meta: &PooledBuffer,
         meta_slot: usize,
-        buffers: &[Arc<PooledBuffer>],
+        bindings: &[Bound],
     ) -> wgpu::BindGroup {
         let meta_binding = wgpu::BufferBinding {
             buffer: meta.buffer(),
@@ -467,8 +498,8 @@ impl Gpu {
         };
         let mut entries =
             vec![wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::Buffer(meta_binding) }];
-        for (i, b) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.buffer().as_entire_binding() });
+        for (i, b) in bindings.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.resource() });
         }
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
@@ -515,7 +546,7 @@ impl Gpu {
                 .iter()
                 .map(|d| Launch {
                     kernel: &d.kernel,
-                    bind_group: self.bind_group(&d.kernel, meta, d.meta_slot, &d.buffers),
+                    bind_group: self.bind_group(&d.kernel, meta, d.meta_slot, &d.bindings),
                     groups: d.groups,
                 })
                 .collect();

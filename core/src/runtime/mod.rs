@@ -9,6 +9,7 @@ pub mod pool;
 mod profile;
 mod readback;
 mod realize;
+mod textures;
 mod tune;
 
 use crate::DType;
@@ -98,6 +99,7 @@ pub(crate) struct Gpu {
     queue: wgpu::Queue,
     info: DeviceInfo,
     pool: BufferPool,
+    textures: textures::TexturePool,
     pipelines: PipelineCache,
     /// Errors wgpu reported outside an error scope; any is a kiln bug,
     /// surfaced as `Err` by the next realization instead of a panic.
@@ -219,6 +221,7 @@ impl Device {
         };
         Ok(Device(Arc::new(Backend::Gpu(Box::new(Gpu {
             pool: BufferPool::new(device.clone()),
+            textures: textures::TexturePool::new(device.clone()),
             device,
             queue,
             info,

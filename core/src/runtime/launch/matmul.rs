@@ -1,15 +1,17 @@
 //! Recording a matmul: its kernel per K chunk and batch slice, after a copy
 //! of B into column panels where that pays.
 
-use super::Recording;
+use super::{Bound, Recording};
 use crate::codegen::fused::VEC;
 use crate::codegen::matmul::MatmulConfig;
+use crate::codegen::operand_textures::{OperandTexture, PACK_WG};
 use crate::codegen::templates::MATMUL_K_CHUNK;
 use crate::codegen::{KernelKey, Meta};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::runtime::Gpu;
 use crate::runtime::pool::PooledBuffer;
+use crate::runtime::textures::PooledTexture;
 use crate::sched::lower::{Access, Args, Body, LeafDesc, Op, Sig};
 use crate::shape::{Layout, numel};
 use std::sync::Arc;
@@ -39,6 +41,15 @@ impl Gpu {
             set => set == 2,
         };
         possible && wanted
+    }
+
+    /// Whether a texture config reads this product's operands from
+    /// textures (`textures`: A's and B's): f32 operands, one batch, N a
+    /// multiple of 4 (the kernel stores vec4s) and textures within the
+    /// adapter's limits. Otherwise its vec4 twin runs.
+    fn reads_textures(&self, dtype: DType, batch: usize, n: usize, textures: (OperandTexture, OperandTexture)) -> bool {
+        let limits = &self.info.limits;
+        dtype == DType::F32 && batch == 1 && n.is_multiple_of(VEC) && textures.0.fits(limits) && textures.1.fits(limits)
     }
 }
 
@@ -82,14 +93,23 @@ impl Recording {
                 .chain(&a.strides[..r - 1])
                 .chain(&b.strides[..r - 1])
                 .all(|s| s % VEC as isize == 0);
-        let config = MatmulConfig { vec: config.vec && vec_ok, ..config };
         let (tile_m, tile_n) = config.tile();
+        let textures = (OperandTexture::a(m, k, tile_m), OperandTexture::b(k, n, tile_n));
+        let tex = config.tex && gpu.reads_textures(operand_dtype, batch, n, textures);
+        let config = MatmulConfig { tex, vec: tex || config.vec && vec_ok, ..config };
         let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
         if gx > max || gy > max {
             return Err(KilnError::Invalid { op, detail: format!("an output of {m}×{n} exceeds the adapter's grid") });
         }
-        // B as the kernel reads it, and the elements between its column panels.
-        let (b, panel_stride) = if gpu.reads_b_in_panels(&config, b, k, n) {
+        // What the kernel reads A and B from: textures, or buffers with B
+        // perhaps in column panels (and the elements between its panels).
+        let mut bindings = vec![Bound::Buffer(out.clone())];
+        let (b, panel_stride) = if config.tex {
+            let ta = self.operand_texture(gpu, op, a, args.buffers[0].clone(), textures.0)?;
+            let tb = self.operand_texture(gpu, op, b, args.buffers[1].clone(), textures.1)?;
+            bindings.extend([Bound::Texture(ta), Bound::Texture(tb)]);
+            (b.clone(), 0)
+        } else if gpu.reads_b_in_panels(&config, b, k, n) {
             args.buffers[1] = self.column_panels(gpu, op, b, args.buffers[1].clone(), k, n, tile_n)?;
             let mut strides = vec![0; r];
             (strides[r - 2], strides[r - 1]) = (tile_n as isize, 1);
@@ -97,9 +117,10 @@ impl Recording {
         } else {
             (b.clone(), tile_n as isize * b.strides[r - 1])
         };
+        // Then the buffers the textures do not replace: A's and B's, the epilogue's.
+        let replaced = if config.tex { 2 } else { 0 };
+        bindings.extend(args.buffers.iter().skip(replaced).cloned().map(Bound::Buffer));
         let sig = epilogue;
-        let buffers: Vec<Arc<PooledBuffer>> =
-            std::iter::once(out.clone()).chain(args.buffers.iter().cloned()).collect();
         let batch_rank = batch_shape.len();
         let key = KernelKey::Matmul { dtype: operand_dtype, batch_rank, epilogue: sig.clone(), config };
         for b0 in (0..batch).step_by(max) {
@@ -119,10 +140,40 @@ impl Recording {
                     Self::fused_meta(&mut meta, sig, &args, shape);
                 }
                 let groups = [gx as u32, gy as u32, (batch - b0).min(max) as u32];
-                self.dispatch(gpu, &key, meta, buffers.clone(), groups, m * n)?;
+                self.dispatch_binding(gpu, &key, meta, bindings.clone(), groups, m * n)?;
             }
         }
         Ok(())
+    }
+
+    /// Records a copy of the operand `l` (over `buffer`; its last two axes,
+    /// one batch) into a texture laid out as `tex`.
+    fn operand_texture(
+        &mut self,
+        gpu: &Gpu,
+        op: &'static str,
+        l: &Layout,
+        buffer: Arc<PooledBuffer>,
+        tex: OperandTexture,
+    ) -> Result<Arc<PooledTexture>> {
+        let r = l.shape.len();
+        let (rows, cols, row_stride, col_stride) = (l.shape[r - 2], l.shape[r - 1], l.strides[r - 2], l.strides[r - 1]);
+        let vec4 = col_stride == 1
+            && cols.is_multiple_of(VEC)
+            && l.offset.is_multiple_of(VEC)
+            && row_stride.rem_euclid(VEC as isize) == 0;
+        let texture = gpu.textures.get(tex.width, tex.height, tex.layers);
+        let mut meta = Meta::default();
+        meta.u(tex.width as usize).u(tex.height as usize).u(tex.layers as usize);
+        meta.u(rows).u(cols).u(l.offset).i(row_stride).i(col_stride);
+        tex.coefficients().iter().for_each(|&c| {
+            meta.u(c as usize);
+        });
+        let texels = tex.texels() as usize;
+        let groups = gpu.grid(op, texels.div_ceil(PACK_WG as usize))?;
+        let bindings = vec![Bound::Buffer(buffer), Bound::Texture(texture.clone())];
+        self.dispatch_binding(gpu, &KernelKey::OperandTexture { vec4 }, meta, bindings, groups, texels)?;
+        Ok(texture)
     }
 
     /// Records a copy of B (`b` over `buffer`, K × N, the same for every
