@@ -85,15 +85,19 @@ fn check_training(what: &str, build: impl Fn(&Device) -> Sequential, x_shape: &[
 #[test]
 fn mnist_mlp_trains_inside_jit_on_every_adapter() {
     let build = |d: &Device| mlp(d, Key::new(0), &[784, 128, 10], Layer::Relu).unwrap();
-    // 17 measured: loss, accuracy and the SGD update of 4 leaves.
-    check_training("MLP 784-128-10", build, &[32, 784], 20);
+    // 17 measured: loss, accuracy and the SGD update of 4 leaves. A
+    // product the tuner gives a texture config first copies A and B into
+    // textures: 2 kernels more for each of up to 4 products here (N = 10
+    // rules out the others); 23 measured with 3 of them on SwiftShader.
+    check_training("MLP 784-128-10", build, &[32, 784], 20 + 2 * 4);
 }
 
 #[test]
 fn small_cnn_trains_inside_jit_on_every_adapter() {
     // 108 kernels measured: stacks of the im2col views and their backward
-    // (one scatter per sliced axis) each take their own kernels.
-    check_training("CNN", |d| cnn(d, Key::new(1)).unwrap(), &[8, 1, 28, 28], 120);
+    // (one scatter per sliced axis) each take their own kernels. Texture
+    // matmul configs add 2 per product that takes one (as for the MLP).
+    check_training("CNN", |d| cnn(d, Key::new(1)).unwrap(), &[8, 1, 28, 28], 120 + 2 * 9);
 }
 
 #[test]
