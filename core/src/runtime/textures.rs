@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-type Free = Mutex<HashMap<[u32; 3], Vec<wgpu::Texture>>>;
+/// Free textures by size, each with its array view (made once).
+type Free = Mutex<HashMap<[u32; 3], Vec<(wgpu::Texture, wgpu::TextureView)>>>;
 
 #[derive(Debug)]
 pub struct TexturePool {
@@ -17,14 +18,13 @@ pub struct TexturePool {
 /// A texture on loan from the pool, with the array view kernels bind.
 #[derive(Debug)]
 pub struct PooledTexture {
-    texture: Option<wgpu::Texture>,
-    view: wgpu::TextureView,
+    texture: Option<(wgpu::Texture, wgpu::TextureView)>,
     free: Weak<Free>,
 }
 
 impl PooledTexture {
     pub fn view(&self) -> &wgpu::TextureView {
-        &self.view
+        &self.texture.as_ref().expect("present until drop").1
     }
 }
 
@@ -33,7 +33,7 @@ impl Drop for PooledTexture {
         let (Some(texture), Some(free)) = (self.texture.take(), self.free.upgrade()) else {
             return;
         };
-        let size = texture.size();
+        let size = texture.0.size();
         free.lock().unwrap().entry([size.width, size.height, size.depth_or_array_layers]).or_default().push(texture);
     }
 }
@@ -59,7 +59,7 @@ impl TexturePool {
         let layers = array_layers(width, height, layers);
         let reused = self.free.lock().unwrap().get_mut(&[width, height, layers]).and_then(Vec::pop);
         let texture = reused.unwrap_or_else(|| {
-            self.device.create_texture(&wgpu::TextureDescriptor {
+            let texture = self.device.create_texture(&wgpu::TextureDescriptor {
                 label: Some("kiln operand"),
                 size: wgpu::Extent3d { width, height, depth_or_array_layers: layers },
                 mip_level_count: 1,
@@ -68,13 +68,13 @@ impl TexturePool {
                 format: wgpu::TextureFormat::Rgba32Float,
                 usage: wgpu::TextureUsages::STORAGE_BINDING | wgpu::TextureUsages::TEXTURE_BINDING,
                 view_formats: &[],
-            })
+            });
+            let view = texture.create_view(&wgpu::TextureViewDescriptor {
+                dimension: Some(wgpu::TextureViewDimension::D2Array),
+                ..Default::default()
+            });
+            (texture, view)
         });
-        // An array view even of one layer: kernels declare arrays.
-        let view = texture.create_view(&wgpu::TextureViewDescriptor {
-            dimension: Some(wgpu::TextureViewDimension::D2Array),
-            ..Default::default()
-        });
-        Arc::new(PooledTexture { texture: Some(texture), view, free: Arc::downgrade(&self.free) })
+        Arc::new(PooledTexture { texture: Some(texture), free: Arc::downgrade(&self.free) })
     }
 }
