@@ -182,7 +182,13 @@ impl MatmulConfig {
 }
 
 /// Matmuls that likely share a best config: operand dtype and each of
-/// m, n, k bucketed as small (≤ 64), medium (≤ 512) or large.
+/// m, n, k bucketed as small (≤ 64), medium (≤ 512), large (≤ 1024) or
+/// larger. The last bucket is its own because rankings shift past 1024 on
+/// CPU adapters: on lavapipe the texture members' lead grows with size
+/// (their copies cost n² against the product's n³), and a class shared
+/// by 1024³ and 2048³ took whichever block 1024³ happened to favour, one
+/// that ran 2048³ at 0.27–0.29 of FMA where another reached 0.30–0.34
+/// (nineteenth to twenty-second sessions, docs/BENCHMARKS.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ShapeClass {
     dtype: DType,
@@ -191,14 +197,11 @@ pub struct ShapeClass {
 
 impl ShapeClass {
     pub fn of(dtype: DType, m: usize, n: usize, k: usize) -> ShapeClass {
-        let b = |d: usize| {
-            if d <= 64 {
-                0
-            } else if d <= 512 {
-                1
-            } else {
-                2
-            }
+        let b = |d: usize| match d {
+            0..=64 => 0,
+            65..=512 => 1,
+            513..=1024 => 2,
+            _ => 3,
         };
         ShapeClass { dtype, buckets: [b(m), b(n), b(k)] }
     }
@@ -212,7 +215,7 @@ impl ShapeClass {
     pub fn parse(s: &str) -> Option<ShapeClass> {
         let all = DType::ALL
             .into_iter()
-            .flat_map(|dtype| (0..27u8).map(move |i| ShapeClass { dtype, buckets: [i / 9, i / 3 % 3, i % 3] }));
+            .flat_map(|dtype| (0..64u8).map(move |i| ShapeClass { dtype, buckets: [i / 16, i / 4 % 4, i % 4] }));
         all.into_iter().find(|c| c.name() == s)
     }
 }
@@ -703,3 +706,25 @@ fn store(batch: u32, r: u32, c: u32, v: f32) {
     out[at] = x;
 }
 ";
+
+#[cfg(test)]
+mod tests {
+    use super::ShapeClass;
+    use crate::dtype::DType;
+
+    #[test]
+    fn shape_classes_split_at_64_512_and_1024_and_parse_back() {
+        let name = |m, n, k| ShapeClass::of(DType::F32, m, n, k).name();
+        assert_eq!(name(64, 65, 512), "f32:m0n1k1");
+        assert_eq!(name(513, 1024, 1025), "f32:m2n2k3");
+        assert_eq!(name(2048, 2048, 2048), "f32:m3n3k3");
+        assert_ne!(name(1024, 1024, 1024), name(2048, 2048, 2048));
+        for dtype in DType::ALL {
+            for (m, n, k) in [(1, 100, 600), (8192, 256, 1024), (2000, 3, 70)] {
+                let class = ShapeClass::of(dtype, m, n, k);
+                assert_eq!(ShapeClass::parse(&class.name()), Some(class), "{}", class.name());
+            }
+        }
+        assert_eq!(ShapeClass::parse("f32:m4n0k0"), None);
+    }
+}

@@ -1,9 +1,10 @@
 //! The matmul autotuner: on the first matmul of a shape class, time each
 //! candidate of the kernel family on this adapter and keep the fastest.
 //! On CPU adapters every candidate runs a product of at most 512 per
-//! dimension; for large classes the few fastest then run again at up to
-//! 1024, since rankings shift with size (at 512³ llvmpipe GL preferred a
-//! 16×8 block that ran at three quarters of the 16×16 one's rate at 2048³).
+//! dimension; for larger classes the few fastest then run again at the
+//! product's size up to 2048, since rankings shift with size (at 512³
+//! llvmpipe GL preferred a 16×8 block that ran at three quarters of the
+//! 16×16 one's rate at 2048³; see also [`ShapeClass`]).
 //! GPUs time every candidate at the product's own size, up to 2048: they
 //! finish a 512³ product in microseconds, less than a submission costs,
 //! and a big tile that fills the GPU at 2048³ leaves it idle at 512³.
@@ -34,8 +35,10 @@ const TUNE_MIN_WORK: usize = 1 << 21;
 /// Every candidate runs a product of at most this size in each dimension.
 const TUNE_DIM: usize = 512;
 /// The `FINALISTS` fastest run again at up to this size, where the real
-/// product is larger than `TUNE_DIM` in some dimension.
-const TUNE_DIM_LARGE: usize = 1024;
+/// product is larger than `TUNE_DIM` in some dimension. At 2048³ a CPU
+/// adapter takes about 0.5 s (SwiftShader 2 s) per run: a few seconds of
+/// tuning, once per adapter and class.
+const TUNE_DIM_LARGE: usize = 2048;
 /// On GPUs every candidate runs a product of at most this size.
 const TUNE_DIM_GPU: usize = 2048;
 /// A timing covers submissions of one product until they take this long
@@ -193,7 +196,15 @@ impl Gpu {
         if [lm, ln, lk] == [sm, sn, sk] || past(deadline) {
             return Ok(ranked[0]);
         }
-        let finalists = ranked.into_iter().take(FINALISTS);
+        // The fastest texture member runs again even if it is not among the
+        // fastest: its operand copies cost n² against the product's n³, so
+        // it gains on the others with size: on lavapipe it lost at 256³,
+        // tied at 512³ and led by 1.2–1.4× in every timing at 2048³, yet
+        // two tunings in three without this rule gave 2048³ a buffer
+        // member. In the candidates' order, for ties.
+        let best_tex = ranked.iter().find(|c| c.tex);
+        let finalists: Vec<MatmulConfig> = ranked.iter().take(FINALISTS).chain(best_tex).copied().collect();
+        let finalists = MatmulConfig::CANDIDATES.into_iter().filter(|c| finalists.contains(c));
         Ok(self.rank(Product { dtype, m: lm, n: ln, k: lk }, finalists, deadline).await?[0])
     }
 
