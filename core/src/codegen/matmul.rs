@@ -186,9 +186,10 @@ impl MatmulConfig {
 /// larger. The last bucket is its own because rankings shift past 1024 on
 /// CPU adapters: on lavapipe the texture members' lead grows with size
 /// (their copies cost n² against the product's n³), and a class shared
-/// by 1024³ and 2048³ took whichever block 1024³ happened to favour, one
-/// that ran 2048³ at 0.27–0.29 of FMA where another reached 0.30–0.34
-/// (nineteenth to twenty-second sessions, docs/BENCHMARKS.md).
+/// by 1024³ and 2048³ took whichever block 1024³ happened to favour (in
+/// one full run a buffer member, 2048³ at 0.245 of FMA where the texture
+/// members ran at 0.29–0.32; docs/BENCHMARKS.md, twenty-first and
+/// twenty-second sessions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ShapeClass {
     dtype: DType,

@@ -199,7 +199,7 @@ impl Gpu {
         // The fastest texture member runs again even if it is not among the
         // fastest: its operand copies cost n² against the product's n³, so
         // it gains on the others with size: on lavapipe it lost at 256³,
-        // tied at 512³ and led by 1.2–1.4× in every timing at 2048³, yet
+        // tied at 512³ and led by 1.1–1.4× in every timing at 2048³, yet
         // two tunings in three without this rule gave 2048³ a buffer
         // member. In the candidates' order, for ties.
         let best_tex = ranked.iter().find(|c| c.tex);
