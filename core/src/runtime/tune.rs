@@ -34,8 +34,9 @@ use std::sync::Mutex;
 const TUNE_MIN_WORK: usize = 1 << 21;
 /// Every candidate runs a product of at most this size in each dimension.
 const TUNE_DIM: usize = 512;
-/// The `FINALISTS` fastest run again at up to this size, where the real
-/// product is larger than `TUNE_DIM` in some dimension. At 2048³ a CPU
+/// The `FINALISTS` fastest (and the fastest texture member) run again at
+/// up to this size, where the real product is larger than `TUNE_DIM` in
+/// some dimension. At 2048³ a CPU
 /// adapter takes about 0.5 s (SwiftShader 2 s) per run: a few seconds of
 /// tuning, once per adapter and class.
 const TUNE_DIM_LARGE: usize = 2048;
