@@ -3,6 +3,7 @@
 //! curve, memory stays flat, and bad checkpoints are errors.
 
 use kiln::prelude::*;
+use kiln_conformance::adapters::SharedDevices;
 use kiln_mnist::{Config, ModelKind, Trainer};
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::Mnist;
@@ -23,13 +24,21 @@ fn losses(t: &mut Trainer, n: usize) -> Vec<f32> {
     (0..n).map(|_| kiln::block_on(async { t.step().await?.item::<f32>().await }).unwrap()).collect()
 }
 
-fn first_gpu() -> (String, Device) {
-    kiln_conformance::adapters::shared().first().cloned().expect("an adapter")
+/// The shared adapters, locked for the whole test: tests run in parallel
+/// threads, and another test's trainer on the same device would share its
+/// buffer pool (and its figures).
+fn lock_adapters() -> SharedDevices {
+    kiln_conformance::adapters::shared()
+}
+
+fn first_gpu(adapters: &SharedDevices) -> (String, Device) {
+    adapters.first().cloned().expect("an adapter")
 }
 
 #[test]
 fn the_loss_falls_over_a_few_dozen_steps() {
-    let (label, dev) = first_gpu();
+    let adapters = lock_adapters();
+    let (label, dev) = first_gpu(&adapters);
     for model in [ModelKind::Mlp, ModelKind::Cnn] {
         let mut t = Trainer::new(&dev, data(), config(model)).unwrap();
         let l = losses(&mut t, 40);
@@ -40,7 +49,8 @@ fn the_loss_falls_over_a_few_dozen_steps() {
 
 #[test]
 fn a_run_repeats_bit_for_bit_and_a_resumed_run_continues_the_same_curve() {
-    let (label, dev) = first_gpu();
+    let adapters = lock_adapters();
+    let (label, dev) = first_gpu(&adapters);
     let mut a = Trainer::new(&dev, data(), config(ModelKind::Mlp)).unwrap();
     let mut b = Trainer::new(&dev, data(), config(ModelKind::Mlp)).unwrap();
     let head = losses(&mut a, 12);
@@ -65,7 +75,7 @@ fn a_run_repeats_bit_for_bit_and_a_resumed_run_continues_the_same_curve() {
 
 #[test]
 fn adapters_agree_over_the_first_hundred_steps() {
-    let devices = kiln_conformance::adapters::shared().clone();
+    let devices = lock_adapters();
     let runs: Vec<(String, Vec<f32>)> = devices
         .iter()
         .map(|(label, dev)| {
@@ -83,7 +93,8 @@ fn adapters_agree_over_the_first_hundred_steps() {
 
 #[test]
 fn memory_stays_flat_over_hundreds_of_steps() {
-    let (label, dev) = first_gpu();
+    let adapters = lock_adapters();
+    let (label, dev) = first_gpu(&adapters);
     let mut t = Trainer::new(&dev, data(), Config { epochs: 3, ..config(ModelKind::Mlp) }).unwrap();
     let mut seen = Vec::new();
     for step in 0..300 {
