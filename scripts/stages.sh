@@ -1,0 +1,32 @@
+# Sourced by scripts/test and .ci/run: `stage NAME COMMAND...` runs one
+# stage and records its time; the times are printed when the script exits,
+# also when a stage fails. `timed_binaries` prefixes cargo test's
+# "Running" lines with the seconds since the stage began, so the log shows
+# each test binary's time.
+
+stage_times=()
+
+stage() {
+  local name="$1" t0=$SECONDS status=0
+  shift
+  echo "== stage $name"
+  "$@" || status=$?
+  stage_times+=("$name: $((SECONDS - t0)) s$([ "$status" -ne 0 ] && echo " (failed, exit $status)")")
+  return "$status"
+}
+
+print_stage_times() {
+  [ "${#stage_times[@]}" -eq 0 ] && return
+  echo "stage times:"
+  printf '  %s\n' "${stage_times[@]}"
+}
+
+timed_binaries() {
+  local t0=$SECONDS line
+  while IFS= read -r line; do
+    case "$line" in
+      *" Running "* | *" Doc-tests "*) echo "[+$((SECONDS - t0)) s] $line" ;;
+      *) echo "$line" ;;
+    esac
+  done
+}
