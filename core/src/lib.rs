@@ -20,5 +20,5 @@ pub use dtype::{DType, Element};
 pub use error::{KilnError, Result};
 pub use interp::HostArray;
 pub use ir::{Node, Prim, Realized};
-pub use runtime::{Device, DeviceInfo, DeviceOptions, DeviceStats, KernelTiming, PlannedKernel, Program};
+pub use runtime::{Device, DeviceInfo, DeviceOptions, DeviceStats, KernelTiming, PlannedKernel, Program, TuningStats};
 pub use wgpu;

@@ -36,6 +36,7 @@
 pub use kiln_autodiff::{Tree, Vjp, grad, stop_gradient, tree, value_and_grad, vjp};
 pub use kiln_core::{
     self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KernelTiming, KilnError, Result,
+    TuningStats,
 };
 /// `#[derive(Tree)]` for parameter structs (see [`Tree`]).
 pub use kiln_derive::Tree;

@@ -2,14 +2,18 @@
 //! found (or `--adapter`), with a progress bar, a test evaluation after each
 //! epoch, a loss/accuracy plot and a checkpoint.
 
+mod notice;
 mod plot;
+mod progress;
+mod split;
 
 use clap::Parser;
-use indicatif::{ProgressBar, ProgressStyle};
 use kiln::prelude::*;
 use kiln_mnist::{Config, ModelKind, Trainer};
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::Mnist;
+use progress::Progress;
+use split::{Phase, Split};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -54,6 +58,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    notice::print_first_tuning_line();
     if let Err(e) = kiln::block_on(run(args)) {
         eprintln!("error: {e}");
         std::process::exit(1);
@@ -104,29 +109,29 @@ async fn train(trainer: &mut Trainer, args: &Args) -> Result<()> {
     let c = *trainer.config();
     std::fs::create_dir_all(&args.out).map_err(|e| file_error(&args.out, e))?;
     let (per_epoch, total) = (trainer.steps_per_epoch(), trainer.total_steps());
-    let bar = ProgressBar::new(total).with_position(trainer.steps());
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}] {msg}").expect("a valid template"),
-    );
+    let mut progress = Progress::new(total, trainer.steps());
     let (mut losses, mut accuracy) = (Vec::new(), Vec::new());
     let started = Instant::now();
     let first_step = trainer.steps();
+    let mut split = Split::default();
     while trainer.steps() < total {
         // Ten steps at a time, up to the epoch's end; losses read back together.
         let to_epoch_end = per_epoch - trainer.steps() % per_epoch;
-        losses.extend(trainer.run(to_epoch_end.min(10) as usize).await?);
+        let n = to_epoch_end.min(10) as usize;
+        let dev = trainer.device().clone();
+        losses.extend(split.time(&dev, Phase::Train, trainer.run(n)).await?);
         let done = (trainer.steps() - first_step) as f64 * c.batch_size as f64;
-        bar.set_message(format!(
+        let status = format!(
             "epoch {} loss {:.4} {:.0} samples/s",
             (trainer.steps() - 1) / per_epoch + 1,
             losses.last().copied().unwrap_or(f32::NAN),
             done / started.elapsed().as_secs_f64()
-        ));
-        bar.set_position(trainer.steps());
+        );
+        progress.status(trainer.steps(), &status);
         if trainer.steps().is_multiple_of(per_epoch) {
-            let (test_loss, acc) = trainer.evaluate().await?;
+            let (test_loss, acc) = split.time(trainer.device(), Phase::Evaluate, trainer.evaluate()).await?;
             accuracy.push((losses.len() as u64, acc));
-            bar.println(format!(
+            progress.line(&format!(
                 "epoch {}: train loss {:.4}, test loss {test_loss:.4}, test accuracy {:.2}%",
                 trainer.steps() / per_epoch,
                 losses.last().copied().unwrap_or(f32::NAN),
@@ -134,7 +139,7 @@ async fn train(trainer: &mut Trainer, args: &Args) -> Result<()> {
             ));
             if args.verbose {
                 let pool = trainer.device().stats().pool;
-                bar.println(format!(
+                progress.line(&format!(
                     "  buffers: {:.1} MiB in use, {:.1} MiB held free, {} created",
                     mib(pool.bytes_in_use),
                     mib(pool.bytes_free),
@@ -143,10 +148,11 @@ async fn train(trainer: &mut Trainer, args: &Args) -> Result<()> {
             }
         }
     }
-    bar.finish();
+    progress.finish();
     let wall = started.elapsed().as_secs_f64();
     let samples = losses.len() as f64 * c.batch_size as f64;
     println!("trained {} steps in {wall:.1} s ({:.0} samples/s)", losses.len(), samples / wall);
+    println!("{split}");
     let checkpoint = args.out.join(format!("{}.safetensors", c.model));
     trainer.checkpoint().await?.save(&checkpoint)?;
     println!("checkpoint: {}", checkpoint.display());

@@ -27,6 +27,7 @@ pub use adapter::describe as describe_adapter;
 pub use jit::Program;
 pub use profile::KernelTiming;
 pub use realize::PlannedKernel;
+pub use tune::TuningStats;
 
 /// A realized GPU value: a pooled buffer seen through a strided layout.
 #[derive(Clone, Debug)]
@@ -76,6 +77,7 @@ pub struct DeviceStats {
     pub submits: u64,
     pub pipelines_compiled: u64,
     pub pool: PoolStats,
+    pub tuning: TuningStats,
 }
 
 /// How to pick a GPU adapter.
@@ -386,6 +388,7 @@ impl Device {
                 submits: g.submits.load(Ordering::Relaxed),
                 pipelines_compiled: g.pipelines.len() as u64,
                 pool: g.pool.stats(),
+                tuning: g.tuning_stats(),
             },
         }
     }

@@ -1,7 +1,7 @@
 //! The matmul autotuner: on the first matmul of a shape class, time each
 //! candidate of the kernel family on this adapter and keep the fastest.
-//! On CPU adapters every candidate runs a product of at most 512 per
-//! dimension; for larger classes the few fastest then run again at the
+//! On CPU adapters the first few candidates ([`SIFT_CPU`]) run a product
+//! of at most 512 per dimension; for larger classes the few fastest then run again at the
 //! product's size up to 2048, since rankings shift with size (at 512³
 //! llvmpipe GL preferred a 16×8 block that ran at three quarters of the
 //! 16×16 one's rate at 2048³; see also [`ShapeClass`]).
@@ -34,6 +34,13 @@ use std::sync::Mutex;
 const TUNE_MIN_WORK: usize = 1 << 21;
 /// Every candidate runs a product of at most this size in each dimension.
 const TUNE_DIM: usize = 512;
+/// On CPU adapters the sift times only this many usable candidates, the
+/// first listed (the list puts first what has won somewhere). Every
+/// candidate's compile and timings there cost about 0.1–0.5 s, and the
+/// demo's first epoch on lavapipe meets four classes: the full sift took
+/// 10.4 s of tuning against an epoch of 7.5 s, and every class chose one
+/// of the first five (docs/BENCHMARKS.md, "Tuning on the first run").
+const SIFT_CPU: usize = 6;
 /// The `FINALISTS` fastest (and the fastest texture member) run again at
 /// up to this size, where the real product is larger than `TUNE_DIM` in
 /// some dimension. At 2048³ a CPU
@@ -77,6 +84,20 @@ pub(super) struct Tuner {
     pending: Mutex<Vec<(ShapeClass, Product)>>,
     /// Set by `Device::set_matmul_tuning`; `None`: [`Gpu::tuning_by_default`].
     enabled: Mutex<Option<bool>>,
+    /// Classes tuned and the time spent tuning them, for `Device::stats`.
+    stats: Mutex<TuningStats>,
+}
+
+/// What the matmul tuner has done on a device (see `Device::stats`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TuningStats {
+    /// Shape classes tuned on this device (not read from the cache).
+    pub classes_tuned: u64,
+    /// Classes met but not tuned yet (in a browser, where tuning waits for
+    /// the next awaited realization).
+    pub classes_pending: u64,
+    /// Wall time spent tuning.
+    pub time: std::time::Duration,
 }
 
 /// A config being ranked: its fastest timing so far (seconds per run), its
@@ -130,6 +151,11 @@ impl Gpu {
         *self.tuner.forced.lock().unwrap() = config;
     }
 
+    pub(super) fn tuning_stats(&self) -> TuningStats {
+        let pending = self.tuner.pending.lock().unwrap().len() as u64;
+        TuningStats { classes_pending: pending, ..*self.tuner.stats.lock().unwrap() }
+    }
+
     /// What the tuner chose so far, as (shape class, config) names.
     pub(super) fn matmul_choices(&self) -> Vec<(String, String)> {
         let mut v: Vec<_> = self.tuner.chosen.lock().unwrap().iter().map(|(c, cfg)| (c.name(), cfg.name())).collect();
@@ -158,7 +184,7 @@ impl Gpu {
             }
             return Ok(MatmulConfig::default_for(&self.info));
         }
-        let best = pollster::block_on(self.tune(product))?;
+        let best = pollster::block_on(self.tune(class, product))?;
         self.choose(class, best);
         save_choice(&self.tune_key(), &class, &best);
         Ok(best)
@@ -169,7 +195,7 @@ impl Gpu {
     pub(super) async fn tune_pending(&self) -> Result<()> {
         let pending = std::mem::take(&mut *self.tuner.pending.lock().unwrap());
         for (class, product) in pending {
-            let best = self.tune(product).await?;
+            let best = self.tune(class, product).await?;
             self.choose(class, best);
         }
         Ok(())
@@ -181,14 +207,32 @@ impl Gpu {
     }
 
     /// The fastest usable candidate for an m×k @ k×n product: on CPU
-    /// adapters all of them at up to `TUNE_DIM`, then the finalists at up
+    /// adapters the first `SIFT_CPU` at up to `TUNE_DIM`, then the finalists at up
     /// to `TUNE_DIM_LARGE`; on GPUs all of them at up to `TUNE_DIM_GPU`.
-    async fn tune(&self, product: Product) -> Result<MatmulConfig> {
+    async fn tune(&self, class: ShapeClass, product: Product) -> Result<MatmulConfig> {
+        let Product { m, n, k, .. } = product;
+        log::info!(
+            target: "kiln::tune",
+            "tuning matmul for {}, once per shape class: {} ({m}x{k} @ {k}x{n}); the choice is cached in {}",
+            self.info.name,
+            class.name(),
+            cache_path().map_or("memory only".into(), |p| p.display().to_string())
+        );
+        let started = web_time::now();
+        let best = self.tune_product(product).await;
+        let mut stats = self.tuner.stats.lock().unwrap();
+        stats.classes_tuned += 1;
+        stats.time += std::time::Duration::from_secs_f64(web_time::now() - started);
+        best
+    }
+
+    async fn tune_product(&self, product: Product) -> Result<MatmulConfig> {
         let Product { dtype, m, n, k } = product;
         // Staged configs wait on barriers, which CPU adapters pay for dearly
         // (every lane of the workgroup is switched out and in): not tried there.
         let cpu = self.info.is_cpu_adapter();
         let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.info) && !(c.staged && cpu));
+        let usable = usable.take(if cpu { SIFT_CPU } else { usize::MAX });
         let (sift, large) = if cpu { (TUNE_DIM, TUNE_DIM_LARGE) } else { (TUNE_DIM_GPU, TUNE_DIM_GPU) };
         let deadline = web_time::now() + BUDGET;
         let [sm, sn, sk] = [m, n, k].map(|d| d.min(sift));
