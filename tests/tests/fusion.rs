@@ -420,3 +420,36 @@ fn grid_strided_walks_cover_every_element_with_and_without_bounds_checks() {
         check(&format!("a permuted sum over [{a}, {b}, {c}]"), permuted, |k| k == 1, 1e-6);
     }
 }
+
+/// The gradient of a cross-entropy over a `prod` reduction once fused into
+/// one elementwise kernel binding 10 inputs and its output, past the cap
+/// of 8 (SwiftShader, whose limit is 10, refused the pipeline): the
+/// scheduler counted buffers but not the pending row stages and matmuls
+/// that become buffers. Every kernel now binds within the cap.
+#[test]
+fn a_cross_entropy_gradient_over_prod_binds_within_the_cap() {
+    let loss_and_grad = |dev: &Device| -> Result<(f32, Vec<f32>)> {
+        let x = kiln_conformance::rng::tensor(dev, &[5, 2, 6], 31, -1.0, 1.0);
+        let labels = Tensor::from_slice(dev, &[1i32, 4], &[2])?;
+        let loss = |x: &Tensor| -> Result<Tensor> {
+            let log_p = x.prod(&[0], false)?.log_softmax(-1)?;
+            log_p.mul(&labels.one_hot(6, DType::F32)?)?.sum(&[-1], false)?.neg()?.mean(&[], false)
+        };
+        let (value, grad) = value_and_grad(loss)(&x)?;
+        Ok((kiln::block_on(value.item::<f32>())?, kiln::block_on(grad.to_vec::<f32>())?))
+    };
+    let (want_loss, want_grad) = loss_and_grad(&Device::cpu()).unwrap();
+    let scale = want_grad.iter().fold(1e-30f32, |m, v| m.max(v.abs()));
+    for (label, dev) in devices().iter() {
+        let (got_loss, got_grad) = loss_and_grad(dev).unwrap();
+        assert!(
+            (got_loss - want_loss).abs() <= 1e-4 * want_loss.abs().max(1.0),
+            "{label}: loss {got_loss}, reference {want_loss}"
+        );
+        for (i, (g, w)) in got_grad.iter().zip(&want_grad).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * scale, "{label}: gradient element {i} is {g}, reference {w}");
+        }
+        let over = kiln_conformance::bindings::over_cap(dev);
+        assert!(over.is_empty(), "{label}: kernels over the binding cap:\n{}", over.join("\n"));
+    }
+}

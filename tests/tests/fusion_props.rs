@@ -94,10 +94,10 @@ fn apply(vals: &[Tensor], step: &Step) -> Option<Tensor> {
     r.ok()
 }
 
-/// Run the program on `dev`: every intermediate realized at once when
-/// `eager`, otherwise one lazy graph. Returns the last value.
-fn run(dev: &Device, inputs: &[(Vec<usize>, Vec<f32>)], steps: &[Step], eager: bool) -> Vec<f32> {
-    let mut vals: Vec<Tensor> = inputs.iter().map(|(s, d)| Tensor::from_slice(dev, d, s).unwrap()).collect();
+/// The program's last value from `inputs`, every intermediate realized at
+/// once when `eager`, otherwise one lazy graph.
+fn program(inputs: &[Tensor], steps: &[Step], eager: bool) -> Tensor {
+    let mut vals = inputs.to_vec();
     for s in steps {
         if let Some(t) = apply(&vals, s) {
             if eager {
@@ -106,7 +106,25 @@ fn run(dev: &Device, inputs: &[(Vec<usize>, Vec<f32>)], steps: &[Step], eager: b
             vals.push(t);
         }
     }
-    kiln::block_on(vals.last().unwrap().to_vec::<f32>()).unwrap()
+    vals.pop().unwrap()
+}
+
+fn upload(dev: &Device, inputs: &[(Vec<usize>, Vec<f32>)]) -> Vec<Tensor> {
+    inputs.iter().map(|(s, d)| Tensor::from_slice(dev, d, s).unwrap()).collect()
+}
+
+/// Run the program on `dev`; returns the last value.
+fn run(dev: &Device, inputs: &[(Vec<usize>, Vec<f32>)], steps: &[Step], eager: bool) -> Vec<f32> {
+    kiln::block_on(program(&upload(dev, inputs), steps, eager).to_vec::<f32>()).unwrap()
+}
+
+/// The gradients of the sum of the program's last value with respect to
+/// every input, realized together on `dev` (the backward graph reads many
+/// more buffers per kernel than the forward one).
+fn realize_gradients(dev: &Device, inputs: &[(Vec<usize>, Vec<f32>)], steps: &[Step]) {
+    let loss = |xs: &Vec<Tensor>| program(xs, steps, false).sum(&[], false);
+    let grads = kiln::grad(loss)(&upload(dev, inputs)).unwrap();
+    kiln::block_on(Tensor::realize_all(&grads.iter().collect::<Vec<_>>())).unwrap();
 }
 
 /// Within 2e-3 of the largest reference magnitude: SwiftShader's sin and
@@ -147,6 +165,9 @@ proptest! {
         for (label, dev) in kiln_conformance::adapters::shared().iter() {
             close(&run(dev, &inputs, &steps, false), &want, &format!("fused on {label}"))?;
             close(&run(dev, &inputs, &steps, true), &want, &format!("unfused on {label}"))?;
+            realize_gradients(dev, &inputs, &steps);
+            let over = kiln_conformance::bindings::over_cap(dev);
+            prop_assert!(over.is_empty(), "{}: kernels over the binding cap: {:?}", label, over);
         }
     }
 }

@@ -545,7 +545,26 @@ fn buffers_of(v: &Fused) -> Vec<*const PooledBuffer> {
     out
 }
 
-/// (distinct buffers, meta words) a kernel over `v` would need.
+/// The most storage buffers a kernel over `v` can bind, however its
+/// pending parts land: its own buffers and gather sources, the buffers of
+/// every row stage's input (direct or read by another stage, computed
+/// inside the kernel) and one more per stage (when it is computed first
+/// instead), and both operands of every pending matmul (when `v` becomes
+/// its epilogue; computed first, it binds one buffer). Counting only the
+/// first kind let a cross-entropy gradient fuse into a kernel of 11.
+fn bindings_bound(v: &Fused) -> usize {
+    let mut buffers = buffers_of(v);
+    let stages = row_stages(v);
+    let operands = matmuls(v).into_iter().flat_map(|mm| [Arc::as_ptr(&mm.a.buffer), Arc::as_ptr(&mm.b.buffer)]);
+    for b in stages.iter().flat_map(|st| buffers_of(&st.input)).chain(operands) {
+        if !buffers.contains(&b) {
+            buffers.push(b);
+        }
+    }
+    buffers.len() + stages.len()
+}
+
+/// (bindings at most, meta words) a kernel over `v` would need.
 fn footprint(v: &Fused, rank: usize) -> (usize, usize) {
     let mut low = Lowerer::new(rank, &[], None);
     let stages = row_stages(v);
@@ -556,7 +575,7 @@ fn footprint(v: &Fused, rank: usize) -> (usize, usize) {
         // Pending values lower with their own kernel; count leaves only.
         postorder(v).iter().filter(|n| matches!(n.kind, Kind::Buf(_) | Kind::Iota { .. })).count() * (rank + 1)
     };
-    (buffers_of(v).len(), words)
+    (bindings_bound(v), words)
 }
 
 /// Whether every row stage `v` reads (directly) runs over `shape`'s rows
