@@ -63,19 +63,43 @@ pub struct Family {
     /// Configs the device cannot run, with the reason it gave.
     pub skipped: Vec<String>,
     pub failures: Vec<String>,
+    /// Configs the device runs that no selected case checked.
+    pub unchecked: Vec<String>,
 }
 
-/// Force each config in turn on `dev` for each of `cases`; the device is
-/// left on the tuner's choice and its own panel rule, also when a case
-/// fails to build.
-pub async fn check(dev: &Device, cases: &[Case]) -> Result<Family> {
-    let family = check_forcing(dev, cases).await;
+/// Which (case, config) pairs a run checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coverage {
+    /// Every pair where the config can run the case.
+    Every,
+    /// Those of them whose case and config indices plus `offset` sum to a
+    /// multiple of `every`: about one pair in `every`, yet every config
+    /// meets at least one case it runs and every case several configs;
+    /// adapters with other offsets check other pairs. For adapters where
+    /// compiling is slow.
+    Sample { every: usize, offset: usize },
+}
+
+impl Coverage {
+    fn includes(self, case: usize, config: usize) -> bool {
+        match self {
+            Coverage::Every => true,
+            Coverage::Sample { every, offset } => (case + config + offset).is_multiple_of(every),
+        }
+    }
+}
+
+/// Force each config in turn on `dev` for each of `cases` (the pairs
+/// `coverage` selects); the device is left on the tuner's choice and its
+/// own panel rule, also when a case fails to build.
+pub async fn check(dev: &Device, cases: &[Case], coverage: Coverage) -> Result<Family> {
+    let family = check_forcing(dev, cases, coverage).await;
     dev.set_matmul_config(None)?;
     dev.set_matmul_panels(None);
     family
 }
 
-async fn check_forcing(dev: &Device, cases: &[Case]) -> Result<Family> {
+async fn check_forcing(dev: &Device, cases: &[Case], coverage: Coverage) -> Result<Family> {
     let cpu = Device::cpu();
     let mut family = Family::default();
     let (info, mut configs) = (dev.info(), Vec::new());
@@ -86,16 +110,18 @@ async fn check_forcing(dev: &Device, cases: &[Case]) -> Result<Family> {
             Ok(()) => configs.push(config),
         }
     }
-    for &(what, build) in cases {
+    let mut checked_configs = vec![false; configs.len()];
+    for (case, &(what, build)) in cases.iter().enumerate() {
         let want = build(&cpu)?.cast(DType::F32)?.to_vec::<f32>().await?;
         let scale = want.iter().fold(1e-30f32, |m, v| m.max(v.abs()));
         let tol = if what.starts_with("f16") { 2e-3 } else { 1e-5 };
-        for config in &configs {
+        for (index, config) in configs.iter().enumerate() {
             // Texture configs read any layout (through their copies into textures).
             let eligible = !config.vec || config.tex || what.contains("vec4") || what.starts_with("ragged");
-            if !eligible {
+            if !eligible || !coverage.includes(case, index) {
                 continue;
             }
+            checked_configs[index] = true;
             dev.set_matmul_config(Some(*config))?;
             let panels = what.contains("column panels");
             dev.set_matmul_panels(panels.then_some(true));
@@ -128,5 +154,6 @@ async fn check_forcing(dev: &Device, cases: &[Case]) -> Result<Family> {
             }
         }
     }
+    family.unchecked = configs.iter().zip(&checked_configs).filter(|(_, c)| !**c).map(|(c, _)| c.name()).collect();
     Ok(family)
 }

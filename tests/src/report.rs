@@ -169,8 +169,14 @@ pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
     };
     s += "\n## By op\n\n";
     s += &header("op");
-    let mut ops: Vec<&str> = run.rows.iter().map(|r| r.0).collect();
-    ops.dedup();
+    // One row per op, in order of first appearance: an op's cases need not
+    // be adjacent (the dtype cases of `neg`, `abs` and `relu` come later).
+    let mut ops: Vec<&str> = Vec::new();
+    for (op, _, _) in &run.rows {
+        if !ops.contains(op) {
+            ops.push(op);
+        }
+    }
     for op in ops {
         let rows: Vec<_> = run.rows.iter().filter(|r| r.0 == op).collect();
         s += &format!("| {op} | {} |", rows.len());

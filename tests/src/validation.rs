@@ -74,7 +74,7 @@ pub fn setup() -> String {
                 std::env::set_var("VK_KHRONOS_VALIDATION_CHECK_SHADERS_CACHING", "false");
             }
             let _ = std::fs::remove_file(log_file());
-            format!("Vulkan validation layer on (from {})", dir.display())
+            "Vulkan validation layer on (the Khronos layer, with the manifest in ../shared/vulkan)".into()
         }
         None => "Vulkan validation layer not found (../shared/vulkan missing): validation off".into(),
     }

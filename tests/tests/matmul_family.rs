@@ -3,7 +3,7 @@
 //! with the Vulkan validation layer on: the staged members' workgroup
 //! memory reaches Vulkan through kiln's own SPIR-V (`kiln_core::spirv`).
 
-use kiln_conformance::matmul_family::{CASES, check};
+use kiln_conformance::matmul_family::{CASES, Coverage, check};
 
 #[test]
 fn every_matmul_config_matches_the_reference() {
@@ -11,10 +11,23 @@ fn every_matmul_config_matches_the_reference() {
     let (found, _) = kiln::block_on(kiln_conformance::adapters::discover());
     assert!(!found.is_empty(), "no adapter found");
     for found in &found {
-        let family = kiln::block_on(check(&found.device, &CASES)).unwrap();
+        // Every pair on GL; a third of them, different thirds, on the Vulkan
+        // adapters: with Mesa's shader cache empty (a fresh machine) all
+        // pairs took lavapipe 7.8 min and GL 4.6, a third of SwiftShader's
+        // 2.6 (with the cache warm, 3.3 min for the three), most of it
+        // compiling. GL and lavapipe share llvmpipe's LLVM back end.
+        let backend_is_gl = found.device.info().backend == "gl";
+        let swiftshader = found.device.info().name.to_lowercase().contains("swiftshader");
+        let (coverage, least) = match (backend_is_gl, swiftshader) {
+            (true, _) => (Coverage::Every, CASES.len() * 5),
+            (false, true) => (Coverage::Sample { every: 3, offset: 0 }, CASES.len() * 2),
+            (false, false) => (Coverage::Sample { every: 3, offset: 1 }, CASES.len() * 2),
+        };
+        let family = kiln::block_on(check(&found.device, &CASES, coverage)).unwrap();
         family.skipped.iter().for_each(|s| eprintln!("skipped on {}: {s}", found.label));
         assert!(family.failures.is_empty(), "on {}:\n{}", found.label, family.failures.join("\n"));
-        assert!(family.checked >= CASES.len() * 5, "only {} checks ran on {}", family.checked, found.label);
+        assert!(family.unchecked.is_empty(), "on {}, no case checked {:?}", found.label, family.unchecked);
+        assert!(family.checked >= least, "only {} checks ran on {}", family.checked, found.label);
         eprintln!("{}: {} (case, config) pairs match the reference", found.label, family.checked);
     }
     let messages = kiln_conformance::validation::take_messages();

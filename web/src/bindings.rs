@@ -43,7 +43,7 @@ impl Gpu {
             let wanted =
                 |w: &str| w.starts_with("ragged") || w.starts_with("vec4-eligible relu") || w.contains("column panels");
             let cases: Vec<_> = matmul_family::CASES.into_iter().filter(|(w, _)| wanted(w)).collect();
-            let family = matmul_family::check(&device, &cases).await.map_err(js_err)?;
+            let family = matmul_family::check(&device, &cases, matmul_family::Coverage::Every).await.map_err(js_err)?;
             let list = |v: &[String]| format!("[{}]", v.iter().map(|s| quote(s)).collect::<Vec<_>>().join(","));
             let (skipped, failures) = (list(&family.skipped), list(&family.failures));
             Ok(format!("{{\"checked\":{},\"skipped\":{skipped},\"failures\":{failures}}}", family.checked).into())
