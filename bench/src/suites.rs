@@ -263,6 +263,30 @@ fn chains(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
     Ok(())
 }
 
+/// One epoch as native-demo runs it: steps ten at a time with their
+/// losses read back together, then the evaluation on the test set. Beside
+/// the step's row, it shows what the loop around the steps costs. At most
+/// three repetitions (an epoch takes seconds on CPU adapters).
+fn demo_epoch(cx: &Ctx, bench: &str, trainer: &mut Trainer) -> Result<Record> {
+    let per_epoch = trainer.steps_per_epoch() as usize;
+    let batch = trainer.config().batch_size;
+    let mut epoch = || -> Result<()> {
+        let mut left = per_epoch;
+        while left > 0 {
+            let n = left.min(10);
+            if kiln::block_on(trainer.run(n))?.len() != n {
+                return Err(KilnError::Invalid { op: "bench", detail: "the run ended before the epoch".into() });
+            }
+            left -= n;
+        }
+        kiln::block_on(trainer.evaluate()).map(|_| ())
+    };
+    let t = time(Reps(cx.reps.0.min(3)), &mut epoch)?;
+    let rate = (per_epoch * batch) as f64 / t.median;
+    let note = format!("{per_epoch} steps of {batch} and a test evaluation; {rate:.0} samples/s");
+    Ok(Record::duration(bench, cx.adapter, t, 1.0, "s").note(note))
+}
+
 /// The demo's training steps (jit-captured, one submit each; batch 64) and
 /// one conv layer both ways (forward, and forward with its gradients): ms
 /// per step, and kernels per training step in the note.
@@ -284,6 +308,10 @@ fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         let t = time(cx.reps, || wait(&kiln::block_on(trainer.step())?))?;
         cx.print_profile(&mut || wait(&kiln::block_on(trainer.step())?))?;
         out(Record::duration(&bench, cx.adapter, t, 1e3, "ms").note(format!("{kernels} kernels per step")));
+        let bench = format!("{model} epoch (demo loop)");
+        if model == ModelKind::Mlp && cx.wants(&bench) {
+            out(demo_epoch(cx, &bench, &mut trainer)?);
+        }
     }
     // The CNN's second layer: [64, 16, 12, 12] * [32, 16, 5, 5].
     for algorithm in [ConvAlgorithm::Im2col, ConvAlgorithm::Direct] {
