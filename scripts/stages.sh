@@ -11,7 +11,11 @@ stage() {
   shift
   echo "== stage $name"
   "$@" || status=$?
-  stage_times+=("$name: $((SECONDS - t0)) s$([ "$status" -ne 0 ] && echo " (failed, exit $status)")")
+  # No command substitution that can fail here: under `set -e` a failing
+  # one in an assignment ends the calling script.
+  local outcome=""
+  if [ "$status" -ne 0 ]; then outcome=" (failed, exit $status)"; fi
+  stage_times+=("$name: $((SECONDS - t0)) s$outcome")
   return "$status"
 }
 
