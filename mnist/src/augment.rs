@@ -1,7 +1,7 @@
 //! Training-time augmentation: each image shifted by up to two pixels in
 //! each direction (zeros fill the border), the shifts drawn from a key. With
-//! 8,000 training digits this is worth about half a percent of test
-//! accuracy for the MLP (docs/BENCHMARKS.md).
+//! 8,000 training digits it raised the MLP's test accuracy from 96.65% to
+//! 96.95% over 8 epochs (docs/BENCHMARKS.md, 'What was tried', demo/training).
 
 use kiln::Key;
 

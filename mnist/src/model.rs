@@ -55,7 +55,7 @@ impl ModelKind {
     }
 
     /// Hyperparameters that reach the accuracy goals on the bundled subset
-    /// (see docs/BENCHMARKS.md).
+    /// (docs/BENCHMARKS.md, 'What was tried' (demo/training)).
     pub fn default_config(self) -> Config {
         match self {
             ModelKind::Mlp => Config { model: self, epochs: 12, batch_size: 64, lr: 3e-3, seed: 0 },

@@ -623,7 +623,7 @@ fn hoisted_walk(
     let mut s = format!("{setup}    let f = {hoisted_f};\n{pre}");
     // Unrolled, each step in its own block: CPU adapters' compilers keep a
     // loop as written; unrolled, a long-row softmax's output pass ran 14%
-    // faster on lavapipe (docs/BENCHMARKS.md).
+    // faster on lavapipe (docs/BENCHMARKS.md, 'What was tried' (elementwise)).
     let step = format!("{each}{inner}{}", stores(&roots));
     for i in 0..ROWS_PER_INVOCATION {
         s += &format!("    {{\n    let i = {i}u;\n{step}    }}\n");
@@ -763,7 +763,8 @@ pub const ROW_LANES_WG: u32 = 64;
 /// Lanes per row where they combine through workgroup memory, on CPU
 /// adapters: one SIMD batch of llvmpipe (256 bits); on llvmpipe GL 8 lanes
 /// with 8 rows per workgroup ran softmax [4096, 1024] 1.9× as fast as 16
-/// lanes with one row per workgroup (docs/BENCHMARKS.md, fourteenth session).
+/// lanes with one row per workgroup (docs/BENCHMARKS.md, 'What was tried'
+/// (softmax/rows)).
 const WORKGROUP_LANES_CPU: u32 = 8;
 /// The same on GPUs (not measured on one yet): 16 lanes keep a lane's
 /// share of a 1024-long row to 16 vec4 registers.

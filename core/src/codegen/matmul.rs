@@ -32,7 +32,7 @@ use std::fmt::Write;
 /// with `textureLoad`: llvmpipe fetches a texel for 8 lanes with 8 vector
 /// loads and a transpose, where a storage buffer load is a loop over the
 /// lanes with a bounds branch per component (docs/BENCHMARKS.md,
-/// twenty-first session).
+/// 'Notes on the adapters').
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MatmulConfig {
     pub tm: u32,
@@ -188,8 +188,8 @@ impl MatmulConfig {
 /// (their copies cost n² against the product's n³), and a class shared
 /// by 1024³ and 2048³ took whichever block 1024³ happened to favour (in
 /// one full run a buffer member, 2048³ at 0.245 of FMA where the texture
-/// members ran at 0.29–0.32; docs/BENCHMARKS.md, twenty-first and
-/// twenty-second sessions).
+/// members ran at 0.29–0.32; docs/BENCHMARKS.md, 'What was tried'
+/// (tuner)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ShapeClass {
     dtype: DType,

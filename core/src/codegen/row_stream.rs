@@ -31,8 +31,8 @@ pub const ROW_STREAM_LANES: u32 = 8;
 const LANE_BLOCK: usize = 64;
 /// Strides a lane takes per loop trip: on llvmpipe every trip pays the
 /// loop's masks and branches, and with one vec4 per trip softmax
-/// [16, 262144] ran 8% slower on lavapipe (docs/BENCHMARKS.md, twentieth
-/// session). The loop budget below counts trips as if not unrolled.
+/// [16, 262144] ran 8% slower on lavapipe (docs/BENCHMARKS.md, 'What was
+/// tried' (softmax/rows)). The loop budget below counts trips as if not unrolled.
 const UNROLL: usize = 4;
 /// Longest row streamed (with the most lanes, a kernel of up to 7 passes
 /// over such a row stays within [`LOOP_BUDGET`]).

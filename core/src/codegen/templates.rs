@@ -75,7 +75,7 @@ pub const REDUCE_STREAM_MIN: usize = 1 << 20;
 /// in order (a read-only probe over 16M f32 on lavapipe, in turn: 6.2–7.1
 /// ms, against 8.0–8.9 with 8 runs 4 KB apart and 7.8–8.7 with 64 runs;
 /// GL 7.1–7.3 against 9.1–9.2; SwiftShader 19.2–19.8 against 18.7–19.3;
-/// nineteenth session, docs/BENCHMARKS.md); with workgroup trees (GPUs)
+/// docs/BENCHMARKS.md, 'What was tried' (reductions)); with workgroup trees (GPUs)
 /// 8 with the whole workgroup as one span, so that a warp reads 512
 /// contiguous bytes per run.
 pub fn reduce_shape(monoid: Monoid, streams: bool, workgroup: bool) -> (usize, u32) {

@@ -79,7 +79,8 @@ impl Gpu {
     /// Whether tree reductions combine each workgroup's partials in
     /// workgroup memory: on GPUs, where a barrier is cheap and each pass a
     /// dispatch; not on CPU adapters, whose barriers are costly (measured
-    /// in docs/BENCHMARKS.md). [`crate::Device::set_workgroup_reductions`]
+    /// in docs/BENCHMARKS.md, 'What was tried' (reductions)).
+    /// [`crate::Device::set_workgroup_reductions`]
     /// overrides it for tests.
     pub(super) fn workgroup_reductions(&self) -> bool {
         let by_type = !self.info.is_cpu_adapter();
@@ -462,7 +463,7 @@ fn periods<'a>(sig: &'a Sig, args: &'a Args, access: Access) -> impl Iterator<It
 /// ran 1.25–1.4× as fast as with a row per invocation on lavapipe and
 /// llvmpipe GL, but 1.1–2× slower on SwiftShader (batches of 4), which
 /// streams only rows too long for a row per invocation
-/// (docs/BENCHMARKS.md, fifteenth session).
+/// (docs/BENCHMARKS.md, 'What was tried' (softmax/rows)).
 const ROW_STREAM_MIN_LEN: usize = 2048;
 /// Fewest rows streamed: a workgroup per row, and CPU adapters spread
 /// workgroups over their threads (one row, a sum over everything, stays a

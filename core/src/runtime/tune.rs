@@ -70,7 +70,7 @@ const ROUNDS: usize = 3;
 /// and 32x8/8x1+sg+vec4 have run within 1–3% of each other, either winning
 /// by noise, and 2048³ (which takes 1024³'s choice, and reads B in column
 /// panels that 1024³ does not) then ran at 0.256–0.277 or 0.287–0.291 of
-/// FMA (nineteenth session, docs/BENCHMARKS.md). The list puts first what
+/// FMA (docs/BENCHMARKS.md, 'What was tried' (tuner)). The list puts first what
 /// wins at larger sizes.
 const NEAR_TIE: f64 = 0.03;
 

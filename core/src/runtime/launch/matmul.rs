@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 /// page at every k, and at 2048 × 2048 (rows 8 KiB apart) the panel's pages
 /// outnumber what the TLB holds: in a scratch kernel of kiln's layout on
 /// lavapipe, 2048³ ran 1.14–1.18× as fast from panels, 1024³ 1.04×
-/// (docs/BENCHMARKS.md, eighteenth session).
+/// (docs/BENCHMARKS.md, 'What was tried' (matmul)).
 const PANELS_MIN_BYTES: u64 = 8 << 20;
 
 impl Gpu {
