@@ -60,6 +60,22 @@ pub enum KilnError {
     File { op: &'static str, path: String, detail: String },
 }
 
+impl KilnError {
+    /// The same error, naming `op` instead of the primitive it came from:
+    /// composite ops (softmax, mean, stack, ...) report the op the user
+    /// called. Errors that name no op, or a file, are kept as they are.
+    pub fn in_op(self, op: &'static str) -> KilnError {
+        match self {
+            KilnError::Shape { detail, .. } => KilnError::Shape { op, detail },
+            KilnError::DType { detail, .. } => KilnError::DType { op, detail },
+            KilnError::Axis { axis, rank, .. } => KilnError::Axis { op, axis, rank },
+            KilnError::Invalid { detail, .. } => KilnError::Invalid { op, detail },
+            KilnError::DeviceMismatch { left, right, .. } => KilnError::DeviceMismatch { op, left, right },
+            other => other,
+        }
+    }
+}
+
 /// Shorthand used by the shape checks: `shape_err("add", format!(...))`.
 pub(crate) fn shape_err<T>(op: &'static str, detail: String) -> Result<T> {
     Err(KilnError::Shape { op, detail })

@@ -1,29 +1,24 @@
 //! Creating tensors: from host data, constants, ranges, identity.
 
 use crate::Tensor;
+use crate::tensor::composite;
 use kiln_core::{DType, Device, Element, KilnError, Prim, Result};
 
 impl Tensor {
     /// A tensor holding `data` (row-major) with `shape`.
     pub fn from_slice<T: Element>(device: &Device, data: &[T], shape: &[usize]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        if n != data.len() {
-            return Err(KilnError::Shape {
-                op: "from_slice",
-                detail: format!("{} values cannot fill shape {shape:?} ({n} elements)", data.len()),
-            });
-        }
         let values: Vec<f64> = data.iter().map(|v| v.to_f64()).collect();
-        Tensor::from_f64(device, &values, shape, T::DTYPE)
+        composite("from_slice", || Tensor::from_f64(device, &values, shape, T::DTYPE))
     }
 
     /// A tensor of `dtype` from f64 values (rounded or wrapped to the dtype).
     pub fn from_f64(device: &Device, values: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        if n != values.len() {
+        let n = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if n != Some(values.len()) {
+            let elements = n.map_or("more than fit in memory".into(), |n| format!("{n} elements"));
             return Err(KilnError::Shape {
                 op: "from_f64",
-                detail: format!("{} values cannot fill shape {shape:?} ({n} elements)", values.len()),
+                detail: format!("{} values cannot fill shape {shape:?} ({elements})", values.len()),
             });
         }
         Ok(Tensor { node: device.upload(dtype, shape, values)?, device: device.clone() })
@@ -34,16 +29,16 @@ impl Tensor {
     }
 
     pub fn zeros(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Tensor::full(device, shape, 0.0, dtype)
+        composite("zeros", || Tensor::full(device, shape, 0.0, dtype))
     }
 
     pub fn ones(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Tensor::full(device, shape, 1.0, dtype)
+        composite("ones", || Tensor::full(device, shape, 1.0, dtype))
     }
 
     /// A rank-0 tensor.
     pub fn scalar(device: &Device, value: f64, dtype: DType) -> Result<Tensor> {
-        Tensor::full(device, &[], value, dtype)
+        composite("scalar", || Tensor::full(device, &[], value, dtype))
     }
 
     /// `start, start + step, ...` up to (not including) `stop`, as NumPy.
@@ -60,9 +55,11 @@ impl Tensor {
 
     /// An `n × m` matrix with ones on the diagonal.
     pub fn eye(device: &Device, n: usize, m: usize, dtype: DType) -> Result<Tensor> {
-        let rows = Tensor::arange(device, 0.0, n as f64, 1.0, DType::I32)?.unsqueeze(1)?;
-        let cols = Tensor::arange(device, 0.0, m as f64, 1.0, DType::I32)?.unsqueeze(0)?;
-        rows.eq(&cols)?.cast(dtype)
+        composite("eye", || {
+            let rows = Tensor::arange(device, 0.0, n as f64, 1.0, DType::I32)?.unsqueeze(1)?;
+            let cols = Tensor::arange(device, 0.0, m as f64, 1.0, DType::I32)?.unsqueeze(0)?;
+            rows.eq(&cols)?.cast(dtype)
+        })
     }
 
     /// A tensor of `value` with this tensor's dtype, rank 0 (broadcasts).

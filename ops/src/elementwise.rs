@@ -1,6 +1,7 @@
 //! Elementwise ops with NumPy broadcasting.
 
 use crate::Tensor;
+use crate::tensor::composite;
 use kiln_core::ir::{BinaryOp, UnaryOp};
 use kiln_core::shape::broadcast_shapes;
 use kiln_core::{DType, Prim, Result};
@@ -40,8 +41,10 @@ impl Tensor {
     /// Broadcast both operands to a common shape, then apply `op`.
     pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
         let shape = broadcast_shapes(op.name(), self.shape(), other.shape())?;
-        let (a, b) = (self.broadcast_to(&shape)?, other.broadcast_to(&shape)?);
-        a.op(Prim::Binary(op), &[&b])
+        composite(op.name(), || {
+            let (a, b) = (self.broadcast_to(&shape)?, other.broadcast_to(&shape)?);
+            a.op(Prim::Binary(op), &[&b])
+        })
     }
 
     /// True division. Integer inputs are divided as f32, as NumPy's `/`.
@@ -49,31 +52,33 @@ impl Tensor {
         if self.dtype().is_float() {
             return self.binary(BinaryOp::Div, other);
         }
-        self.cast(DType::F32)?.binary(BinaryOp::Div, &other.cast(DType::F32)?)
+        composite("div", || self.cast(DType::F32)?.binary(BinaryOp::Div, &other.cast(DType::F32)?))
     }
 
     pub fn add_scalar(&self, v: f64) -> Result<Tensor> {
-        self.add(&self.scalar_like(v)?)
+        composite("add_scalar", || self.add(&self.scalar_like(v)?))
     }
     pub fn sub_scalar(&self, v: f64) -> Result<Tensor> {
-        self.sub(&self.scalar_like(v)?)
+        composite("sub_scalar", || self.sub(&self.scalar_like(v)?))
     }
     pub fn mul_scalar(&self, v: f64) -> Result<Tensor> {
-        self.mul(&self.scalar_like(v)?)
+        composite("mul_scalar", || self.mul(&self.scalar_like(v)?))
     }
     pub fn div_scalar(&self, v: f64) -> Result<Tensor> {
-        self.div(&self.scalar_like(v)?)
+        composite("div_scalar", || self.div(&self.scalar_like(v)?))
     }
     pub fn pow_scalar(&self, v: f64) -> Result<Tensor> {
-        self.pow(&self.scalar_like(v)?)
+        composite("pow_scalar", || self.pow(&self.scalar_like(v)?))
     }
 
     /// `cond ? a : b` elementwise, all three broadcast together.
     pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let shape = broadcast_shapes("where", cond.shape(), a.shape())?;
         let shape = broadcast_shapes("where", &shape, b.shape())?;
-        let (c, a, b) = (cond.broadcast_to(&shape)?, a.broadcast_to(&shape)?, b.broadcast_to(&shape)?);
-        c.op(Prim::Where, &[&a, &b])
+        composite("where", || {
+            let (c, a, b) = (cond.broadcast_to(&shape)?, a.broadcast_to(&shape)?, b.broadcast_to(&shape)?);
+            c.op(Prim::Where, &[&a, &b])
+        })
     }
 
     /// Convert to `dtype`: floats truncate toward zero and saturate into

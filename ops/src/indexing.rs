@@ -2,6 +2,7 @@
 //! cannot raise an error mid-kernel; see docs/SHARP_EDGES.md).
 
 use crate::Tensor;
+use crate::tensor::composite;
 use kiln_core::shape::normalize_axis;
 use kiln_core::{DType, KilnError, Prim, Result};
 
@@ -25,7 +26,7 @@ impl Tensor {
         view[a] = index.numel() as isize;
         let mut shape = self.shape().to_vec();
         shape[a] = index.numel();
-        self.gather(axis, &index.reshape(&view)?.broadcast_to(&shape)?)
+        composite("index_select", || self.gather(axis, &index.reshape(&view)?.broadcast_to(&shape)?))
     }
 
     /// One-hot encoding of integer classes: a new last axis of `classes`.
@@ -36,7 +37,9 @@ impl Tensor {
                 detail: format!("classes must be i32 or u32, got {} {:?}", self.dtype(), self.shape()),
             });
         }
-        let range = Tensor::arange(&self.device, 0.0, classes as f64, 1.0, self.dtype())?;
-        self.unsqueeze(-1)?.eq(&range)?.cast(dtype)
+        composite("one_hot", || {
+            let range = Tensor::arange(&self.device, 0.0, classes as f64, 1.0, self.dtype())?;
+            self.unsqueeze(-1)?.eq(&range)?.cast(dtype)
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! Matrix products with NumPy's `matmul` semantics.
 
 use crate::Tensor;
+use crate::tensor::composite;
 use kiln_core::shape::broadcast_shapes;
 use kiln_core::{KilnError, Prim, Result};
 
@@ -14,6 +15,11 @@ impl Tensor {
                 detail: format!("needs rank ≥ 1 operands, got {:?} and {:?}", self.shape(), other.shape()),
             });
         }
+        composite("matmul", || self.matmul_of_ranks(other))
+    }
+
+    /// `matmul` once both operands have rank ≥ 1.
+    fn matmul_of_ranks(&self, other: &Tensor) -> Result<Tensor> {
         let a = if self.rank() == 1 { self.unsqueeze(0)? } else { self.clone() };
         let b = if other.rank() == 1 { other.unsqueeze(1)? } else { other.clone() };
         let (ra, rb) = (a.rank(), b.rank());

@@ -1,6 +1,7 @@
 //! Reductions over any set of axes, with keepdim.
 
 use crate::Tensor;
+use crate::tensor::composite;
 use kiln_core::ir::{ArgOp, ReduceOp};
 use kiln_core::shape::normalize_axis;
 use kiln_core::{DType, KilnError, Prim, Result};
@@ -45,9 +46,11 @@ impl Tensor {
 
     /// Mean over `axes`; integer inputs average as f32, as NumPy.
     pub fn mean(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
-        let x = if self.dtype().is_float() { self.clone() } else { self.cast(DType::F32)? };
         let count: usize = self.reduce_axes("mean", axes)?.iter().map(|&a| self.shape()[a]).product();
-        x.sum(axes, keepdim)?.div_scalar(count as f64)
+        composite("mean", || {
+            let x = if self.dtype().is_float() { self.clone() } else { self.cast(DType::F32)? };
+            x.sum(axes, keepdim)?.div_scalar(count as f64)
+        })
     }
 
     /// Index (i32) of the first maximum along `axis`, or of the flattened
@@ -62,7 +65,7 @@ impl Tensor {
 
     fn arg_reduce(&self, op: ArgOp, axis: Option<isize>, keepdim: bool) -> Result<Tensor> {
         match axis {
-            None => self.reshape(&[-1])?.op(Prim::ArgReduce { op, axis: 0, keepdim }, &[]),
+            None => composite(op.name(), || self.reshape(&[-1])?.op(Prim::ArgReduce { op, axis: 0, keepdim }, &[])),
             Some(a) => {
                 let axis = normalize_axis(op.name(), a, self.rank())?;
                 self.op(Prim::ArgReduce { op, axis, keepdim }, &[])

@@ -2,6 +2,7 @@
 //! inputs (the row maximum is subtracted first).
 
 use crate::Tensor;
+use crate::tensor::composite;
 use kiln_core::{KilnError, Result};
 
 impl Tensor {
@@ -14,13 +15,17 @@ impl Tensor {
 
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         self.float_only("softmax")?;
-        let e = self.sub(&self.max(&[axis], true)?)?.exp()?;
-        e.div(&e.sum(&[axis], true)?)
+        composite("softmax", || {
+            let e = self.sub(&self.max(&[axis], true)?)?.exp()?;
+            e.div(&e.sum(&[axis], true)?)
+        })
     }
 
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
         self.float_only("log_softmax")?;
-        let shifted = self.sub(&self.max(&[axis], true)?)?;
-        shifted.sub(&shifted.exp()?.sum(&[axis], true)?.log()?)
+        composite("log_softmax", || {
+            let shifted = self.sub(&self.max(&[axis], true)?)?;
+            shifted.sub(&shifted.exp()?.sum(&[axis], true)?.log()?)
+        })
     }
 }

@@ -17,6 +17,12 @@ fn eager() -> bool {
     *EAGER.get_or_init(|| std::env::var("KILN_EAGER").is_ok_and(|v| v == "1"))
 }
 
+/// Run the body of a composite op (one built of other ops) so that its
+/// errors name `op`, the op the user called, not the primitive that failed.
+pub(crate) fn composite<T>(op: &'static str, body: impl FnOnce() -> Result<T>) -> Result<T> {
+    body().map_err(|e| e.in_op(op))
+}
+
 impl Tensor {
     /// Wrap a new node built from `prim` over `inputs` (all on `device`).
     pub(crate) fn build(device: &Device, prim: Prim, inputs: &[&Tensor]) -> Result<Tensor> {

@@ -2,6 +2,7 @@
 //! they change how kernels index a buffer. Plus concat and stack.
 
 use crate::Tensor;
+use crate::tensor::composite;
 use kiln_core::shape::{SliceSpec, normalize_axis};
 use kiln_core::{KilnError, Prim, Result};
 
@@ -66,7 +67,7 @@ impl Tensor {
                 detail: format!("{start}..{} is outside axis {a} of shape {:?}", start + len, self.shape()),
             });
         }
-        self.slice(axis, Some(start as isize), Some((start + len) as isize), 1)
+        composite("narrow", || self.slice(axis, Some(start as isize), Some((start + len) as isize), 1))
     }
 
     /// Broadcast to `shape` (NumPy rules) without copying.
@@ -74,12 +75,12 @@ impl Tensor {
         if self.shape() == shape {
             return Ok(self.clone());
         }
-        self.op(Prim::Expand { shape: shape.to_vec() }, &[])
+        composite("broadcast_to", || self.op(Prim::Expand { shape: shape.to_vec() }, &[]))
     }
 
     /// Alias of `broadcast_to`.
     pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
-        self.broadcast_to(shape)
+        composite("expand", || self.broadcast_to(shape))
     }
 
     /// Insert a size-1 axis at `axis` (which may be `rank`, or negative).
@@ -87,7 +88,7 @@ impl Tensor {
         let a = normalize_axis("unsqueeze", axis, self.rank() + 1)?;
         let mut shape: Vec<isize> = self.shape().iter().map(|&d| d as isize).collect();
         shape.insert(a, 1);
-        self.reshape(&shape)
+        composite("unsqueeze", || self.reshape(&shape))
     }
 
     /// Remove a size-1 axis.
@@ -101,13 +102,13 @@ impl Tensor {
         }
         let shape: Vec<isize> =
             self.shape().iter().enumerate().filter(|&(d, _)| d != a).map(|(_, &s)| s as isize).collect();
-        self.reshape(&shape)
+        composite("squeeze", || self.reshape(&shape))
     }
 
     /// Merge axes `start..=end` into one.
     pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
         if self.rank() == 0 {
-            return self.reshape(&[1]);
+            return composite("flatten", || self.reshape(&[1]));
         }
         let (s, e) = (normalize_axis("flatten", start, self.rank())?, normalize_axis("flatten", end, self.rank())?);
         if s > e {
@@ -117,7 +118,7 @@ impl Tensor {
         let mut shape: Vec<isize> = dims[..s].iter().map(|&d| d as isize).collect();
         shape.push(dims[s..=e].iter().product::<usize>() as isize);
         shape.extend(dims[e + 1..].iter().map(|&d| d as isize));
-        self.reshape(&shape)
+        composite("flatten", || self.reshape(&shape))
     }
 
     /// Join tensors along an existing axis.
@@ -145,8 +146,10 @@ impl Tensor {
                 });
             }
         }
-        let expanded = tensors.iter().map(|t| t.unsqueeze(axis)).collect::<Result<Vec<_>>>()?;
-        let refs: Vec<&Tensor> = expanded.iter().collect();
-        Tensor::concat(&refs, axis)
+        composite("stack", || {
+            let expanded = tensors.iter().map(|t| t.unsqueeze(axis)).collect::<Result<Vec<_>>>()?;
+            let refs: Vec<&Tensor> = expanded.iter().collect();
+            Tensor::concat(&refs, axis)
+        })
     }
 }

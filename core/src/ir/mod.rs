@@ -8,7 +8,7 @@
 mod infer;
 mod node;
 
-pub use node::{MAX_RANK, Node, Realized, Trace};
+pub use node::{MAX_ELEMENTS, MAX_RANK, Node, Realized, Trace};
 
 use crate::dtype::DType;
 use crate::shape::{Shape, SliceSpec};

@@ -53,8 +53,12 @@ impl Trace {
 #[derive(Clone, Debug)]
 pub struct Node(Arc<NodeInner>);
 
-/// Kernels carry strides in a 256-byte uniform block, which bounds the rank.
+/// Kernels carry shapes and strides in a 512-byte uniform block (`META_WORDS`),
+/// which bounds the rank.
 pub const MAX_RANK: usize = 8;
+
+/// Kernels index elements with 32-bit integers.
+pub const MAX_ELEMENTS: u64 = u32::MAX as u64;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
@@ -83,6 +87,16 @@ impl Node {
             return Err(crate::KilnError::Shape {
                 op: prim.name(),
                 detail: format!("result shape {:?} has rank over {MAX_RANK}, the most kiln supports", info.shape),
+            });
+        }
+        let elements = info.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+        if elements.is_none_or(|n| n > MAX_ELEMENTS) {
+            return Err(crate::KilnError::Shape {
+                op: prim.name(),
+                detail: format!(
+                    "result shape {:?} has over {MAX_ELEMENTS} elements, the most kiln indexes",
+                    info.shape
+                ),
             });
         }
         Ok(Node(Arc::new(NodeInner {
