@@ -104,7 +104,7 @@ impl Ctx<'_> {
                 let class = ShapeClass::of(DType::F32, m, n, k).name();
                 let tuned = self.dev.matmul_choices().into_iter().find(|(c, _)| *c == class);
                 tuned.map_or_else(
-                    || format!("default {}", MatmulConfig::default_for(&self.dev.info()).name()),
+                    || format!("default {}", MatmulConfig::default_for(&self.dev.info().caps()).name()),
                     |(c, cfg)| format!("{c} tuned: {cfg}"),
                 )
             }
@@ -170,7 +170,7 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
     // Every kernel version at one size, so progress is visible.
     if !quick {
         let info = cx.dev.info();
-        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&info));
+        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&info.caps()));
         for c in usable.filter(|c| cx.wants(&format!("matmul 1024³ {}", c.name()))) {
             out(cx.matmul(&format!("matmul 1024³ {}", c.name()), 1024, 1024, 1024, Some(c))?);
         }

@@ -1,24 +1,21 @@
-//! kiln-core: dtypes, shapes, the IR, the CPU reference interpreter, WGSL
-//! code generation and the wgpu runtime. Users reach it through `kiln`.
+//! kiln-core: the wgpu runtime, over the layers below it, which it
+//! re-exports under their old paths. Users reach it through `kiln`.
+//!
+//! The layers form a line that Cargo enforces (no crate imports one above it):
+//! `kiln-ir` (dtypes, shapes, primitives, nodes, the CPU reference) →
+//! `kiln-sched` (fused values, lowering) → `kiln-codegen` (WGSL) →
+//! `kiln-core` (the runtime: scheduling walk, pool, pipelines, tuner, submit).
 
 // On wasm, wgpu's handles are not Send/Sync and the browser runs kiln on
 // one thread; the Arcs are shared ownership, not cross-thread sharing.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
-pub mod codegen;
-pub mod dtype;
-pub mod error;
-pub mod interp;
-pub mod ir;
 pub mod runtime;
-pub mod sched;
-pub mod shape;
-pub mod spirv;
-pub mod validate;
 
-pub use dtype::{DType, Element};
-pub use error::{KilnError, Result};
-pub use interp::HostArray;
-pub use ir::{Node, Prim, Realized};
+pub use kiln_codegen as codegen;
+pub use kiln_codegen::{spirv, validate};
+pub use kiln_ir::{DType, Element, HostArray, KilnError, Node, Prim, Realized, Result};
+pub use kiln_ir::{dtype, error, interp, ir, shape};
+pub use kiln_sched as sched;
 pub use runtime::{Device, DeviceInfo, DeviceOptions, DeviceStats, KernelTiming, PlannedKernel, Program, TuningStats};
 pub use wgpu;

@@ -1,4 +1,4 @@
-//! kiln's own transcendentals (core/src/codegen/math.rs): on every adapter
+//! kiln's own transcendentals (core/codegen/src/math.rs): on every adapter
 //! each lands within a few ulp of the f64 value, and every adapter gives
 //! the same bits, so a training curve does not drift between adapters.
 

@@ -9,12 +9,13 @@
 
 use super::launch::{Bound, Recording};
 use super::pipelines::Kernel;
-use super::pool::PooledBuffer;
+use super::pool::{Pooled, PooledBuffer};
 use super::profile;
 use super::realize::Plan;
 use super::textures::PooledTexture;
 use super::{Backend, Device, Gpu, GpuArray};
 use crate::error::{KilnError, Result};
+use crate::ir::DeviceBuffer;
 use crate::ir::{Node, Prim, Realized};
 use crate::shape::Layout;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use std::sync::atomic::Ordering;
 enum Slot {
     Input(usize),
     Output(usize),
-    Fixed(Arc<PooledBuffer>),
+    Fixed(Arc<dyn DeviceBuffer>),
     /// A texture matmul's operand texture, rewritten by every replay.
     Texture(Arc<PooledTexture>),
 }
@@ -95,9 +96,9 @@ impl Device {
 
 impl Program {
     fn record(device: &Device, gpu: &Gpu, rec: &Recording, inputs: &[GpuArray], outputs: &[GpuArray]) -> Program {
-        let mut written: Vec<Arc<PooledBuffer>> = Vec::new();
-        let same = |a: &Arc<PooledBuffer>, b: &Arc<PooledBuffer>| Arc::ptr_eq(a, b);
-        let mut slot_of = |b: &Arc<PooledBuffer>| {
+        let mut written: Vec<Arc<dyn DeviceBuffer>> = Vec::new();
+        let same = |a: &Arc<dyn DeviceBuffer>, b: &Arc<dyn DeviceBuffer>| Arc::ptr_eq(a, b);
+        let mut slot_of = |b: &Arc<dyn DeviceBuffer>| {
             if let Some(k) = inputs.iter().position(|x| same(&x.buffer, b)) {
                 return Slot::Input(k);
             }
@@ -159,8 +160,11 @@ impl Program {
             .iter()
             .map(|n| gpu_array(n).ok_or(KilnError::Invalid { op: "jit", detail: "replay input not realized".into() }))
             .collect::<Result<Vec<_>>>()?;
-        let fresh: Vec<Arc<PooledBuffer>> =
-            self.output_sizes.iter().map(|&size| gpu.pool.get(size, Gpu::storage_usage())).collect();
+        let fresh: Vec<Arc<dyn DeviceBuffer>> = self
+            .output_sizes
+            .iter()
+            .map(|&size| -> Arc<dyn DeviceBuffer> { gpu.pool.get(size, Gpu::storage_usage()) })
+            .collect();
         let bound = |s: &Slot| match s {
             Slot::Input(k) => Bound::Buffer(in_arrays[*k].buffer.clone()),
             Slot::Output(j) => Bound::Buffer(fresh[*j].clone()),

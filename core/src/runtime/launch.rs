@@ -7,7 +7,7 @@ mod matmul;
 
 use super::Gpu;
 use super::pipelines::Kernel;
-use super::pool::PooledBuffer;
+use super::pool::{Pooled, PooledBuffer};
 use super::profile::Launch;
 use super::realize::ReadRequest;
 use super::textures::PooledTexture;
@@ -19,6 +19,7 @@ use crate::codegen::templates::{
 use crate::codegen::{KernelKey, META_WORDS, Meta, RowLayout, WG};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
+use crate::ir::DeviceBuffer;
 use crate::ir::ReduceOp;
 use crate::sched::lower::{Access, Args, Op, Sig};
 use crate::shape::{Layout, numel};
@@ -28,7 +29,7 @@ use std::sync::atomic::Ordering;
 /// A resource a launch binds: a buffer, or a texture matmul's operand texture.
 #[derive(Debug, Clone)]
 pub(super) enum Bound {
-    Buffer(Arc<PooledBuffer>),
+    Buffer(Arc<dyn DeviceBuffer>),
     Texture(Arc<PooledTexture>),
 }
 
@@ -156,7 +157,7 @@ impl Recording {
         gpu: &Gpu,
         key: &KernelKey,
         meta: Meta,
-        buffers: Vec<Arc<PooledBuffer>>,
+        buffers: Vec<Arc<dyn DeviceBuffer>>,
         groups: [u32; 3],
         size: usize,
     ) -> Result<()> {
@@ -216,7 +217,7 @@ impl Recording {
         sig: Sig,
         args: Args,
         shape: &[usize],
-        outputs: &[(DType, Arc<PooledBuffer>)],
+        outputs: &[(DType, Arc<dyn DeviceBuffer>)],
         out_region: Option<&Layout>,
     ) -> Result<()> {
         let n = numel(shape);
@@ -267,8 +268,8 @@ impl Recording {
         args: Args,
         view_shape: &[usize],
         rows: usize,
-        values: &Arc<PooledBuffer>,
-        indices: Option<&Arc<PooledBuffer>>,
+        values: &Arc<dyn DeviceBuffer>,
+        indices: Option<&Arc<dyn DeviceBuffer>>,
     ) -> Result<()> {
         if rows == 0 {
             return Ok(());
@@ -288,7 +289,7 @@ impl Recording {
         let row_leaves = runs == Runs::Vec4 && row_constant_leaves(&sig, &args, len);
         let mut len = runs_len(runs, len);
         let mut prologue = Some((sig, args));
-        let mut inputs: Vec<Arc<PooledBuffer>> = Vec::new();
+        let mut inputs: Vec<Arc<dyn DeviceBuffer>> = Vec::new();
         loop {
             // The first pass reads the fused input; later ones the partials.
             let first = prologue.is_some();
@@ -355,7 +356,7 @@ impl Recording {
         args: Args,
         stages: Vec<ReduceOp>,
         shape: &[usize],
-        outputs: &[(DType, Arc<PooledBuffer>)],
+        outputs: &[(DType, Arc<dyn DeviceBuffer>)],
         per_row: bool,
     ) -> Result<()> {
         let len = *shape.last().expect("row kernels have rank ≥ 1");

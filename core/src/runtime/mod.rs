@@ -13,13 +13,15 @@ mod textures;
 mod tune;
 
 use crate::DType;
+use crate::codegen::Caps;
 use crate::codegen::matmul::MatmulConfig;
 use crate::error::{KilnError, Result};
 use crate::interp::{self, HostArray};
+use crate::ir::{DeviceArray, DeviceBuffer};
 use crate::ir::{Node, Realized};
 use crate::shape::Layout;
 use pipelines::PipelineCache;
-use pool::{BufferPool, PoolStats, PooledBuffer};
+use pool::{BufferPool, PoolStats, Pooled};
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -29,13 +31,9 @@ pub use profile::KernelTiming;
 pub use realize::PlannedKernel;
 pub use tune::TuningStats;
 
-/// A realized GPU value: a pooled buffer seen through a strided layout.
-#[derive(Clone, Debug)]
-pub struct GpuArray {
-    pub buffer: Arc<PooledBuffer>,
-    pub layout: Layout,
-    pub dtype: DType,
-}
+/// A realized GPU value: a pooled buffer (behind the IR's opaque handle)
+/// seen through a strided layout.
+pub type GpuArray = DeviceArray;
 
 /// `Gpu::assumed_subgroup_width` for subgroups of no fixed width.
 const NO_FIXED_WIDTH: u32 = u32::MAX;
@@ -67,6 +65,21 @@ impl DeviceInfo {
     /// reductions ask.
     pub fn is_cpu_adapter(&self) -> bool {
         self.device_type == "Cpu"
+    }
+
+    /// What codegen may assume of this device.
+    pub fn caps(&self) -> Caps {
+        Caps {
+            // On the web the adapter's name is often empty.
+            adapter: if self.name.is_empty() { self.backend.clone() } else { self.name.clone() },
+            backend: self.backend.clone(),
+            cpu: self.is_cpu_adapter(),
+            subgroups: self.subgroups,
+            workgroup_memory: self.workgroup_memory,
+            storage_textures: self.limits.max_storage_textures_per_shader_stage > 0,
+            max_texture_side: self.limits.max_texture_dimension_2d,
+            max_texture_layers: self.limits.max_texture_array_layers,
+        }
     }
 }
 
@@ -100,6 +113,8 @@ pub(crate) struct Gpu {
     device: wgpu::Device,
     queue: wgpu::Queue,
     info: DeviceInfo,
+    /// `info.caps()`, kept: kernel choices read it at every launch.
+    caps: Caps,
     pool: BufferPool,
     textures: textures::TexturePool,
     pipelines: PipelineCache,
@@ -226,6 +241,7 @@ impl Device {
             textures: textures::TexturePool::new(device.clone()),
             device,
             queue,
+            caps: info.caps(),
             info,
             pipelines: PipelineCache::new(own_spirv),
             errors,
@@ -245,7 +261,7 @@ impl Device {
     /// Errors when the device cannot run `config` ([`MatmulConfig::refusal`]).
     pub fn set_matmul_config(&self, config: Option<MatmulConfig>) -> Result<()> {
         if let Backend::Gpu(g) = &*self.0 {
-            if let Some(detail) = config.and_then(|c| c.refusal(&g.info)) {
+            if let Some(detail) = config.and_then(|c| c.refusal(&g.caps)) {
                 return Err(KilnError::Invalid { op: "set_matmul_config", detail });
             }
             g.force_matmul_config(config);
@@ -478,7 +494,7 @@ impl Gpu {
     }
 
     /// A buffer for `n` elements of `dtype`, checked against the adapter's limits.
-    fn alloc(&self, op: &'static str, dtype: DType, shape: &[usize]) -> Result<Arc<PooledBuffer>> {
+    fn alloc(&self, op: &'static str, dtype: DType, shape: &[usize]) -> Result<Arc<dyn DeviceBuffer>> {
         let bytes = dtype.storage_bytes(crate::shape::numel(shape));
         let limits = &self.info.limits;
         for (limit_name, limit) in [

@@ -2,6 +2,8 @@
 //! usage, and the next request of that class reuses them, so a training
 //! loop stops allocating after its first steps.
 
+use crate::ir::DeviceBuffer;
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -42,6 +44,28 @@ impl PooledBuffer {
     pub fn size(&self) -> u64 {
         self.class
     }
+}
+
+impl DeviceBuffer for PooledBuffer {}
+
+/// The pool's buffer behind the opaque handle that the IR and the
+/// scheduler hold.
+pub trait Pooled {
+    fn buffer(&self) -> &wgpu::Buffer;
+    fn size(&self) -> u64;
+}
+
+impl Pooled for dyn DeviceBuffer {
+    fn buffer(&self) -> &wgpu::Buffer {
+        pooled(self).buffer()
+    }
+    fn size(&self) -> u64 {
+        pooled(self).size()
+    }
+}
+
+fn pooled(b: &dyn DeviceBuffer) -> &PooledBuffer {
+    (b as &dyn Any).downcast_ref().expect("a device's arrays hold buffers of its own pool")
 }
 
 impl Drop for PooledBuffer {

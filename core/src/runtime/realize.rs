@@ -19,6 +19,7 @@ use crate::codegen::fused::ROW_MAX_LEN;
 use crate::codegen::templates::Monoid;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
+use crate::ir::{DeviceBuffer, buffer_id};
 use crate::ir::{Node, Prim, Realized};
 use crate::sched::expr::{
     Fused, Kind, PendingMatmul, RowStage, View, apply_view, as_buffer, cost, fresh_id, map_leaves, matmuls, node,
@@ -43,7 +44,7 @@ const ROW_SMALL: usize = 4096;
 
 /// A readback request: `bytes` bytes of `buffer` from `offset`.
 pub(super) struct ReadRequest {
-    pub buffer: Arc<PooledBuffer>,
+    pub buffer: Arc<dyn DeviceBuffer>,
     pub offset: u64,
     pub bytes: u64,
 }
@@ -531,11 +532,11 @@ fn with_computed(v: &Fused, computed: impl Fn(&Kind) -> Option<(GpuArray, Layout
 }
 
 /// Distinct buffers `v` reads.
-fn buffers_of(v: &Fused) -> Vec<*const PooledBuffer> {
+fn buffers_of(v: &Fused) -> Vec<*const ()> {
     let mut out = Vec::new();
     for n in postorder(v) {
         let b = match &n.kind {
-            Kind::Buf(a) | Kind::Gather { src: a, .. } => Arc::as_ptr(&a.buffer),
+            Kind::Buf(a) | Kind::Gather { src: a, .. } => buffer_id(&a.buffer),
             _ => continue,
         };
         if !out.contains(&b) {
@@ -555,7 +556,7 @@ fn buffers_of(v: &Fused) -> Vec<*const PooledBuffer> {
 fn bindings_bound(v: &Fused) -> usize {
     let mut buffers = buffers_of(v);
     let stages = row_stages(v);
-    let operands = matmuls(v).into_iter().flat_map(|mm| [Arc::as_ptr(&mm.a.buffer), Arc::as_ptr(&mm.b.buffer)]);
+    let operands = matmuls(v).into_iter().flat_map(|mm| [buffer_id(&mm.a.buffer), buffer_id(&mm.b.buffer)]);
     for b in stages.iter().flat_map(|st| buffers_of(&st.input)).chain(operands) {
         if !buffers.contains(&b) {
             buffers.push(b);

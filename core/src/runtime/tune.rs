@@ -22,6 +22,7 @@
 
 use super::Gpu;
 use super::launch::Recording;
+use super::pool::Pooled;
 use crate::codegen::matmul::{MatmulConfig, ShapeClass};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -169,7 +170,7 @@ impl Gpu {
             return Ok(c);
         }
         if m * n * k < TUNE_MIN_WORK || !self.tuning_on() {
-            return Ok(MatmulConfig::default_for(&self.info));
+            return Ok(MatmulConfig::default_for(&self.caps));
         }
         self.tuner.loaded.get_or_init(|| self.load_cache());
         let class = ShapeClass::of(dtype, m, n, k);
@@ -182,7 +183,7 @@ impl Gpu {
             if !pending.iter().any(|(c, _)| *c == class) {
                 pending.push((class, product));
             }
-            return Ok(MatmulConfig::default_for(&self.info));
+            return Ok(MatmulConfig::default_for(&self.caps));
         }
         let best = pollster::block_on(self.tune(class, product))?;
         self.choose(class, best);
@@ -231,7 +232,7 @@ impl Gpu {
         // Staged configs wait on barriers, which CPU adapters pay for dearly
         // (every lane of the workgroup is switched out and in): not tried there.
         let cpu = self.info.is_cpu_adapter();
-        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.info) && !(c.staged && cpu));
+        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.caps) && !(c.staged && cpu));
         let usable = usable.take(if cpu { SIFT_CPU } else { usize::MAX });
         let (sift, large) = if cpu { (TUNE_DIM, TUNE_DIM_LARGE) } else { (TUNE_DIM_GPU, TUNE_DIM_GPU) };
         let deadline = web_time::now() + BUDGET;
@@ -343,7 +344,7 @@ impl Gpu {
             let mut parts = line.split('\t');
             let (Some(k), Some(class), Some(cfg)) = (parts.next(), parts.next(), parts.next()) else { continue };
             let class = ShapeClass::parse(class);
-            let usable = |c: &MatmulConfig| c.runs_on(&self.info);
+            let usable = |c: &MatmulConfig| c.runs_on(&self.caps);
             if let (true, Some(class), Some(cfg)) = (k == key, class, MatmulConfig::parse(cfg).filter(usable)) {
                 chosen.insert(class, cfg);
             }

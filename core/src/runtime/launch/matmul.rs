@@ -9,8 +9,8 @@ use crate::codegen::templates::MATMUL_K_CHUNK;
 use crate::codegen::{KernelKey, Meta};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
+use crate::ir::DeviceBuffer;
 use crate::runtime::Gpu;
-use crate::runtime::pool::PooledBuffer;
 use crate::runtime::textures::PooledTexture;
 use crate::sched::lower::{Access, Args, Body, LeafDesc, Op, Sig};
 use crate::shape::{Layout, numel};
@@ -48,8 +48,8 @@ impl Gpu {
     /// multiple of 4 (the kernel stores vec4s) and textures within the
     /// adapter's limits. Otherwise its vec4 twin runs.
     fn reads_textures(&self, dtype: DType, batch: usize, n: usize, textures: (OperandTexture, OperandTexture)) -> bool {
-        let limits = &self.info.limits;
-        dtype == DType::F32 && batch == 1 && n.is_multiple_of(VEC) && textures.0.fits(limits) && textures.1.fits(limits)
+        let caps = &self.caps;
+        dtype == DType::F32 && batch == 1 && n.is_multiple_of(VEC) && textures.0.fits(caps) && textures.1.fits(caps)
     }
 }
 
@@ -67,7 +67,7 @@ impl Recording {
         b: &Layout,
         operand_dtype: DType,
         shape: &[usize],
-        out: &Arc<PooledBuffer>,
+        out: &Arc<dyn DeviceBuffer>,
         epilogue: Option<Sig>,
         mut args: Args,
     ) -> Result<()> {
@@ -153,7 +153,7 @@ impl Recording {
         gpu: &Gpu,
         op: &'static str,
         l: &Layout,
-        buffer: Arc<PooledBuffer>,
+        buffer: Arc<dyn DeviceBuffer>,
         tex: OperandTexture,
     ) -> Result<Arc<PooledTexture>> {
         let r = l.shape.len();
@@ -186,11 +186,11 @@ impl Recording {
         gpu: &Gpu,
         op: &'static str,
         b: &Layout,
-        buffer: Arc<PooledBuffer>,
+        buffer: Arc<dyn DeviceBuffer>,
         k: usize,
         n: usize,
         tile_n: usize,
-    ) -> Result<Arc<PooledBuffer>> {
+    ) -> Result<Arc<dyn DeviceBuffer>> {
         let r = b.shape.len();
         let (row, column) = (b.strides[r - 2], b.strides[r - 1]);
         let view = Layout {

@@ -3,9 +3,9 @@
 
 use super::fused::{Emitter, Flat, VEC, reduce_monoid};
 use super::{META_DECL, compute_type, storage_type};
-use crate::dtype::DType;
-use crate::ir::{ArgOp, ReduceOp};
-use crate::sched::lower::{Access, Sig};
+use kiln_ir::dtype::DType;
+use kiln_ir::ir::{ArgOp, ReduceOp};
+use kiln_sched::lower::{Access, Sig};
 
 pub const REDUCE_TEMPLATE: &str = include_str!("../../../shaders/reduce.wgsl");
 /// The entry point of a pass on CPU adapters: one partial per invocation.

@@ -1,9 +1,8 @@
 //! Lazy graph nodes: shared, cheap to clone, realized at most once.
 
-use super::{Prim, TypeInfo, infer::infer};
+use super::{DeviceArray, Prim, TypeInfo, infer::infer};
 use crate::error::Result;
 use crate::interp::HostArray;
-use crate::runtime::GpuArray;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -11,7 +10,7 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Debug)]
 pub enum Realized {
     Host(Arc<HostArray>),
-    Gpu(GpuArray),
+    Gpu(DeviceArray),
 }
 
 #[derive(Debug)]

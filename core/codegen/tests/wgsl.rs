@@ -2,15 +2,15 @@
 //! passes naga validation and translates to SPIR-V, MSL, HLSL and GLSL
 //! (checked with spirv-val where installed). Runs without a GPU.
 
-use kiln_core::DType;
-use kiln_core::codegen::fused::{Combine, RowLanes, Walk};
-use kiln_core::codegen::matmul::MatmulConfig;
-use kiln_core::codegen::row_stream::stream_lanes;
-use kiln_core::codegen::templates::{Monoid, ReducePass, Runs};
-use kiln_core::codegen::{KernelKey, RowLayout};
-use kiln_core::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
-use kiln_core::sched::lower::{Access, Body, LeafDesc, Op, Sig};
-use kiln_core::validate::translate_all;
+use kiln_codegen::fused::{Combine, RowLanes, Walk};
+use kiln_codegen::matmul::MatmulConfig;
+use kiln_codegen::row_stream::stream_lanes;
+use kiln_codegen::templates::{Monoid, ReducePass, Runs};
+use kiln_codegen::validate::translate_all;
+use kiln_codegen::{KernelKey, RowLayout};
+use kiln_ir::DType;
+use kiln_ir::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
+use kiln_sched::lower::{Access, Body, LeafDesc, Op, Sig};
 
 /// A signature over `rank` dims whose leaves each read their own buffer,
 /// with one body of `ops` (loads of every leaf first) and `roots`.

@@ -1,13 +1,16 @@
 //! The IR: one closed `enum` of primitives and lazy graph nodes.
 //!
 //! Every consumer of the IR (shape inference `infer.rs`, the CPU reference
-//! `interp.rs`, WGSL codegen and the GPU scheduler `runtime/realize.rs`) is an
+//! `interp.rs`, WGSL codegen and the GPU scheduler in kiln-core's
+//! `runtime/realize.rs`) is an
 //! exhaustive `match` over [`Prim`], so adding a primitive makes the compiler
 //! list every place that must learn it.
 
+mod device;
 mod infer;
 mod node;
 
+pub use device::{DeviceArray, DeviceBuffer, MaybeSendSync, buffer_id};
 pub use node::{MAX_ELEMENTS, MAX_RANK, Node, Realized, Trace};
 
 use crate::dtype::DType;

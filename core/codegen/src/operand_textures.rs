@@ -46,14 +46,11 @@ impl OperandTexture {
         self.width as u64 * self.height as u64 * self.layers as u64
     }
 
-    /// Whether `limits` allow the texture (and the kernel's u32 texel
+    /// Whether the device allows the texture (and the kernel's u32 texel
     /// index), with a layer to spare for the runtime's GL workaround.
-    pub fn fits(&self, limits: &wgpu::Limits) -> bool {
-        let side = limits.max_texture_dimension_2d;
-        self.width <= side
-            && self.height <= side
-            && self.layers < limits.max_texture_array_layers
-            && self.texels() < 1 << 31
+    pub fn fits(&self, caps: &crate::Caps) -> bool {
+        let side = caps.max_texture_side;
+        self.width <= side && self.height <= side && self.layers < caps.max_texture_layers && self.texels() < 1 << 31
     }
 
     /// Meta words 8..14 of [`pack_wgsl`]: the row and column coefficients.

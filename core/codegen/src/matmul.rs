@@ -8,8 +8,8 @@
 
 use super::templates::{MATMUL_SHAPE_BASE, matmul_epilogue_base};
 use super::{META_DECL, load_expr, storage_type, unravel};
-use crate::dtype::DType;
-use crate::sched::lower::Sig;
+use kiln_ir::dtype::DType;
+use kiln_sched::lower::Sig;
 use std::fmt::Write;
 
 /// One kernel of the family. An invocation owns `tm` consecutive rows and
@@ -114,8 +114,8 @@ impl MatmulConfig {
 
     /// The config for products too small to tune, and for all products when
     /// tuning is off.
-    pub fn default_for(info: &crate::runtime::DeviceInfo) -> MatmulConfig {
-        if info.is_cpu_adapter() { Self::DEFAULT_CPU } else { Self::DEFAULT_GPU }
+    pub fn default_for(caps: &crate::Caps) -> MatmulConfig {
+        if caps.cpu { Self::DEFAULT_CPU } else { Self::DEFAULT_GPU }
     }
 
     /// Output rows and columns one workgroup covers.
@@ -132,27 +132,25 @@ impl MatmulConfig {
         format!("{}x{}/{}x{}{sg}{v}{wg}{tex}", self.tm, self.tn, self.wx, self.wy)
     }
 
-    /// Whether kiln runs this config on `info`'s device ([`MatmulConfig::refusal`]).
-    pub fn runs_on(&self, info: &crate::runtime::DeviceInfo) -> bool {
-        self.refusal(info).is_none()
+    /// Whether kiln runs this config on a device with `caps` ([`MatmulConfig::refusal`]).
+    pub fn runs_on(&self, caps: &crate::Caps) -> bool {
+        self.refusal(caps).is_none()
     }
 
-    /// Why kiln does not run this config on `info`'s device, if it does not:
-    /// subgroup sharing needs subgroups, and staged configs workgroup memory
-    /// ([`crate::runtime::DeviceInfo::workgroup_memory`]).
-    pub fn refusal(&self, info: &crate::runtime::DeviceInfo) -> Option<String> {
-        // On the web the adapter's name is often empty.
-        let adapter = if info.name.is_empty() { &info.backend } else { &info.name };
+    /// Why kiln does not run this config on a device with `caps`, if it does
+    /// not: subgroup sharing needs subgroups, and staged configs workgroup
+    /// memory ([`crate::Caps::workgroup_memory`]).
+    pub fn refusal(&self, caps: &crate::Caps) -> Option<String> {
+        let (adapter, backend) = (&caps.adapter, &caps.backend);
         let name = self.name();
-        if self.staged && !info.workgroup_memory {
+        if self.staged && !caps.workgroup_memory {
             Some(format!(
-                "{name} stages operands in workgroup memory, which kiln leaves off {adapter} ({}: no passthrough shaders)",
-                info.backend
+                "{name} stages operands in workgroup memory, which kiln leaves off {adapter} ({backend}: no passthrough shaders)"
             ))
-        } else if self.share && !info.subgroups {
-            Some(format!("{name} shares through subgroups, which {adapter} ({}) lacks", info.backend))
-        } else if self.tex && info.limits.max_storage_textures_per_shader_stage == 0 {
-            Some(format!("{name} writes its operands to storage textures, which {adapter} ({}) lacks", info.backend))
+        } else if self.share && !caps.subgroups {
+            Some(format!("{name} shares through subgroups, which {adapter} ({backend}) lacks"))
+        } else if self.tex && !caps.storage_textures {
+            Some(format!("{name} writes its operands to storage textures, which {adapter} ({backend}) lacks"))
         } else {
             None
         }
@@ -711,7 +709,7 @@ fn store(batch: u32, r: u32, c: u32, v: f32) {
 #[cfg(test)]
 mod tests {
     use super::ShapeClass;
-    use crate::dtype::DType;
+    use kiln_ir::dtype::DType;
 
     #[test]
     fn shape_classes_split_at_64_512_and_1024_and_parse_back() {

@@ -8,7 +8,7 @@
 //! safety options, drops those decorations, and passes the words through
 //! (`runtime/pipelines.rs`).
 
-use crate::error::{KilnError, Result};
+use kiln_ir::error::{KilnError, Result};
 use naga::back::spv;
 use naga::proc::{BoundsCheckPolicies, BoundsCheckPolicy};
 use naga::valid::ModuleInfo;

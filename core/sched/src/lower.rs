@@ -3,10 +3,10 @@
 //! subexpressions are merged here, so each is computed once per element.
 
 use super::expr::{Fused, Kind, PendingMatmul, RowStage, origin_of, postorder};
-use crate::dtype::DType;
-use crate::ir::{BinaryOp, UnaryOp};
-use crate::runtime::pool::PooledBuffer;
-use crate::shape::{Layout, numel};
+use kiln_ir::dtype::DType;
+use kiln_ir::ir::{BinaryOp, UnaryOp};
+use kiln_ir::ir::{DeviceBuffer, buffer_id};
+use kiln_ir::shape::{Layout, numel};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -136,7 +136,7 @@ pub struct Sig {
 pub struct Args {
     pub layouts: Vec<Layout>,
     pub params: Vec<f64>,
-    pub buffers: Vec<Arc<PooledBuffer>>,
+    pub buffers: Vec<Arc<dyn DeviceBuffer>>,
 }
 
 #[derive(Default)]
@@ -147,7 +147,7 @@ pub struct Lowerer {
     pub covers: Vec<u64>,
     stages: Vec<u64>,
     acc: Option<u64>,
-    leaf_ids: HashMap<(usize, Option<*const PooledBuffer>, Layout, DType), usize>,
+    leaf_ids: HashMap<(usize, Option<*const ()>, Layout, DType), usize>,
 }
 
 impl Lowerer {
@@ -163,7 +163,7 @@ impl Lowerer {
     }
 
     /// Bind `buffer` as an input (once per buffer).
-    pub fn buffer(&mut self, buffer: &Arc<PooledBuffer>, dtype: DType) -> usize {
+    pub fn buffer(&mut self, buffer: &Arc<dyn DeviceBuffer>, dtype: DType) -> usize {
         if let Some(i) = self.args.buffers.iter().position(|b| Arc::ptr_eq(b, buffer)) {
             return i;
         }
@@ -174,13 +174,13 @@ impl Lowerer {
 
     fn leaf(
         &mut self,
-        buffer: Option<(&Arc<PooledBuffer>, DType)>,
+        buffer: Option<(&Arc<dyn DeviceBuffer>, DType)>,
         layout: &Layout,
         dtype: DType,
         force_strided: bool,
     ) -> usize {
         let access = if force_strided { Access::Strided } else { Access::of(layout).0 };
-        let key = (force_strided as usize, buffer.map(|(b, _)| Arc::as_ptr(b)), layout.clone(), dtype);
+        let key = (force_strided as usize, buffer.map(|(b, _)| buffer_id(b)), layout.clone(), dtype);
         if let Some(&k) = self.leaf_ids.get(&key) {
             return k;
         }

@@ -7,9 +7,9 @@
 //! last axis and what consumes them) and the matmul epilogue.
 
 use super::{META_DECL, WG, compute_type, literal, load_expr, math, storage_type, store_expr, unravel};
-use crate::dtype::DType;
-use crate::ir::{BinaryOp, ReduceOp, UnaryOp};
-use crate::sched::lower::{Access, Body, Op, Sig, meta_bases};
+use kiln_ir::dtype::DType;
+use kiln_ir::ir::{BinaryOp, ReduceOp, UnaryOp};
+use kiln_sched::lower::{Access, Body, Op, Sig, meta_bases};
 
 /// Elements one invocation of a vectorized elementwise kernel handles.
 pub const VEC: usize = 4;
@@ -785,7 +785,7 @@ impl RowLanes {
     /// per element) on an adapter whose subgroups are `subgroup_width` wide
     /// (`None`: no subgroups, or of no fixed width): a subgroup per row where
     /// the width is known, else lanes combined through workgroup memory where
-    /// the device has it (`DeviceInfo::workgroup_memory`), as many as suit a
+    /// the device has it (`Caps::workgroup_memory`), as many as suit a
     /// `cpu_adapter` or a GPU; if the row fits, read as `vec4`s or not.
     #[allow(clippy::too_many_arguments)]
     pub fn for_device(

@@ -1,20 +1,44 @@
-//! WGSL code generation. Kernels read their sizes, strides and scalars from a
-//! 256-byte uniform block (`meta`), so a kernel's source depends only on its
-//! ops, dtypes, rank and which inputs are contiguous: one compiled pipeline
-//! serves every shape.
+//! kiln-codegen: kernel structures (`kiln_sched::lower::Sig`) to WGSL source,
+//! and naga's checks of that source (`validate`, and `spirv` for Vulkan).
+//! Kernels read their sizes, strides and scalars from a uniform block
+//! (`meta`), so a kernel's source depends only on its ops, dtypes, rank and
+//! which inputs are contiguous: one compiled pipeline serves every shape.
 
 pub mod fused;
 pub mod math;
 pub mod matmul;
 pub mod operand_textures;
 pub mod row_stream;
+pub mod spirv;
 pub mod templates;
+pub mod validate;
 
-use crate::dtype::DType;
-use crate::ir::ReduceOp;
-use crate::sched::lower::{Op, Sig};
 use fused::Walk;
+use kiln_ir::dtype::DType;
+use kiln_ir::ir::ReduceOp;
+use kiln_sched::lower::{Op, Sig};
 use templates::{Monoid, ReduceSource};
+
+/// What codegen may assume of a device: a small value the runtime fills
+/// from its adapter, so that choosing and rendering kernels touches no GPU API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caps {
+    /// The adapter's name, or its backend where the name is empty (the web),
+    /// for messages.
+    pub adapter: String,
+    /// "vulkan", "gl", "metal", "dx12" or "webgpu".
+    pub backend: String,
+    /// A CPU adapter (SwiftShader, llvmpipe), whose compilers and costs
+    /// differ from a GPU's.
+    pub cpu: bool,
+    pub subgroups: bool,
+    /// Whether kernels may use workgroup memory (not on a Vulkan device
+    /// without passthrough shaders: see [`spirv`]).
+    pub workgroup_memory: bool,
+    pub storage_textures: bool,
+    pub max_texture_side: u32,
+    pub max_texture_layers: u32,
+}
 
 /// Words in one kernel's uniform block (512 bytes, a multiple of the
 /// largest uniform offset alignment any adapter asks for, 256).

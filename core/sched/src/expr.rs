@@ -3,10 +3,10 @@
 //! leaf carries a layout over the expression's shape, so views (reshape,
 //! permute, slice, expand) are applied to the leaves and never copy.
 
-use crate::dtype::DType;
-use crate::ir::{BinaryOp, ReduceOp, UnaryOp};
-use crate::runtime::GpuArray;
-use crate::shape::{Layout, SliceSpec};
+use kiln_ir::dtype::DType;
+use kiln_ir::ir::DeviceArray;
+use kiln_ir::ir::{BinaryOp, ReduceOp, UnaryOp};
+use kiln_ir::shape::{Layout, SliceSpec};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +28,7 @@ pub const NO_ORIGIN: u64 = u64::MAX;
 #[derive(Debug)]
 pub enum Kind {
     /// A value in a buffer, seen through a layout over the expression's shape.
-    Buf(GpuArray),
+    Buf(DeviceArray),
     /// `start + step · index`, with `index` the layout's element index.
     Iota {
         layout: Layout,
@@ -54,7 +54,7 @@ pub enum Kind {
     /// `src[coords with coords[axis] = index]`; `src` keeps its own layout,
     /// so a view of a gather materializes it first.
     Gather {
-        src: GpuArray,
+        src: DeviceArray,
         axis: usize,
         index: Fused,
     },
@@ -78,8 +78,8 @@ pub struct PendingMatmul {
     pub id: u64,
     /// The matmul's IR node.
     pub origin: u64,
-    pub a: GpuArray,
-    pub b: GpuArray,
+    pub a: DeviceArray,
+    pub b: DeviceArray,
     pub shape: Vec<usize>,
 }
 
@@ -136,7 +136,7 @@ pub fn apply_view(e: &Fused, view: &View) -> Option<Fused> {
     map_leaves(e, &mut |leaf| {
         let with = |kind: Kind| Some(Some(tagged(leaf.origin, leaf.dtype, kind)));
         match &leaf.kind {
-            Kind::Buf(a) => with(Kind::Buf(GpuArray { layout: view.apply(&a.layout)?, ..a.clone() })),
+            Kind::Buf(a) => with(Kind::Buf(DeviceArray { layout: view.apply(&a.layout)?, ..a.clone() })),
             Kind::Iota { layout, start, step } => {
                 with(Kind::Iota { layout: view.apply(layout)?, start: *start, step: *step })
             }
@@ -220,7 +220,7 @@ pub fn cost(e: &Fused) -> usize {
 }
 
 /// The buffer and layout when `e` is nothing but a view of a buffer.
-pub fn as_buffer(e: &Fused) -> Option<&GpuArray> {
+pub fn as_buffer(e: &Fused) -> Option<&DeviceArray> {
     match &e.kind {
         Kind::Buf(a) => Some(a),
         _ => None,

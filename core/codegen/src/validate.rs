@@ -1,7 +1,7 @@
 //! naga validation of WGSL, and translation to every backend language, so
 //! that the Metal, DX12 and GL paths we cannot run here at least compile.
 
-use crate::error::{KilnError, Result};
+use kiln_ir::error::{KilnError, Result};
 use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
 
 /// Parse and validate a WGSL source; the error carries the source.

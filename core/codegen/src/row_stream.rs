@@ -14,9 +14,9 @@ use super::fused::{
 };
 use super::templates::IN_ROW_FN;
 use super::{compute_type, store_expr};
-use crate::dtype::DType;
-use crate::ir::ReduceOp;
-use crate::sched::lower::Sig;
+use kiln_ir::dtype::DType;
+use kiln_ir::ir::ReduceOp;
+use kiln_sched::lower::Sig;
 
 /// A row's lanes, one workgroup, where the row's loops allow (see
 /// [`stream_lanes`]): one SIMD batch of llvmpipe, whose
