@@ -352,7 +352,7 @@ impl<'a> Emitter<'a> {
             Op::Load(k) | Op::Iota { leaf: k, .. } | Op::Gather { src: k, .. } => {
                 self.sig.leaves[*k].access == Access::Strided
             }
-            _ => false,
+            Op::Row(_) | Op::Acc | Op::Param(_) | Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(_) => false,
         });
         if strided && self.periodic {
             // Stepped by `periodic_advance`, not divided out of `f`.
@@ -411,7 +411,7 @@ impl<'a> Emitter<'a> {
                 Op::Unary(_, x) | Op::Cast(x) => invariant[*x],
                 Op::Binary(_, x, y) => invariant[*x] && invariant[*y],
                 Op::Where(c, x, y) => invariant[*c] && invariant[*x] && invariant[*y],
-                _ => false,
+                Op::Iota { .. } | Op::Row(_) | Op::Acc | Op::Gather { .. } => false,
             });
             let line = format!("    let {}: {} = {value};\n", var_name(pfx, invariant[i], i), self.ty(d));
             match hoisted.as_mut() {

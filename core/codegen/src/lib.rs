@@ -299,7 +299,7 @@ impl KernelKey {
                 Op::Cast(_) => "cast",
                 Op::Gather { .. } => "gather",
                 Op::Iota { .. } => "arange",
-                _ => continue,
+                Op::Load(_) | Op::Row(_) | Op::Acc | Op::Param(_) => continue,
             };
             if !seen.contains(&op_name) && seen.len() < 6 {
                 seen.push(op_name);

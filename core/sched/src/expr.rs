@@ -105,7 +105,13 @@ pub fn origin_of(e: &FNode) -> Option<u64> {
         Kind::Buf(_) => return None,
         Kind::Row { stage, .. } => stage.origin,
         Kind::Mm { mm, .. } => mm.origin,
-        _ => e.origin,
+        Kind::Iota { .. }
+        | Kind::Fill(_)
+        | Kind::Unary(..)
+        | Kind::Binary(..)
+        | Kind::Where(..)
+        | Kind::Cast(_)
+        | Kind::Gather { .. } => e.origin,
     };
     (id != NO_ORIGIN).then_some(id)
 }
@@ -143,7 +149,7 @@ pub fn apply_view(e: &Fused, view: &View) -> Option<Fused> {
             Kind::Row { stage, layout } => with(Kind::Row { stage: stage.clone(), layout: view.apply(layout)? }),
             Kind::Mm { mm, layout } => with(Kind::Mm { mm: mm.clone(), layout: view.apply(layout)? }),
             Kind::Gather { .. } => None,
-            _ => Some(None),
+            Kind::Fill(_) | Kind::Unary(..) | Kind::Binary(..) | Kind::Where(..) | Kind::Cast(_) => Some(None),
         }
     })
 }
@@ -174,7 +180,9 @@ fn map_rec(
                 Kind::Where(c, x, y) => Kind::Where(m(c)?, m(x)?, m(y)?),
                 Kind::Cast(x) => Kind::Cast(m(x)?),
                 Kind::Gather { src, axis, index } => Kind::Gather { src: src.clone(), axis: *axis, index: m(index)? },
-                _ => return Some(e.clone()),
+                Kind::Buf(_) | Kind::Iota { .. } | Kind::Row { .. } | Kind::Mm { .. } | Kind::Fill(_) => {
+                    return Some(e.clone());
+                }
             };
             tagged(e.origin, e.dtype, kind)
         }
@@ -210,7 +218,7 @@ pub fn children(e: &FNode) -> Vec<&Fused> {
         Kind::Binary(_, x, y) => vec![x, y],
         Kind::Where(c, x, y) => vec![c, x, y],
         Kind::Gather { index, .. } => vec![index],
-        _ => vec![],
+        Kind::Buf(_) | Kind::Iota { .. } | Kind::Row { .. } | Kind::Mm { .. } | Kind::Fill(_) => vec![],
     }
 }
 

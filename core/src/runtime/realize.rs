@@ -537,7 +537,14 @@ fn buffers_of(v: &Fused) -> Vec<*const ()> {
     for n in postorder(v) {
         let b = match &n.kind {
             Kind::Buf(a) | Kind::Gather { src: a, .. } => buffer_id(&a.buffer),
-            _ => continue,
+            Kind::Iota { .. }
+            | Kind::Row { .. }
+            | Kind::Mm { .. }
+            | Kind::Fill(_)
+            | Kind::Unary(..)
+            | Kind::Binary(..)
+            | Kind::Where(..)
+            | Kind::Cast(_) => continue,
         };
         if !out.contains(&b) {
             out.push(b);

@@ -13,7 +13,14 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
         Prim::Binary(_) | Prim::Matmul | Prim::Gather { .. } => 2,
         Prim::Where => 3,
         Prim::Concat { .. } => inputs.len().max(1),
-        _ => 1,
+        Prim::Unary(_)
+        | Prim::Cast { .. }
+        | Prim::Reduce { .. }
+        | Prim::ArgReduce { .. }
+        | Prim::Reshape { .. }
+        | Prim::Permute { .. }
+        | Prim::Slice { .. }
+        | Prim::Expand { .. } => 1,
     };
     if inputs.len() != arity {
         return Err(KilnError::Invalid { op, detail: format!("takes {arity} inputs, got {}", inputs.len()) });
