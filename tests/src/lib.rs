@@ -8,6 +8,7 @@ pub mod adapters;
 pub mod bindings;
 pub mod browser;
 pub mod cases;
+pub mod golden;
 pub mod grad_cases;
 pub mod grad_check;
 pub mod matmul_family;

@@ -18,6 +18,8 @@ pub struct Run {
     pub messages: Vec<(String, Vec<String>)>,
     /// Every WGSL source compiled on any adapter.
     pub sources: Vec<String>,
+    /// The sources each adapter compiled, by label.
+    pub sources_by_adapter: Vec<(String, Vec<String>)>,
 }
 
 impl Run {
@@ -81,6 +83,12 @@ pub async fn check(case: &Case, want: &Result<HostArray>, device: &Device) -> Ou
 pub async fn run(filter: Option<&str>) -> Run {
     let validation = validation::setup();
     let (found, skipped) = adapters::discover().await;
+    // Default matmul configs, not timed choices, so that the kernels are
+    // the same in every run (the golden check); every config has its own
+    // test (`matmul_family`).
+    for f in &found {
+        f.device.set_matmul_tuning(Some(false));
+    }
     let cpu = Device::cpu();
     let cases: Vec<Case> = cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))).collect();
     let mut rows = Vec::new();
@@ -94,7 +102,9 @@ pub async fn run(filter: Option<&str>) -> Run {
     }
     let grads = grad_check::run(&found, filter).await;
     let messages = validation::take_messages();
-    let mut sources: Vec<String> = found.iter().flat_map(|f| f.device.compiled_sources()).collect();
+    let sources_by_adapter: Vec<(String, Vec<String>)> =
+        found.iter().map(|f| (f.label.clone(), f.device.compiled_sources())).collect();
+    let mut sources: Vec<String> = sources_by_adapter.iter().flat_map(|(_, s)| s.iter().cloned()).collect();
     sources.sort();
     sources.dedup();
     Run {
@@ -105,6 +115,7 @@ pub async fn run(filter: Option<&str>) -> Run {
         grads,
         messages: if messages.is_empty() { vec![] } else { vec![("any adapter".into(), messages)] },
         sources,
+        sources_by_adapter,
     }
 }
 
