@@ -8,16 +8,16 @@ pub mod fused;
 pub mod math;
 pub mod matmul;
 pub mod operand_textures;
+pub mod reduce;
 pub mod row_stream;
 pub mod spirv;
-pub mod templates;
 pub mod validate;
 
 use fused::Walk;
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::ReduceOp;
 use kiln_sched::lower::{Op, Sig};
-use templates::{Monoid, ReduceSource};
+use reduce::{Monoid, ReduceSource};
 
 /// What codegen may assume of a device: a small value the runtime fills
 /// from its adapter, so that choosing and rendering kernels touches no GPU API.
@@ -179,7 +179,7 @@ pub enum KernelKey {
         monoid: Monoid,
         prologue: Option<Sig>,
         partials: DType,
-        pass: templates::ReducePass,
+        pass: reduce::ReducePass,
     },
     Row {
         sig: Sig,
@@ -239,7 +239,7 @@ impl KernelKey {
                     Some(sig) => ReduceSource::Prologue(sig),
                     None => ReduceSource::Partials { dtype: *partials },
                 };
-                templates::reduce_wgsl(*monoid, src, *pass)
+                reduce::reduce_wgsl(*monoid, src, *pass)
             }
             KernelKey::Row { sig, stages, outputs, layout: RowLayout::Lanes(lanes), .. } => {
                 fused::row_lanes_wgsl(sig, stages, outputs, *lanes)
@@ -276,8 +276,8 @@ impl KernelKey {
                     Monoid::Arg(op) => op.name(),
                 };
                 let suffix = match (prologue.is_some(), pass.workgroup, pass.runs) {
-                    (true, false, templates::Runs::Straddling) => "_straddling",
-                    (true, true, templates::Runs::Straddling) => "_wg_straddling",
+                    (true, false, reduce::Runs::Straddling) => "_straddling",
+                    (true, true, reduce::Runs::Straddling) => "_wg_straddling",
                     (true, false, _) => "",
                     (true, true, _) => "_wg",
                     (false, false, _) => "_partials",

@@ -6,7 +6,7 @@
 //! adapter; every config computes each output as one in-order k sum, so
 //! they agree to rounding.
 
-use super::templates::{MATMUL_SHAPE_BASE, matmul_epilogue_base};
+use super::reduce::{MATMUL_SHAPE_BASE, matmul_epilogue_base};
 use super::{META_DECL, load_expr, storage_type, unravel};
 use kiln_ir::dtype::DType;
 use kiln_sched::lower::Sig;

@@ -12,7 +12,7 @@ use super::fused::{
     Emitter, RowWalk, VEC, fold_stage, online_max_and_exp_sum, row_decls, stage_dtype, strided_trips,
     sums_exp_of_shifted_max, trip_prefix,
 };
-use super::templates::IN_ROW_FN;
+use super::reduce::IN_ROW_FN;
 use super::{compute_type, store_expr};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::ReduceOp;

@@ -4,8 +4,8 @@
 
 use kiln_codegen::fused::{Combine, RowLanes, Walk};
 use kiln_codegen::matmul::MatmulConfig;
+use kiln_codegen::reduce::{Monoid, ReducePass, Runs};
 use kiln_codegen::row_stream::stream_lanes;
-use kiln_codegen::templates::{Monoid, ReducePass, Runs};
 use kiln_codegen::validate::translate_all;
 use kiln_codegen::{KernelKey, RowLayout};
 use kiln_ir::DType;

@@ -12,10 +12,10 @@ use super::profile::Launch;
 use super::realize::ReadRequest;
 use super::textures::PooledTexture;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
-use crate::codegen::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN, stream_lanes};
-use crate::codegen::templates::{
+use crate::codegen::reduce::{
     Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, matmul_epilogue_base, reduce_shape, runs_len, whole_spans,
 };
+use crate::codegen::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN, stream_lanes};
 use crate::codegen::{KernelKey, META_WORDS, Meta, RowLayout, WG};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};

@@ -16,7 +16,7 @@ use super::launch::Recording;
 use super::pool::PooledBuffer;
 use super::{Gpu, GpuArray};
 use crate::codegen::fused::ROW_MAX_LEN;
-use crate::codegen::templates::Monoid;
+use crate::codegen::reduce::Monoid;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::{DeviceBuffer, buffer_id};

@@ -5,7 +5,7 @@ use super::{Bound, Recording};
 use crate::codegen::fused::VEC;
 use crate::codegen::matmul::MatmulConfig;
 use crate::codegen::operand_textures::{OperandTexture, PACK_WG};
-use crate::codegen::templates::MATMUL_K_CHUNK;
+use crate::codegen::reduce::MATMUL_K_CHUNK;
 use crate::codegen::{KernelKey, Meta};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};

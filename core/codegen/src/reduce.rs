@@ -1,5 +1,6 @@
-//! Hand-written kernels from `shaders/`, completed with a few generated
-//! functions (loads for the input dtype and layout, the reduction's monoid).
+//! The tree reduction: hand-written kernels from `shaders/reduce*.wgsl`,
+//! completed with a few generated functions (loads for the input dtype and
+//! layout, the reduction's monoid), and how a reduction is split into passes.
 
 use super::fused::{Emitter, Flat, VEC, reduce_monoid};
 use super::{META_DECL, compute_type, storage_type};
