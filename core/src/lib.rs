@@ -17,5 +17,6 @@ pub use kiln_codegen::{spirv, validate};
 pub use kiln_ir::{DType, Element, HostArray, KilnError, Node, Prim, Realized, Result};
 pub use kiln_ir::{dtype, error, interp, ir, shape};
 pub use kiln_sched as sched;
+pub use runtime::schedule_for;
 pub use runtime::{Device, DeviceInfo, DeviceOptions, DeviceStats, KernelTiming, PlannedKernel, Program, TuningStats};
 pub use wgpu;

@@ -153,6 +153,16 @@ impl Trainer {
         Ok(out.remove(0))
     }
 
+    /// The next step's outputs (loss, params.., state..) as a lazy graph
+    /// over its realized inputs, as a call would capture it, but not run:
+    /// to look at its schedule. The trainer does not advance.
+    pub async fn traced_step(&mut self) -> Result<Vec<Tensor>> {
+        let (x, labels) = self.batch(self.steps)?;
+        let inputs = [vec![x, labels], self.leaves.clone()].concat();
+        Tensor::realize_all(&inputs.iter().collect::<Vec<_>>()).await?;
+        self.step_fn.trace(&inputs)
+    }
+
     /// `n` steps (at most to the end of the run); their losses, read back
     /// together so the device is not drained after every step.
     pub async fn run(&mut self, n: usize) -> Result<Vec<f32>> {

@@ -44,6 +44,12 @@ impl<F> Jit<F>
 where
     F: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
 {
+    /// `f(inputs)` as a lazy graph: neither captured nor realized, to look
+    /// at what a call computes (its schedule, its picture).
+    pub fn trace(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        (self.f)(inputs)
+    }
+
     /// `f(inputs)`: captured on the first call with this signature,
     /// replayed on later ones. Outputs are realized.
     pub async fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {

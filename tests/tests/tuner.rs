@@ -1,15 +1,19 @@
 //! The matmul autotuner on every adapter: a product big enough to tune gets
 //! a choice that computes the reference's result, the choice is appended to
 //! the cache file, and a new device on the same adapter reads it back
-//! instead of tuning again (the file does not grow).
+//! instead of tuning again (the file does not grow). Planning never tunes.
 
 use kiln::prelude::*;
 
 /// 160×128 @ 128×128: 2.6M multiply-adds, above the tuner's threshold.
 fn product(dev: &Device) -> Result<Vec<f32>> {
+    kiln::block_on(lazy_product(dev)?.to_vec::<f32>())
+}
+
+fn lazy_product(dev: &Device) -> Result<Tensor> {
     let a = kiln_conformance::rng::tensor(dev, &[160, 128], 71, -1.0, 1.0);
     let b = kiln_conformance::rng::tensor(dev, &[128, 128], 72, -1.0, 1.0);
-    kiln::block_on(a.matmul(&b)?.to_vec::<f32>())
+    a.matmul(&b)
 }
 
 fn lines(path: &std::path::Path) -> usize {
@@ -28,6 +32,10 @@ fn the_tuner_chooses_caches_and_reads_its_cache_back() {
     assert!(!found.is_empty(), "no adapter found");
     let mut chosen = Vec::new();
     for found in &found {
+        // Looking at the kernels (a graph picture) runs nothing and never tunes.
+        found.device.plan_kernels(&[lazy_product(&found.device).unwrap().node().clone()]).unwrap();
+        assert!(found.device.matmul_choices().is_empty(), "{}: planning tuned", found.label);
+        assert_eq!(found.device.stats().tuning.classes_tuned, 0, "{}", found.label);
         let got = product(&found.device).unwrap();
         let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0f32, f32::max);
         assert!(worst <= 1e-4, "{}: off by {worst:e}", found.label);

@@ -11,6 +11,7 @@ pub mod operand_textures;
 pub mod reduce;
 pub mod row_stream;
 pub mod spirv;
+mod target;
 pub mod validate;
 
 use fused::Walk;
@@ -32,12 +33,36 @@ pub struct Caps {
     /// differ from a GPU's.
     pub cpu: bool,
     pub subgroups: bool,
+    /// The subgroup width, where the adapter reports one fixed width.
+    pub subgroup_size: Option<u32>,
     /// Whether kernels may use workgroup memory (not on a Vulkan device
     /// without passthrough shaders: see [`spirv`]).
     pub workgroup_memory: bool,
     pub storage_textures: bool,
+    /// Storage buffers one shader stage may bind.
+    pub max_storage_buffers: u32,
     pub max_texture_side: u32,
     pub max_texture_layers: u32,
+}
+
+impl Caps {
+    /// What WebGPU guarantees every adapter: no subgroups, 8 storage
+    /// buffers and textures of 8192 × 8192 × 256, on a GPU. For schedules
+    /// made without an adapter.
+    pub fn webgpu() -> Caps {
+        Caps {
+            adapter: "webgpu".into(),
+            backend: "webgpu".into(),
+            cpu: false,
+            subgroups: false,
+            subgroup_size: None,
+            workgroup_memory: true,
+            storage_textures: true,
+            max_storage_buffers: 8,
+            max_texture_side: 8192,
+            max_texture_layers: 256,
+        }
+    }
 }
 
 /// Words in one kernel's uniform block (512 bytes, a multiple of the

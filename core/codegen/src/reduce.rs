@@ -20,11 +20,7 @@ pub const REDUCE_WG: usize = super::WG as usize;
 /// Longest k range of one matmul dispatch.
 pub const MATMUL_K_CHUNK: usize = 16384;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Monoid {
-    Reduce(ReduceOp),
-    Arg(ArgOp),
-}
+pub use kiln_sched::schedule::Monoid;
 
 /// How a first pass reads its prologue's runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

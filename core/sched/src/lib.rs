@@ -1,7 +1,11 @@
-//! kiln-sched: what the scheduler holds for a node not yet in a buffer (a
-//! fused value, `expr`) and how a kernel's worth of them lowers to the
-//! structure that codegen renders and the arguments one launch binds
-//! (`lower`). Depends on `kiln-ir` only: no GPU API.
+//! kiln-sched: the scheduler layer. It turns the unrealized part of a graph
+//! into a [`schedule::Schedule`] (`walk`): kernel items over buffer slots,
+//! as plain data. It holds a node not yet in a buffer as a fused value
+//! (`expr`) and lowers a kernel's worth of them to the structure that
+//! codegen renders and the arguments one launch binds (`lower`). Depends on
+//! `kiln-ir` only: no GPU API.
 
 pub mod expr;
 pub mod lower;
+pub mod schedule;
+pub mod walk;

@@ -11,7 +11,7 @@ use super::launch::{Bound, Recording};
 use super::pipelines::Kernel;
 use super::pool::{Pooled, PooledBuffer};
 use super::profile;
-use super::realize::Plan;
+use super::realize::{Plan, Purpose};
 use super::textures::PooledTexture;
 use super::{Backend, Device, Gpu, GpuArray};
 use crate::error::{KilnError, Result};
@@ -85,9 +85,11 @@ impl Device {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut plan = Plan::new(gpu);
-        plan.run(outputs)?;
-        let out_arrays = outputs.iter().map(|n| plan.array(n)).collect::<Result<Vec<_>>>()?;
+        let mut scheduler = gpu.scheduler();
+        scheduler.run(outputs)?;
+        let out_arrays = outputs.iter().map(|n| scheduler.array(n)).collect::<Result<Vec<_>>>()?;
+        let plan = Plan::record(gpu, scheduler.finish(), Purpose::Run)?;
+        let out_arrays: Vec<GpuArray> = out_arrays.iter().map(|a| plan.resolve(a)).collect();
         let program = Program::record(self, gpu, &plan.rec, &in_arrays, &out_arrays);
         plan.submit(None)?;
         Ok(Some(program))

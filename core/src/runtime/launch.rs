@@ -13,15 +13,16 @@ use super::realize::ReadRequest;
 use super::textures::PooledTexture;
 use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::codegen::reduce::{
-    Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, matmul_epilogue_base, reduce_shape, runs_len, whole_spans,
+    Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, reduce_shape, runs_len, whole_spans,
 };
-use crate::codegen::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN, stream_lanes};
+use crate::codegen::row_stream::stream_lanes;
 use crate::codegen::{KernelKey, META_WORDS, Meta, RowLayout, WG};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::DeviceBuffer;
 use crate::ir::ReduceOp;
 use crate::sched::lower::{Access, Args, Op, Sig};
+use crate::sched::schedule::Target;
 use crate::shape::{Layout, numel};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -90,17 +91,6 @@ impl Gpu {
             set => set == 2,
         };
         on && self.info.workgroup_memory
-    }
-
-    /// Storage buffers one kernel may bind (WebGPU guarantees 8).
-    pub(super) fn max_bindings(&self) -> usize {
-        (self.info.limits.max_storage_buffers_per_shader_stage as usize).min(8)
-    }
-
-    /// Meta words left for a fused body's leaves and params past the
-    /// largest header (a batched matmul's) and the shape.
-    pub(super) fn meta_room(rank: usize) -> usize {
-        META_WORDS - matmul_epilogue_base(rank.saturating_sub(2)) - rank
     }
 }
 
@@ -379,7 +369,7 @@ impl Recording {
         let lanes = words.then(|| RowLanes::for_device(memory, cpu, width, &sig, &stages, len, vec4)).flatten();
         let (layout, vec4) = match lanes {
             Some(l) => (RowLayout::Lanes(l), vec4),
-            None if gpu.streams_rows(rows, len) => {
+            None if gpu.caps.streams_rows(rows, len) => {
                 // The stream reads a row's statistics as vec4s also where
                 // they end in one value per row computed from them alone,
                 // and rows that do not split into vec4s as the vec4s
@@ -458,33 +448,7 @@ fn periods<'a>(sig: &'a Sig, args: &'a Args, access: Access) -> impl Iterator<It
     sig.leaves.iter().zip(&args.layouts).filter(move |(l, _)| l.access == access).map(|(_, l)| Access::of(l).1)
 }
 
-/// Rows longer than this take the streaming row kernel on CPU adapters
-/// whose SIMD batches are 8 wide (llvmpipe), where the lanes layout cannot
-/// hold them: softmax over [4096, 4096], [1024, 16384] and [4096, 3000]
-/// ran 1.25–1.4× as fast as with a row per invocation on lavapipe and
-/// llvmpipe GL, but 1.1–2× slower on SwiftShader (batches of 4), which
-/// streams only rows too long for a row per invocation
-/// (docs/BENCHMARKS.md, 'What was tried' (softmax/rows)).
-const ROW_STREAM_MIN_LEN: usize = 2048;
-/// Fewest rows streamed: a workgroup per row, and CPU adapters spread
-/// workgroups over their threads (one row, a sum over everything, stays a
-/// tree reduction over every thread).
-const ROW_STREAM_MIN_ROWS: usize = 16;
-
 impl Gpu {
-    /// Whether `rows` rows of `len` take the streaming row kernel: on CPU
-    /// adapters with workgroup memory (GPUs, unmeasured, keep tree
-    /// reductions for long rows).
-    pub(super) fn streams_rows(&self, rows: usize, len: usize) -> bool {
-        let info = &self.info;
-        let wide_batches = info.subgroup_size.is_none_or(|w| w >= ROW_STREAM_LANES);
-        let shortest = if wide_batches { ROW_STREAM_MIN_LEN } else { crate::codegen::fused::ROW_MAX_LEN } + 1;
-        info.is_cpu_adapter()
-            && info.workgroup_memory
-            && rows >= ROW_STREAM_MIN_ROWS
-            && (shortest..=ROW_STREAM_MAX_LEN).contains(&len)
-    }
-
     /// The bindings of one launch: its slot of `meta`, then `bindings`.
     pub(super) fn bind_group(
         &self,

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 pub use adapter::describe as describe_adapter;
 pub use jit::Program;
 pub use profile::KernelTiming;
-pub use realize::PlannedKernel;
+pub use realize::{PlannedKernel, schedule_for};
 pub use tune::TuningStats;
 
 /// A realized GPU value: a pooled buffer (behind the IR's opaque handle)
@@ -75,8 +75,10 @@ impl DeviceInfo {
             backend: self.backend.clone(),
             cpu: self.is_cpu_adapter(),
             subgroups: self.subgroups,
+            subgroup_size: self.subgroup_size,
             workgroup_memory: self.workgroup_memory,
             storage_textures: self.limits.max_storage_textures_per_shader_stage > 0,
+            max_storage_buffers: self.limits.max_storage_buffers_per_shader_stage,
             max_texture_side: self.limits.max_texture_dimension_2d,
             max_texture_layers: self.limits.max_texture_array_layers,
         }
@@ -362,7 +364,7 @@ impl Device {
     pub async fn tune_matmuls(&self, roots: &[Node]) -> Result<()> {
         match &*self.0 {
             Backend::Gpu(g) if cfg!(target_arch = "wasm32") => {
-                g.plan_kernels(roots)?;
+                g.queue_tuning(&g.schedule(roots)?);
                 g.tune_pending().await
             }
             _ => Ok(()),

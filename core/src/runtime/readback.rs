@@ -3,7 +3,7 @@
 //! and native code drives it with `pollster::block_on`.
 
 use super::Gpu;
-use super::realize::{Plan, ReadRequest};
+use super::realize::{Plan, Purpose, ReadRequest};
 use crate::dtype::{DType, unpack_words};
 use crate::error::{KilnError, Result};
 use crate::interp::HostArray;
@@ -16,20 +16,20 @@ use std::task::{Context, Poll, Waker};
 
 impl Gpu {
     pub(super) async fn realize(&self, roots: &[Node]) -> Result<()> {
-        let mut plan = Plan::new(self);
-        plan.run(roots)?;
-        plan.submit(None)?;
+        Plan::record(self, self.schedule(roots)?, Purpose::Run)?.submit(None)?;
         self.tune_pending().await
     }
 
     pub(super) async fn read(&self, node: &Node) -> Result<HostArray> {
-        let mut plan = Plan::new(self);
-        plan.run(std::slice::from_ref(node))?;
-        let mut value = plan.array(node)?;
+        let mut scheduler = self.scheduler();
+        scheduler.run(std::slice::from_ref(node))?;
+        let mut value = scheduler.array(node)?;
         let word_aligned = value.dtype != DType::F16 || value.layout.offset % 2 == 0;
         if !value.layout.is_contiguous() || !word_aligned {
-            value = plan.contiguous(&value)?;
+            value = scheduler.contiguous(&value)?;
         }
+        let plan = Plan::record(self, scheduler.finish(), Purpose::Run)?;
+        let value = plan.resolve(&value);
         let n = numel(&value.layout.shape);
         let dtype = value.dtype;
         let shape = value.layout.shape.clone();

@@ -1,66 +1,25 @@
-//! The GPU scheduler: walks the unrealized part of a graph, holding each
-//! node as a fused value (see `sched::expr`), and emits a kernel only where
-//! a value must exist in memory:
-//! - a root (what the caller asked for); roots of one shape share a kernel;
-//! - an operand of a matmul, a concat, a gather source, a tree reduction's
-//!   result, or a view the leaves' layouts cannot express;
-//! - a value with several consumers whose recomputation would cost more
-//!   than [`RECOMPUTE_MAX`] ops (cheaper ones are recomputed by each
-//!   consumer: a load saved is worth more than a few ALU ops).
-//!
-//! A last-axis reduction stays pending as a row stage, so that softmax,
-//! layer norm and cross-entropy become one row kernel; a matmul stays
-//! pending so that its consumer (bias, activation) becomes its epilogue.
+//! Running a schedule on wgpu: each slot of a [`Schedule`] gets a buffer
+//! from the pool, each item is recorded as its launches (the variant
+//! chosen, the pipeline fetched, the buffers bound), and the recording is
+//! submitted once. The schedule itself comes from `kiln_sched::walk`,
+//! which knows no device.
 
 use super::launch::Recording;
 use super::pool::PooledBuffer;
 use super::{Gpu, GpuArray};
-use crate::codegen::fused::ROW_MAX_LEN;
-use crate::codegen::reduce::Monoid;
-use crate::dtype::DType;
-use crate::error::{KilnError, Result};
-use crate::ir::{DeviceBuffer, buffer_id};
-use crate::ir::{Node, Prim, Realized};
-use crate::sched::expr::{
-    Fused, Kind, PendingMatmul, RowStage, View, apply_view, as_buffer, cost, fresh_id, map_leaves, matmuls, node,
-    postorder, row_aligned, row_stages, same_mapping, tagged,
-};
-use crate::sched::lower::{Lowerer, meta_words};
-use crate::shape::{Layout, numel};
-use std::collections::{HashMap, HashSet};
+use crate::codegen::Caps;
+use crate::codegen::matmul::MatmulConfig;
+use crate::error::Result;
+use crate::ir::{DeviceBuffer, Node, Realized};
+use crate::sched::schedule::{Item, KernelItem, Schedule, slot_of};
+use crate::sched::walk::{HostInputs, Scheduler};
 use std::sync::Arc;
-
-/// A value with several consumers is materialized once when inlining it
-/// would recompute more ops than this in each consumer.
-pub const RECOMPUTE_MAX: usize = 12;
-/// Largest fused expression; past it, operands are materialized.
-const FUSED_OPS_MAX: usize = 256;
-/// A last-axis reduction of at most `ROW_MAX_LEN` columns becomes a row
-/// stage (one invocation per row) when it has at least this many rows, or
-/// when it is small enough for one invocation (a loss's mean over a batch);
-/// longer rows do where the device streams them (`Gpu::streams_rows`).
-const ROW_MIN_ROWS: usize = 32;
-const ROW_SMALL: usize = 4096;
 
 /// A readback request: `bytes` bytes of `buffer` from `offset`.
 pub(super) struct ReadRequest {
     pub buffer: Arc<dyn DeviceBuffer>,
     pub offset: u64,
     pub bytes: u64,
-}
-
-pub(super) struct Plan<'a> {
-    pub gpu: &'a Gpu,
-    pub rec: Recording,
-    vals: HashMap<u64, Fused>,
-    consumers: HashMap<u64, usize>,
-    /// Nodes given a buffer, stored into them when the plan is submitted.
-    computed: Vec<(Node, GpuArray)>,
-    computed_ids: HashSet<u64>,
-    matmuls: HashMap<u64, GpuArray>,
-    stages: HashMap<u64, GpuArray>,
-    /// The IR nodes each recorded launch computes (parallel to `rec.dispatches`).
-    covers: Vec<Vec<u64>>,
 }
 
 /// One kernel of a plan: its name and the IR nodes it computes.
@@ -70,38 +29,122 @@ pub struct PlannedKernel {
     pub nodes: Vec<u64>,
 }
 
-fn leaf(a: GpuArray) -> Fused {
-    node(a.dtype, Kind::Buf(a))
+/// Why a schedule is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Purpose {
+    /// To submit: slots get buffers, and a matmul shape class met for the
+    /// first time is tuned.
+    Run,
+    /// To name its launches: slots stay placeholders and matmuls take the
+    /// config already chosen for their class (or the default), untuned.
+    Look,
 }
 
-/// `a` (a 4-byte result) seen as `dtype`: a cast when that is f16.
-fn narrowed(a: GpuArray, dtype: DType) -> Fused {
-    let d = a.dtype;
-    let buf = leaf(a);
-    if d == dtype { buf } else { node(dtype, Kind::Cast(buf)) }
+/// A schedule recorded for one submit.
+pub(super) struct Plan<'a> {
+    gpu: &'a Gpu,
+    pub rec: Recording,
+    /// Each slot's buffer.
+    buffers: Vec<Arc<dyn DeviceBuffer>>,
+    results: Vec<(Node, GpuArray)>,
+    /// The IR nodes each recorded launch computes (parallel to `rec.dispatches`).
+    covers: Vec<Vec<u64>>,
+}
+
+impl Gpu {
+    /// A scheduler for this device; inputs must live on it.
+    pub(super) fn scheduler(&self) -> Scheduler<'_> {
+        Scheduler::new(&self.caps, HostInputs::Refuse)
+    }
+
+    /// The schedule realizing `roots`.
+    pub(super) fn schedule(&self, roots: &[Node]) -> Result<Schedule> {
+        let mut s = self.scheduler();
+        s.run(roots)?;
+        Ok(s.finish())
+    }
+
+    /// The kernels realizing `roots` would launch, without launching them.
+    pub(super) fn plan_kernels(&self, roots: &[Node]) -> Result<Vec<PlannedKernel>> {
+        Ok(Plan::record(self, self.schedule(roots)?, Purpose::Look)?.kernels())
+    }
+}
+
+/// The schedule realizing `roots` on a device with `caps`, made without
+/// one: inputs realized anywhere stand as slots of their own.
+pub fn schedule_for(caps: &Caps, roots: &[Node]) -> Result<Schedule> {
+    let mut s = Scheduler::new(caps, HostInputs::Placeholder);
+    s.run(roots)?;
+    Ok(s.finish())
 }
 
 impl<'a> Plan<'a> {
-    pub fn new(gpu: &'a Gpu) -> Plan<'a> {
-        Plan {
-            gpu,
-            rec: Recording::default(),
-            vals: HashMap::new(),
-            consumers: HashMap::new(),
-            computed: Vec::new(),
-            computed_ids: HashSet::new(),
-            matmuls: HashMap::new(),
-            stages: HashMap::new(),
-            covers: Vec::new(),
+    /// Give `schedule`'s slots buffers and record its items.
+    pub fn record(gpu: &'a Gpu, schedule: Schedule, purpose: Purpose) -> Result<Plan<'a>> {
+        let buffers = schedule
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(index, s)| match purpose {
+                Purpose::Run => gpu.alloc(s.op, s.dtype, &s.shape),
+                Purpose::Look => Ok(Arc::new(crate::sched::schedule::Slot { index }) as Arc<dyn DeviceBuffer>),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut plan = Plan { gpu, rec: Recording::default(), buffers, results: Vec::new(), covers: Vec::new() };
+        for k in schedule.items {
+            plan.item(k, purpose)?;
         }
+        plan.results = schedule.results.iter().map(|(n, a)| (n.clone(), plan.resolve(a))).collect();
+        Ok(plan)
     }
 
-    /// Note that the launches recorded since the last note compute `nodes`.
-    fn covered(&mut self, nodes: &[u64]) {
-        self.covers.resize(self.rec.dispatches.len(), nodes.to_vec());
+    /// `a` with its buffer the one its slot was given.
+    pub fn resolve(&self, a: &GpuArray) -> GpuArray {
+        GpuArray { buffer: self.buffer(&a.buffer), ..a.clone() }
     }
 
-    /// The kernels recorded so far.
+    fn buffer(&self, b: &Arc<dyn DeviceBuffer>) -> Arc<dyn DeviceBuffer> {
+        slot_of(b).map_or_else(|| b.clone(), |s| self.buffers[s].clone())
+    }
+
+    fn item(&mut self, k: KernelItem, purpose: Purpose) -> Result<()> {
+        let gpu = self.gpu;
+        let bufs = |p: &Self, bs: &[Arc<dyn DeviceBuffer>]| bs.iter().map(|b| p.buffer(b)).collect::<Vec<_>>();
+        let outs = |p: &Self, os: &[(crate::DType, Arc<dyn DeviceBuffer>)]| {
+            os.iter().map(|(d, b)| (*d, p.buffer(b))).collect::<Vec<_>>()
+        };
+        let op = k.op;
+        match k.item {
+            Item::Elementwise { sig, mut args, shape, outputs, region } => {
+                args.buffers = bufs(self, &args.buffers);
+                let outputs = outs(self, &outputs);
+                self.rec.elementwise(gpu, op, sig, args, &shape, &outputs, region.as_ref())?;
+            }
+            Item::Reduce { monoid, sig, mut args, view_shape, rows, values, indices } => {
+                args.buffers = bufs(self, &args.buffers);
+                let (values, indices) = (self.buffer(&values), indices.map(|i| self.buffer(&i)));
+                self.rec.reduce(gpu, op, monoid, sig, args, &view_shape, rows, &values, indices.as_ref())?;
+            }
+            Item::Row { sig, mut args, stages, shape, outputs, per_row } => {
+                args.buffers = bufs(self, &args.buffers);
+                let outputs = outs(self, &outputs);
+                self.rec.row(gpu, op, sig, args, stages, &shape, &outputs, per_row)?;
+            }
+            Item::Matmul { a, b, operands, shape, out, epilogue, mut args } => {
+                args.buffers = bufs(self, &args.buffers);
+                let config = match purpose {
+                    Purpose::Run => None,
+                    Purpose::Look => Some(untuned_config(gpu, operands, &a, &b)),
+                };
+                let out = self.buffer(&out);
+                self.rec.matmul(gpu, config, op, &a, &b, operands, &shape, &out, epilogue, args)?;
+            }
+        }
+        self.covers.resize(self.rec.dispatches.len(), k.covers);
+        Ok(())
+    }
+
+    /// The kernels recorded.
     pub fn kernels(&self) -> Vec<PlannedKernel> {
         let nodes = self.covers.iter().cloned().chain(std::iter::repeat(Vec::new()));
         self.rec
@@ -112,494 +155,19 @@ impl<'a> Plan<'a> {
             .collect()
     }
 
-    /// Plan every unrealized node that `roots` need; roots end in buffers.
-    pub fn run(&mut self, roots: &[Node]) -> Result<()> {
-        let order = Node::topo_unrealized(roots);
-        for n in &order {
-            for i in n.inputs() {
-                *self.consumers.entry(i.id()).or_default() += 1;
-            }
-        }
-        for n in &order {
-            let v = self.build(n)?;
-            let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
-            self.vals.insert(n.id(), v.clone());
-            if shared && (!matmuls(&v).is_empty() || cost(&v) > RECOMPUTE_MAX) {
-                self.array(n)?;
-            }
-        }
-        self.materialize_roots(roots)
-    }
-
-    /// The fused value of a node (a buffer leaf when it is realized).
-    fn value(&self, n: &Node) -> Result<Fused> {
-        if let Some(v) = self.vals.get(&n.id()) {
-            return Ok(v.clone());
-        }
-        match n.realized_value() {
-            Some(Realized::Gpu(a)) => Ok(leaf(a)),
-            _ => Err(KilnError::Invalid {
-                op: n.prim().name(),
-                detail: "the input lives on another device (the CPU reference); move it first".into(),
-            }),
-        }
-    }
-
-    /// The node's value in a buffer (any layout), computing it if needed.
-    pub fn array(&mut self, n: &Node) -> Result<GpuArray> {
-        let v = self.value(n)?;
-        let a = match as_buffer(&v) {
-            Some(a) => a.clone(),
-            None => self.materialize(&v, n.shape())?,
-        };
-        self.set_array(n, a.clone());
-        Ok(a)
-    }
-
-    fn set_array(&mut self, n: &Node, a: GpuArray) {
-        self.vals.insert(n.id(), leaf(a.clone()));
-        if n.realized_value().is_none() && self.computed_ids.insert(n.id()) {
-            self.computed.push((n.clone(), a));
-        }
-    }
-
-    /// A contiguous copy of `a`.
-    pub fn contiguous(&mut self, a: &GpuArray) -> Result<GpuArray> {
-        self.materialize(&leaf(a.clone()), &a.layout.shape.clone())
-    }
-
-    fn build(&mut self, n: &Node) -> Result<Fused> {
-        let inputs = n.inputs();
-        let dtype = n.dtype();
-        let x = |p: &Self, i: usize| p.value(&inputs[i]);
-        Ok(match n.prim() {
-            Prim::Input { .. } => {
-                return Err(KilnError::Invalid { op: "input", detail: "input node without data".into() });
-            }
-            Prim::Fill { value, .. } => tagged(n.id(), dtype, Kind::Fill(*value)),
-            Prim::Iota { start, step, len, .. } => {
-                tagged(n.id(), dtype, Kind::Iota { layout: Layout::contiguous(&[*len]), start: *start, step: *step })
-            }
-            Prim::Unary(op) => self.combine(n, &inputs, |v| Kind::Unary(*op, v[0].clone()))?,
-            Prim::Binary(op) => self.combine(n, &inputs, |v| Kind::Binary(*op, v[0].clone(), v[1].clone()))?,
-            Prim::Where => self.combine(n, &inputs, |v| Kind::Where(v[0].clone(), v[1].clone(), v[2].clone()))?,
-            Prim::Cast { .. } => self.combine(n, &inputs, |v| Kind::Cast(v[0].clone()))?,
-            Prim::Reduce { op, axes, .. } => {
-                let x = x(self, 0)?;
-                self.reduce(n, &inputs[0], x, Monoid::Reduce(*op), axes)?
-            }
-            Prim::ArgReduce { op, axis, .. } => {
-                let x = x(self, 0)?;
-                self.reduce(n, &inputs[0], x, Monoid::Arg(*op), &[*axis])?
-            }
-            Prim::Reshape { shape } => self.view(&inputs[0], View::Reshape(shape))?,
-            Prim::Permute { perm } => self.view(&inputs[0], View::Permute(perm))?,
-            Prim::Slice { specs } => self.view(&inputs[0], View::Slice(specs))?,
-            Prim::Expand { shape } => self.view(&inputs[0], View::Expand(shape))?,
-            Prim::Matmul => {
-                let (a, b) = (self.array(&inputs[0])?, self.array(&inputs[1])?);
-                let mm = PendingMatmul { id: fresh_id(), origin: n.id(), a, b, shape: n.shape().to_vec() };
-                tagged(n.id(), dtype, Kind::Mm { mm: Arc::new(mm), layout: Layout::contiguous(n.shape()) })
-            }
-            Prim::Concat { axis } => self.concat(n, &inputs, *axis)?,
-            Prim::Gather { axis } => {
-                let src = self.array(&inputs[0])?;
-                tagged(n.id(), dtype, Kind::Gather { src, axis: *axis, index: x(self, 1)? })
-            }
-        })
-    }
-
-    /// An elementwise op over its inputs' fused values; when the result
-    /// would bind too many buffers, need too much meta or grow too large,
-    /// the inputs are materialized first.
-    fn combine(&mut self, n: &Node, inputs: &[Node], f: impl Fn(&[Fused]) -> Kind) -> Result<Fused> {
-        let vals = inputs.iter().map(|i| self.value(i)).collect::<Result<Vec<_>>>()?;
-        let fused = tagged(n.id(), n.dtype(), f(&vals));
-        let (buffers, words) = footprint(&fused, n.shape().len());
-        let fits = buffers < self.gpu.max_bindings()
-            && words <= Gpu::meta_room(n.shape().len())
-            && cost(&fused) <= FUSED_OPS_MAX;
-        if fits {
-            return Ok(fused);
-        }
-        let arrays = inputs.iter().map(|i| self.array(i).map(leaf)).collect::<Result<Vec<_>>>()?;
-        Ok(tagged(n.id(), n.dtype(), f(&arrays)))
-    }
-
-    fn view(&mut self, input: &Node, view: View) -> Result<Fused> {
-        let x = self.value(input)?;
-        if let Some(v) = apply_view(&x, &view) {
-            return Ok(v);
-        }
-        let copy = self.materialize(&x, input.shape())?;
-        Ok(apply_view(&leaf(copy), &view).expect("a contiguous buffer takes any view"))
-    }
-
-    /// A reduction: pending as a row stage when it runs along a short last
-    /// axis with enough rows, otherwise a tree reduction now.
-    fn reduce(&mut self, n: &Node, input: &Node, x: Fused, monoid: Monoid, axes: &[usize]) -> Result<Fused> {
-        let (op, dtype, out_shape) = (n.prim().name(), n.dtype(), n.shape().to_vec());
-        let xs = input.shape();
-        let rank = xs.len();
-        let len: usize = axes.iter().map(|&a| xs[a]).product();
-        let rows = numel(xs) / len.max(1);
-        if let Monoid::Reduce(r) = monoid {
-            if len == 0 {
-                // Only sum and prod get here (inference rejects the rest).
-                return Ok(tagged(n.id(), dtype, Kind::Fill(r.identity().unwrap_or(0.0))));
-            }
-            let row_fits = len <= ROW_MAX_LEN && (rows >= ROW_MIN_ROWS || rows * len <= ROW_SMALL);
-            if axes == [rank - 1] && (row_fits || self.gpu.streams_rows(rows, len)) {
-                let input = self.stage_input(x, xs)?;
-                let stage = RowStage { id: fresh_id(), origin: n.id(), op: r, input, shape: xs.to_vec() };
-                return Ok(tagged(
-                    n.id(),
-                    dtype,
-                    Kind::Row { stage: Arc::new(stage), layout: Layout::contiguous(&out_shape) },
-                ));
-            }
-        }
-        let perm: Vec<usize> = (0..rank).filter(|d| !axes.contains(d)).chain(axes.iter().copied()).collect();
-        let x = match apply_view(&x, &View::Permute(&perm)) {
-            Some(v) => v,
-            None => apply_view(&leaf(self.materialize(&x, xs)?), &View::Permute(&perm)).expect("buffer view"),
-        };
-        let x = self.force_pending(&x)?;
-        let view_shape: Vec<usize> = perm.iter().map(|&d| xs[d]).collect();
-        let mut low = Lowerer::new(rank, &[], None);
-        low.body(&[&x]);
-        let wide = x.dtype.wide();
-        let values = self.gpu.alloc(op, wide, &[rows])?;
-        let indices = match monoid {
-            Monoid::Arg(_) => Some(self.gpu.alloc(op, DType::I32, &[rows])?),
-            Monoid::Reduce(_) => None,
-        };
-        let mut covers = std::mem::take(&mut low.covers);
-        covers.push(n.id());
-        self.rec.reduce(self.gpu, op, monoid, low.sig, low.args, &view_shape, rows, &values, indices.as_ref())?;
-        self.covered(&covers);
-        let layout = Layout::contiguous(&out_shape);
-        Ok(match indices {
-            Some(buffer) => leaf(GpuArray { buffer, layout, dtype: DType::I32 }),
-            None => narrowed(GpuArray { buffer: values, layout, dtype: wide }, dtype),
-        })
-    }
-
-    /// A row stage's input: no pending matmul, and every stage it reads
-    /// runs over the same rows (or is materialized first).
-    fn stage_input(&mut self, x: Fused, shape: &[usize]) -> Result<Fused> {
-        let x = self.force_matmuls(&x)?;
-        if rows_aligned(&x, shape) { Ok(x) } else { self.force_rows(&x) }
-    }
-
-    fn concat(&mut self, n: &Node, inputs: &[Node], axis: usize) -> Result<Fused> {
-        let (shape, dtype) = (n.shape().to_vec(), n.dtype());
-        let wide = dtype.wide();
-        let out = self.gpu.alloc("concat", wide, &shape)?;
-        let out_layout = Layout::contiguous(&shape);
-        let mut start = 0;
-        for part in inputs {
-            let v = self.value(part)?;
-            let v = self.force_pending(&v)?;
-            let v = if v.dtype == wide { v } else { node(wide, Kind::Cast(v)) };
-            let region = Layout { offset: start * out_layout.strides[axis] as usize, ..out_layout.clone() };
-            let mut low = Lowerer::new(shape.len(), &[], None);
-            low.body(&[&v]);
-            let outputs = [(wide, out.clone())];
-            let mut covers = std::mem::take(&mut low.covers);
-            covers.push(n.id());
-            self.rec.elementwise(self.gpu, "concat", low.sig, low.args, part.shape(), &outputs, Some(&region))?;
-            self.covered(&covers);
-            start += part.shape()[axis];
-        }
-        Ok(narrowed(GpuArray { buffer: out, layout: out_layout, dtype: wide }, dtype))
-    }
-
-    /// Compute `v` (of `shape`) into a new contiguous buffer.
-    fn materialize(&mut self, v: &Fused, shape: &[usize]) -> Result<GpuArray> {
-        let mms = matmuls(v);
-        if !mms.is_empty() {
-            if let Some(a) = self.matmul_with_epilogue(v, &mms, shape)? {
-                return Ok(a);
-            }
-            let v = self.force_matmuls(v)?;
-            return self.materialize(&v, shape);
-        }
-        if !row_stages(v).is_empty() {
-            return self.row_kernel(v, shape);
-        }
-        let mut out = self.elementwise(std::slice::from_ref(v), shape)?;
-        Ok(out.remove(0))
-    }
-
-    /// One elementwise kernel computing every value in `vals` (all of `shape`).
-    fn elementwise(&mut self, vals: &[Fused], shape: &[usize]) -> Result<Vec<GpuArray>> {
-        let mut low = Lowerer::new(shape.len(), &[], None);
-        low.body(&vals.iter().collect::<Vec<_>>());
-        let mut outputs = Vec::new();
-        for v in vals {
-            outputs.push((v.dtype, self.gpu.alloc("elementwise", v.dtype, shape)?));
-        }
-        self.rec.elementwise(self.gpu, "elementwise", low.sig, low.args, shape, &outputs, None)?;
-        self.covered(&low.covers);
-        let layout = Layout::contiguous(shape);
-        Ok(outputs.into_iter().map(|(dtype, buffer)| GpuArray { buffer, layout: layout.clone(), dtype }).collect())
-    }
-
-    /// `v` as the epilogue of its one pending matmul, when `v` is f32, has
-    /// the matmul's shape and reads the matmul's result element for element.
-    fn matmul_with_epilogue(
-        &mut self,
-        v: &Fused,
-        mms: &[Arc<PendingMatmul>],
-        shape: &[usize],
-    ) -> Result<Option<GpuArray>> {
-        let [mm] = mms else { return Ok(None) };
-        let aligned = postorder(v).iter().all(|n| match &n.kind {
-            Kind::Mm { layout, .. } => same_mapping(layout, &Layout::contiguous(shape)),
-            _ => true,
-        });
-        if v.dtype != DType::F32 || mm.shape != shape || !aligned || !row_stages(v).is_empty() {
-            return Ok(None);
-        }
-        if matches!(v.kind, Kind::Mm { .. }) {
-            return self.matmul_raw(mm).map(Some);
-        }
-        let mut low = Lowerer::new(shape.len(), &[], Some(mm));
-        low.args.buffers = vec![mm.a.buffer.clone(), mm.b.buffer.clone()];
-        low.sig.buffers = vec![mm.a.dtype, mm.b.dtype];
-        low.body(&[v]);
-        let out = self.gpu.alloc("matmul", DType::F32, shape)?;
-        let (a, b) = (&mm.a.layout, &mm.b.layout);
-        self.rec.matmul(self.gpu, None, "matmul", a, b, mm.a.dtype, shape, &out, Some(low.sig), low.args)?;
-        self.covered(&low.covers);
-        Ok(Some(GpuArray { buffer: out, layout: Layout::contiguous(shape), dtype: DType::F32 }))
-    }
-
-    /// The matmul's f32 result, computed once.
-    fn matmul_raw(&mut self, mm: &PendingMatmul) -> Result<GpuArray> {
-        if let Some(a) = self.matmuls.get(&mm.id) {
-            return Ok(a.clone());
-        }
-        let out = self.gpu.alloc("matmul", DType::F32, &mm.shape)?;
-        let args =
-            crate::sched::lower::Args { buffers: vec![mm.a.buffer.clone(), mm.b.buffer.clone()], ..Default::default() };
-        let (a, b) = (&mm.a.layout, &mm.b.layout);
-        self.rec.matmul(self.gpu, None, "matmul", a, b, mm.a.dtype, &mm.shape, &out, None, args)?;
-        self.covered(&[mm.origin]);
-        let a = GpuArray { buffer: out, layout: Layout::contiguous(&mm.shape), dtype: DType::F32 };
-        self.matmuls.insert(mm.id, a.clone());
-        Ok(a)
-    }
-
-    /// The row kernel for `v`: over `v`'s shape (`[rows.., len]`) or, when
-    /// `v` has one value per row, writing one element per row.
-    fn row_kernel(&mut self, v: &Fused, shape: &[usize]) -> Result<GpuArray> {
-        let stages = row_stages(v);
-        let s = stages[0].shape.clone();
-        let len = *s.last().expect("stages have rank ≥ 1");
-        let per_row = shape != s.as_slice();
-        let body = if !per_row {
-            Some(v.clone())
-        } else if numel(shape) * len == numel(&s) {
-            let mut keep = s[..s.len() - 1].to_vec();
-            keep.push(1);
-            apply_view(v, &View::Reshape(&keep)).and_then(|k| apply_view(&k, &View::Expand(&s)))
-        } else {
-            None
-        };
-        let body = body.filter(|b| stages.iter().all(|st| st.shape == s) && rows_aligned(b, &s));
-        let Some(body) = body else {
-            let v = self.force_rows(v)?;
-            return self.materialize(&v, shape);
-        };
-        let out_dtype = v.dtype.wide();
-        let body = if body.dtype == out_dtype { body } else { node(out_dtype, Kind::Cast(body)) };
-        let mut low = Lowerer::new(s.len(), &stages, None);
-        for st in &stages {
-            low.body(&[&st.input]);
-        }
-        low.body(&[&body]);
-        let out = self.gpu.alloc("row", out_dtype, shape)?;
-        let ops = stages.iter().map(|st| st.op).collect();
-        self.rec.row(self.gpu, "row", low.sig, low.args, ops, &s, &[(out_dtype, out.clone())], per_row)?;
-        self.covered(&low.covers);
-        let wide = GpuArray { buffer: out, layout: Layout::contiguous(shape), dtype: out_dtype };
-        if v.dtype == out_dtype {
-            return Ok(wide);
-        }
-        let narrowed = narrowed(wide, v.dtype);
-        self.materialize(&narrowed, shape)
-    }
-
-    /// `v` with its pending matmuls computed.
-    fn force_matmuls(&mut self, v: &Fused) -> Result<Fused> {
-        for mm in matmuls(v) {
-            self.matmul_raw(&mm)?;
-        }
-        let done = &self.matmuls;
-        Ok(with_computed(v, |k| match k {
-            Kind::Mm { mm, layout } => Some((done[&mm.id].clone(), layout.clone())),
-            _ => None,
-        }))
-    }
-
-    /// `v` with the row stages it reads computed (one value per row each;
-    /// stages those read are computed inside their kernels).
-    fn force_rows(&mut self, v: &Fused) -> Result<Fused> {
-        let direct = postorder(v).into_iter().filter_map(|n| match &n.kind {
-            Kind::Row { stage, .. } => Some(stage.clone()),
-            _ => None,
-        });
-        for st in direct.collect::<Vec<_>>() {
-            if self.stages.contains_key(&st.id) {
-                continue;
-            }
-            let rows_shape = &st.shape[..st.shape.len() - 1];
-            let d = st.input.dtype.wide();
-            let only = node(d, Kind::Row { stage: st.clone(), layout: Layout::contiguous(rows_shape) });
-            let a = self.row_kernel(&only, rows_shape)?;
-            self.stages.insert(st.id, a);
-        }
-        let done = &self.stages;
-        Ok(with_computed(v, |k| match k {
-            Kind::Row { stage, layout } => Some((done[&stage.id].clone(), layout.clone())),
-            _ => None,
-        }))
-    }
-
-    fn force_pending(&mut self, v: &Fused) -> Result<Fused> {
-        let v = self.force_matmuls(v)?;
-        self.force_rows(&v)
-    }
-
-    /// Give every root a buffer; roots of one shape that are plain
-    /// elementwise values share one kernel.
-    fn materialize_roots(&mut self, roots: &[Node]) -> Result<()> {
-        let mut groups: Vec<(Vec<usize>, Vec<Node>)> = Vec::new();
-        let mut seen = HashSet::new();
-        for r in roots {
-            if !seen.insert(r.id()) || r.realized_value().is_some() {
-                continue;
-            }
-            let v = self.value(r)?;
-            let plain = row_stages(&v).is_empty() && matmuls(&v).is_empty() && as_buffer(&v).is_none();
-            if !plain {
-                self.array(r)?;
-                continue;
-            }
-            let fits = |g: &[Node], p: &Self| {
-                let vals: Vec<Fused> = g.iter().chain([r]).map(|n| p.vals[&n.id()].clone()).collect();
-                let buffers: HashSet<_> = vals.iter().flat_map(buffers_of).collect();
-                buffers.len() + vals.len() <= p.gpu.max_bindings()
-            };
-            match groups.iter_mut().find(|(s, g)| s == r.shape() && fits(g, self)) {
-                Some((_, g)) => g.push(r.clone()),
-                None => groups.push((r.shape().to_vec(), vec![r.clone()])),
-            }
-        }
-        for (shape, group) in groups {
-            let vals: Vec<Fused> = group.iter().map(|n| self.vals[&n.id()].clone()).collect();
-            let arrays = self.elementwise(&vals, &shape)?;
-            for (n, a) in group.iter().zip(arrays) {
-                self.set_array(n, a);
-            }
-        }
-        for r in roots {
-            if r.realized_value().is_none() {
-                self.array(r)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Record every dispatch (and the readback copy) in one encoder, submit
     /// once, then store the computed values in their nodes.
     pub fn submit(self, read: Option<ReadRequest>) -> Result<Option<Arc<PooledBuffer>>> {
         let staging = self.gpu.submit(&self.rec, read)?;
-        for (node, value) in self.computed {
+        for (node, value) in self.results {
             node.set_realized(Realized::Gpu(value));
         }
         Ok(staging)
     }
 }
 
-/// `v` with each pending leaf that `computed` maps to its result replaced
-/// by a read of that buffer through the leaf's layout.
-fn with_computed(v: &Fused, computed: impl Fn(&Kind) -> Option<(GpuArray, Layout)>) -> Fused {
-    map_leaves(v, &mut |n| Some(computed(&n.kind).map(|(a, layout)| narrowed(GpuArray { layout, ..a }, n.dtype))))
-        .expect("leaf replacement cannot fail")
-}
-
-/// Distinct buffers `v` reads.
-fn buffers_of(v: &Fused) -> Vec<*const ()> {
-    let mut out = Vec::new();
-    for n in postorder(v) {
-        let b = match &n.kind {
-            Kind::Buf(a) | Kind::Gather { src: a, .. } => buffer_id(&a.buffer),
-            Kind::Iota { .. }
-            | Kind::Row { .. }
-            | Kind::Mm { .. }
-            | Kind::Fill(_)
-            | Kind::Unary(..)
-            | Kind::Binary(..)
-            | Kind::Where(..)
-            | Kind::Cast(_) => continue,
-        };
-        if !out.contains(&b) {
-            out.push(b);
-        }
-    }
-    out
-}
-
-/// The most storage buffers a kernel over `v` can bind, however its
-/// pending parts land: its own buffers and gather sources, the buffers of
-/// every row stage's input (direct or read by another stage, computed
-/// inside the kernel) and one more per stage (when it is computed first
-/// instead), and both operands of every pending matmul (when `v` becomes
-/// its epilogue; computed first, it binds one buffer). Counting only the
-/// first kind let a cross-entropy gradient fuse into a kernel of 11.
-fn bindings_bound(v: &Fused) -> usize {
-    let mut buffers = buffers_of(v);
-    let stages = row_stages(v);
-    let operands = matmuls(v).into_iter().flat_map(|mm| [buffer_id(&mm.a.buffer), buffer_id(&mm.b.buffer)]);
-    for b in stages.iter().flat_map(|st| buffers_of(&st.input)).chain(operands) {
-        if !buffers.contains(&b) {
-            buffers.push(b);
-        }
-    }
-    buffers.len() + stages.len()
-}
-
-/// (bindings at most, meta words) a kernel over `v` would need.
-fn footprint(v: &Fused, rank: usize) -> (usize, usize) {
-    let mut low = Lowerer::new(rank, &[], None);
-    let stages = row_stages(v);
-    let words = if stages.is_empty() && matmuls(v).is_empty() {
-        low.body(&[v]);
-        meta_words(&low.sig)
-    } else {
-        // Pending values lower with their own kernel; count leaves only.
-        postorder(v).iter().filter(|n| matches!(n.kind, Kind::Buf(_) | Kind::Iota { .. })).count() * (rank + 1)
-    };
-    (bindings_bound(v), words)
-}
-
-/// Whether every row stage `v` reads (directly) runs over `shape`'s rows
-/// and is read at the kernel's own row.
-fn rows_aligned(v: &Fused, shape: &[usize]) -> bool {
-    postorder(v).iter().all(|n| match &n.kind {
-        Kind::Row { stage, layout } => stage.shape == shape && row_aligned(layout, shape),
-        _ => true,
-    })
-}
-
-impl Gpu {
-    /// The kernels realizing `roots` would launch, without launching them.
-    pub(super) fn plan_kernels(&self, roots: &[Node]) -> Result<Vec<PlannedKernel>> {
-        let mut plan = Plan::new(self);
-        plan.run(roots)?;
-        Ok(plan.kernels())
-    }
+/// The config a matmul of A (`a`) and B (`b`) takes without tuning.
+fn untuned_config(gpu: &Gpu, dtype: crate::DType, a: &crate::shape::Layout, b: &crate::shape::Layout) -> MatmulConfig {
+    let r = a.shape.len();
+    gpu.chosen_matmul_config(dtype, a.shape[r - 2], b.shape[r - 1], a.shape[r - 1])
 }

@@ -26,6 +26,7 @@ use super::pool::Pooled;
 use crate::codegen::matmul::{MatmulConfig, ShapeClass};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::sched::schedule::{Item, Schedule};
 use crate::shape::Layout;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -164,31 +165,61 @@ impl Gpu {
         v
     }
 
-    /// The config for an m×k @ k×n product of `dtype` operands.
+    /// The config for an m×k @ k×n product of `dtype` operands: natively,
+    /// a shape class met for the first time is tuned now.
     pub(super) fn matmul_config(&self, dtype: DType, m: usize, n: usize, k: usize) -> Result<MatmulConfig> {
-        if let Some(c) = *self.tuner.forced.lock().unwrap() {
+        if let Some(c) = self.settled_config(dtype, m, n, k) {
             return Ok(c);
         }
-        if m * n * k < TUNE_MIN_WORK || !self.tuning_on() {
-            return Ok(MatmulConfig::default_for(&self.caps));
-        }
-        self.tuner.loaded.get_or_init(|| self.load_cache());
-        let class = ShapeClass::of(dtype, m, n, k);
-        if let Some(c) = self.tuner.chosen.lock().unwrap().get(&class) {
-            return Ok(*c);
-        }
-        let product = Product { dtype, m, n, k };
+        let (class, product) = (ShapeClass::of(dtype, m, n, k), Product { dtype, m, n, k });
         if cfg!(target_arch = "wasm32") {
-            let mut pending = self.tuner.pending.lock().unwrap();
-            if !pending.iter().any(|(c, _)| *c == class) {
-                pending.push((class, product));
-            }
+            self.queue_class(class, product);
             return Ok(MatmulConfig::default_for(&self.caps));
         }
         let best = pollster::block_on(self.tune(class, product))?;
         self.choose(class, best);
         save_choice(&self.tune_key(), &class, &best);
         Ok(best)
+    }
+
+    /// The config a product takes without tuning: the one chosen for its
+    /// class, or the default.
+    pub(super) fn chosen_matmul_config(&self, dtype: DType, m: usize, n: usize, k: usize) -> MatmulConfig {
+        self.settled_config(dtype, m, n, k).unwrap_or_else(|| MatmulConfig::default_for(&self.caps))
+    }
+
+    /// The config forced, chosen, or fixed (too small to tune, tuning
+    /// off); `None` when the product's class is still to tune.
+    fn settled_config(&self, dtype: DType, m: usize, n: usize, k: usize) -> Option<MatmulConfig> {
+        if let Some(c) = *self.tuner.forced.lock().unwrap() {
+            return Some(c);
+        }
+        if m * n * k < TUNE_MIN_WORK || !self.tuning_on() {
+            return Some(MatmulConfig::default_for(&self.caps));
+        }
+        self.tuner.loaded.get_or_init(|| self.load_cache());
+        self.tuner.chosen.lock().unwrap().get(&ShapeClass::of(dtype, m, n, k)).copied()
+    }
+
+    fn queue_class(&self, class: ShapeClass, product: Product) {
+        let mut pending = self.tuner.pending.lock().unwrap();
+        if !pending.iter().any(|(c, _)| *c == class) {
+            pending.push((class, product));
+        }
+    }
+
+    /// Queue the untuned shape classes of `schedule`'s matmuls, for
+    /// [`Gpu::tune_pending`].
+    pub(super) fn queue_tuning(&self, schedule: &Schedule) {
+        for k in &schedule.items {
+            if let Item::Matmul { a, b, operands, .. } = &k.item {
+                let r = a.shape.len();
+                let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+                if self.settled_config(*operands, m, n, k).is_none() {
+                    self.queue_class(ShapeClass::of(*operands, m, n, k), Product { dtype: *operands, m, n, k });
+                }
+            }
+        }
     }
 
     /// Tunes the classes met on the web since the last call (see the module

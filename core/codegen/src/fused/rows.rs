@@ -6,9 +6,7 @@ use crate::{META_DECL, WG, compute_type, storage_type, store_expr};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::{BinaryOp, ReduceOp, UnaryOp};
 use kiln_sched::lower::{Body, Op, Sig};
-/// Longest row the row kernel loops over (Mesa ends loops after 65,535
-/// iterations; each stage is one loop over the row).
-pub const ROW_MAX_LEN: usize = 16384;
+pub use kiln_sched::walk::ROW_MAX_LEN;
 const ROW_BLOCK: usize = 64;
 
 /// The row kernel: one invocation per row of `[rows.., len]`. Bodies

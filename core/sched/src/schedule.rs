@@ -1,0 +1,180 @@
+//! A schedule: what realizing some nodes takes, as plain data. An ordered
+//! list of kernel items, each with its structure (the [`Sig`] codegen
+//! renders), the buffers it reads and writes and its per-launch arguments,
+//! plus the buffer slots the items allocate, with sizes and lifetimes. It
+//! is made without a device ([`crate::walk::Scheduler`]); a runtime gives
+//! each slot a buffer, renders and records each item, and submits once.
+
+use crate::lower::{Args, Sig};
+use kiln_ir::dtype::DType;
+use kiln_ir::ir::{ArgOp, DeviceArray, DeviceBuffer, Node, ReduceOp};
+use kiln_ir::shape::{Layout, numel};
+use std::any::Any;
+use std::sync::Arc;
+
+/// What the scheduler needs to know of the device it schedules for.
+pub trait Target {
+    /// Storage buffers one kernel may bind.
+    fn max_bindings(&self) -> usize;
+    /// Meta words left for a fused body's leaves and params in a kernel of `rank`.
+    fn meta_room(&self, rank: usize) -> usize;
+    /// Whether `rows` rows of `len` reduce in the streaming row kernel
+    /// (so that a last-axis reduction over them stays a row stage).
+    fn streams_rows(&self, rows: usize, len: usize) -> bool;
+}
+
+/// How a tree reduction combines: a reduction, or an arg reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Monoid {
+    Reduce(ReduceOp),
+    Arg(ArgOp),
+}
+
+/// A buffer the schedule allocates (or, when planning without a device, a
+/// value realized elsewhere): a placeholder that items bind in place of a
+/// device buffer until the runtime gives slot `index` one.
+#[derive(Debug)]
+pub struct Slot {
+    pub index: usize,
+}
+
+impl DeviceBuffer for Slot {}
+
+/// The slot `buffer` stands for, if it is one.
+pub fn slot_of(buffer: &Arc<dyn DeviceBuffer>) -> Option<usize> {
+    let any: &dyn Any = buffer.as_ref();
+    any.downcast_ref::<Slot>().map(|s| s.index)
+}
+
+/// A slot's size, where it comes from, and the items that use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotInfo {
+    /// The op that asked for it (for errors: a buffer over the device's limit).
+    pub op: &'static str,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// A value realized on another device (planning only): no item writes it.
+    pub external: bool,
+    /// The first and last item that binds it (`None` when none does).
+    pub lifetime: Option<(usize, usize)>,
+}
+
+impl SlotInfo {
+    pub fn bytes(&self) -> u64 {
+        self.dtype.storage_bytes(numel(&self.shape))
+    }
+}
+
+/// One kernel's worth of work (a tree reduction or a long matmul may take
+/// several launches).
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// Body 0's roots over `shape`, written to `outputs` (contiguous), or
+    /// its one root into `region` of `outputs[0]`.
+    Elementwise {
+        sig: Sig,
+        args: Args,
+        shape: Vec<usize>,
+        outputs: Vec<(DType, Arc<dyn DeviceBuffer>)>,
+        region: Option<Layout>,
+    },
+    /// Body 0 seen as `[rows, len]` (`view_shape`: kept axes, then reduced
+    /// ones) reduced along each row into `values` (and `indices`).
+    Reduce {
+        monoid: Monoid,
+        sig: Sig,
+        args: Args,
+        view_shape: Vec<usize>,
+        rows: usize,
+        values: Arc<dyn DeviceBuffer>,
+        indices: Option<Arc<dyn DeviceBuffer>>,
+    },
+    /// The row kernel over `shape = [rows.., len]`: `stages` folded along
+    /// each row, then the last body written per element (or once per row).
+    Row {
+        sig: Sig,
+        args: Args,
+        stages: Vec<ReduceOp>,
+        shape: Vec<usize>,
+        outputs: Vec<(DType, Arc<dyn DeviceBuffer>)>,
+        per_row: bool,
+    },
+    /// `out = epilogue(a @ b)` in f32; `args` binds A's and B's buffers
+    /// first, then what the epilogue reads.
+    Matmul {
+        a: Layout,
+        b: Layout,
+        operands: DType,
+        shape: Vec<usize>,
+        out: Arc<dyn DeviceBuffer>,
+        epilogue: Option<Sig>,
+        args: Args,
+    },
+}
+
+impl Item {
+    /// The buffers the item writes.
+    pub fn writes(&self) -> Vec<&Arc<dyn DeviceBuffer>> {
+        match self {
+            Item::Elementwise { outputs, .. } | Item::Row { outputs, .. } => outputs.iter().map(|o| &o.1).collect(),
+            Item::Reduce { values, indices, .. } => std::iter::once(values).chain(indices).collect(),
+            Item::Matmul { out, .. } => vec![out],
+        }
+    }
+
+    /// The buffers the item reads.
+    pub fn reads(&self) -> &[Arc<dyn DeviceBuffer>] {
+        match self {
+            Item::Elementwise { args, .. }
+            | Item::Reduce { args, .. }
+            | Item::Row { args, .. }
+            | Item::Matmul { args, .. } => &args.buffers,
+        }
+    }
+
+    /// A short name of the item's kind, for tests and pictures.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Item::Elementwise { .. } => "elementwise",
+            Item::Reduce { .. } => "reduce",
+            Item::Row { .. } => "row",
+            Item::Matmul { .. } => "matmul",
+        }
+    }
+}
+
+/// An item, the op it runs for (named in errors) and the IR nodes it computes.
+#[derive(Debug, Clone)]
+pub struct KernelItem {
+    pub op: &'static str,
+    pub item: Item,
+    pub covers: Vec<u64>,
+}
+
+/// The work of realizing some nodes, in order.
+#[derive(Debug, Default)]
+pub struct Schedule {
+    pub items: Vec<KernelItem>,
+    pub slots: Vec<SlotInfo>,
+    /// The nodes the schedule computes, each with where its value lands.
+    pub results: Vec<(Node, DeviceArray)>,
+}
+
+impl Schedule {
+    /// Fill in each slot's lifetime from the items that bind it.
+    pub(crate) fn note_lifetimes(&mut self) {
+        for (i, k) in self.items.iter().enumerate() {
+            for b in k.item.reads().iter().chain(k.item.writes()) {
+                if let Some(s) = slot_of(b) {
+                    let l = &mut self.slots[s].lifetime;
+                    *l = Some(l.map_or((i, i), |(first, _)| (first, i)));
+                }
+            }
+        }
+    }
+
+    /// Bytes the schedule allocates (its slots that no other device holds).
+    pub fn bytes_allocated(&self) -> u64 {
+        self.slots.iter().filter(|s| !s.external).map(SlotInfo::bytes).sum()
+    }
+}

@@ -1,0 +1,599 @@
+//! The scheduler: walks the unrealized part of a graph, holding each node
+//! as a fused value (see [`crate::expr`]), and emits a kernel item only
+//! where a value must exist in memory:
+//! - a root (what the caller asked for); roots of one shape share a kernel;
+//! - an operand of a matmul, a concat, a gather source, a tree reduction's
+//!   result, or a view the leaves' layouts cannot express;
+//! - a value with several consumers whose recomputation would cost more
+//!   than [`RECOMPUTE_MAX`] ops (cheaper ones are recomputed by each
+//!   consumer: a load saved is worth more than a few ALU ops).
+//!
+//! A last-axis reduction stays pending as a row stage, so that softmax,
+//! layer norm and cross-entropy become one row kernel; a matmul stays
+//! pending so that its consumer (bias, activation) becomes its epilogue.
+//! The walk touches no device: buffers it needs are [`Slot`]s of the
+//! [`Schedule`] it builds.
+
+use crate::expr::{
+    Fused, Kind, PendingMatmul, RowStage, View, apply_view, as_buffer, cost, fresh_id, map_leaves, matmuls, node,
+    postorder, row_aligned, row_stages, same_mapping, tagged,
+};
+use crate::lower::{Args, Lowerer, Sig, meta_words};
+use crate::schedule::{Item, KernelItem, Monoid, Schedule, Slot, SlotInfo, Target};
+use kiln_ir::dtype::DType;
+use kiln_ir::error::{KilnError, Result};
+use kiln_ir::ir::{DeviceArray, DeviceBuffer, buffer_id};
+use kiln_ir::ir::{Node, Prim, Realized};
+use kiln_ir::shape::{Layout, numel};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// A value with several consumers is materialized once when inlining it
+/// would recompute more ops than this in each consumer.
+pub const RECOMPUTE_MAX: usize = 12;
+/// Largest fused expression; past it, operands are materialized.
+const FUSED_OPS_MAX: usize = 256;
+/// A last-axis reduction of at most `ROW_MAX_LEN` columns becomes a row
+/// stage (one invocation per row) when it has at least this many rows, or
+/// when it is small enough for one invocation (a loss's mean over a batch);
+/// longer rows do where the device streams them ([`Target::streams_rows`]).
+const ROW_MIN_ROWS: usize = 32;
+const ROW_SMALL: usize = 4096;
+/// Longest row the row kernel loops over (Mesa ends loops after 65,535
+/// iterations; each stage is one loop over the row).
+pub const ROW_MAX_LEN: usize = 16384;
+
+/// What to do with an input realized on another device (the CPU reference).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostInputs {
+    /// Refuse it: a schedule to run needs its inputs on its device.
+    Refuse,
+    /// Stand it in with a slot of its own (a schedule to look at).
+    Placeholder,
+}
+
+/// Builds a [`Schedule`] for a target, one root set at a time.
+pub struct Scheduler<'a> {
+    target: &'a dyn Target,
+    host: HostInputs,
+    schedule: Schedule,
+    vals: HashMap<u64, Fused>,
+    consumers: HashMap<u64, usize>,
+    computed_ids: HashSet<u64>,
+    matmuls: HashMap<u64, DeviceArray>,
+    stages: HashMap<u64, DeviceArray>,
+}
+
+fn leaf(a: DeviceArray) -> Fused {
+    node(a.dtype, Kind::Buf(a))
+}
+
+/// `a` (a 4-byte result) seen as `dtype`: a cast when that is f16.
+fn narrowed(a: DeviceArray, dtype: DType) -> Fused {
+    let d = a.dtype;
+    let buf = leaf(a);
+    if d == dtype { buf } else { node(dtype, Kind::Cast(buf)) }
+}
+
+impl<'a> Scheduler<'a> {
+    pub fn new(target: &'a dyn Target, host: HostInputs) -> Scheduler<'a> {
+        Scheduler {
+            target,
+            host,
+            schedule: Schedule::default(),
+            vals: HashMap::new(),
+            consumers: HashMap::new(),
+            computed_ids: HashSet::new(),
+            matmuls: HashMap::new(),
+            stages: HashMap::new(),
+        }
+    }
+
+    /// The schedule built so far, its slots' lifetimes filled in.
+    pub fn finish(mut self) -> Schedule {
+        self.schedule.note_lifetimes();
+        self.schedule
+    }
+
+    /// A new slot of `shape` elements of `dtype`, for `op`.
+    fn alloc(&mut self, op: &'static str, dtype: DType, shape: &[usize]) -> Arc<dyn DeviceBuffer> {
+        self.slot(op, dtype, shape, false)
+    }
+
+    fn slot(&mut self, op: &'static str, dtype: DType, shape: &[usize], external: bool) -> Arc<dyn DeviceBuffer> {
+        let index = self.schedule.slots.len();
+        self.schedule.slots.push(SlotInfo { op, dtype, shape: shape.to_vec(), external, lifetime: None });
+        Arc::new(Slot { index })
+    }
+
+    /// Append a kernel item computing the IR nodes `covers`.
+    fn push(&mut self, op: &'static str, item: Item, covers: Vec<u64>) {
+        self.schedule.items.push(KernelItem { op, item, covers });
+    }
+
+    /// Schedule every unrealized node that `roots` need; roots end in buffers.
+    pub fn run(&mut self, roots: &[Node]) -> Result<()> {
+        let order = Node::topo_unrealized(roots);
+        for n in &order {
+            for i in n.inputs() {
+                *self.consumers.entry(i.id()).or_default() += 1;
+            }
+        }
+        for n in &order {
+            let v = self.build(n)?;
+            let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
+            self.vals.insert(n.id(), v.clone());
+            if shared && (!matmuls(&v).is_empty() || cost(&v) > RECOMPUTE_MAX) {
+                self.array(n)?;
+            }
+        }
+        self.materialize_roots(roots)
+    }
+
+    /// The fused value of a node (a buffer leaf when it is realized).
+    fn value(&mut self, n: &Node) -> Result<Fused> {
+        if let Some(v) = self.vals.get(&n.id()) {
+            return Ok(v.clone());
+        }
+        match (n.realized_value(), self.host) {
+            (Some(Realized::Gpu(a)), _) => Ok(leaf(a)),
+            (Some(Realized::Host(_)), HostInputs::Placeholder) => {
+                let buffer = self.slot(n.prim().name(), n.dtype(), n.shape(), true);
+                Ok(leaf(DeviceArray { buffer, layout: Layout::contiguous(n.shape()), dtype: n.dtype() }))
+            }
+            _ => Err(KilnError::Invalid {
+                op: n.prim().name(),
+                detail: "the input lives on another device (the CPU reference); move it first".into(),
+            }),
+        }
+    }
+
+    /// The node's value in a buffer (any layout), computing it if needed.
+    pub fn array(&mut self, n: &Node) -> Result<DeviceArray> {
+        let v = self.value(n)?;
+        let a = match as_buffer(&v) {
+            Some(a) => a.clone(),
+            None => self.materialize(&v, n.shape())?,
+        };
+        self.set_array(n, a.clone());
+        Ok(a)
+    }
+
+    fn set_array(&mut self, n: &Node, a: DeviceArray) {
+        self.vals.insert(n.id(), leaf(a.clone()));
+        if n.realized_value().is_none() && self.computed_ids.insert(n.id()) {
+            self.schedule.results.push((n.clone(), a));
+        }
+    }
+
+    /// A contiguous copy of `a`.
+    pub fn contiguous(&mut self, a: &DeviceArray) -> Result<DeviceArray> {
+        self.materialize(&leaf(a.clone()), &a.layout.shape.clone())
+    }
+
+    fn build(&mut self, n: &Node) -> Result<Fused> {
+        let inputs = n.inputs();
+        let dtype = n.dtype();
+        let x = |p: &mut Self, i: usize| p.value(&inputs[i]);
+        Ok(match n.prim() {
+            Prim::Input { .. } => {
+                return Err(KilnError::Invalid { op: "input", detail: "input node without data".into() });
+            }
+            Prim::Fill { value, .. } => tagged(n.id(), dtype, Kind::Fill(*value)),
+            Prim::Iota { start, step, len, .. } => {
+                tagged(n.id(), dtype, Kind::Iota { layout: Layout::contiguous(&[*len]), start: *start, step: *step })
+            }
+            Prim::Unary(op) => self.combine(n, &inputs, |v| Kind::Unary(*op, v[0].clone()))?,
+            Prim::Binary(op) => self.combine(n, &inputs, |v| Kind::Binary(*op, v[0].clone(), v[1].clone()))?,
+            Prim::Where => self.combine(n, &inputs, |v| Kind::Where(v[0].clone(), v[1].clone(), v[2].clone()))?,
+            Prim::Cast { .. } => self.combine(n, &inputs, |v| Kind::Cast(v[0].clone()))?,
+            Prim::Reduce { op, axes, .. } => {
+                let x = x(self, 0)?;
+                self.reduce(n, &inputs[0], x, Monoid::Reduce(*op), axes)?
+            }
+            Prim::ArgReduce { op, axis, .. } => {
+                let x = x(self, 0)?;
+                self.reduce(n, &inputs[0], x, Monoid::Arg(*op), &[*axis])?
+            }
+            Prim::Reshape { shape } => self.view(&inputs[0], View::Reshape(shape))?,
+            Prim::Permute { perm } => self.view(&inputs[0], View::Permute(perm))?,
+            Prim::Slice { specs } => self.view(&inputs[0], View::Slice(specs))?,
+            Prim::Expand { shape } => self.view(&inputs[0], View::Expand(shape))?,
+            Prim::Matmul => {
+                let (a, b) = (self.array(&inputs[0])?, self.array(&inputs[1])?);
+                let mm = PendingMatmul { id: fresh_id(), origin: n.id(), a, b, shape: n.shape().to_vec() };
+                tagged(n.id(), dtype, Kind::Mm { mm: Arc::new(mm), layout: Layout::contiguous(n.shape()) })
+            }
+            Prim::Concat { axis } => self.concat(n, &inputs, *axis)?,
+            Prim::Gather { axis } => {
+                let src = self.array(&inputs[0])?;
+                tagged(n.id(), dtype, Kind::Gather { src, axis: *axis, index: x(self, 1)? })
+            }
+        })
+    }
+
+    /// An elementwise op over its inputs' fused values; when the result
+    /// would bind too many buffers, need too much meta or grow too large,
+    /// the inputs are materialized first.
+    fn combine(&mut self, n: &Node, inputs: &[Node], f: impl Fn(&[Fused]) -> Kind) -> Result<Fused> {
+        let vals = inputs.iter().map(|i| self.value(i)).collect::<Result<Vec<_>>>()?;
+        let fused = tagged(n.id(), n.dtype(), f(&vals));
+        let (buffers, words) = footprint(&fused, n.shape().len());
+        let fits = buffers < self.target.max_bindings()
+            && words <= self.target.meta_room(n.shape().len())
+            && cost(&fused) <= FUSED_OPS_MAX;
+        if fits {
+            return Ok(fused);
+        }
+        let arrays = inputs.iter().map(|i| self.array(i).map(leaf)).collect::<Result<Vec<_>>>()?;
+        Ok(tagged(n.id(), n.dtype(), f(&arrays)))
+    }
+
+    fn view(&mut self, input: &Node, view: View) -> Result<Fused> {
+        let x = self.value(input)?;
+        if let Some(v) = apply_view(&x, &view) {
+            return Ok(v);
+        }
+        let copy = self.materialize(&x, input.shape())?;
+        Ok(apply_view(&leaf(copy), &view).expect("a contiguous buffer takes any view"))
+    }
+
+    /// A reduction: pending as a row stage when it runs along a short last
+    /// axis with enough rows, otherwise a tree reduction now.
+    fn reduce(&mut self, n: &Node, input: &Node, x: Fused, monoid: Monoid, axes: &[usize]) -> Result<Fused> {
+        let (op, dtype, out_shape) = (n.prim().name(), n.dtype(), n.shape().to_vec());
+        let xs = input.shape();
+        let rank = xs.len();
+        let len: usize = axes.iter().map(|&a| xs[a]).product();
+        let rows = numel(xs) / len.max(1);
+        if let Monoid::Reduce(r) = monoid {
+            if len == 0 {
+                // Only sum and prod get here (inference rejects the rest).
+                return Ok(tagged(n.id(), dtype, Kind::Fill(r.identity().unwrap_or(0.0))));
+            }
+            let row_fits = len <= ROW_MAX_LEN && (rows >= ROW_MIN_ROWS || rows * len <= ROW_SMALL);
+            if axes == [rank - 1] && (row_fits || self.target.streams_rows(rows, len)) {
+                let input = self.stage_input(x, xs)?;
+                let stage = RowStage { id: fresh_id(), origin: n.id(), op: r, input, shape: xs.to_vec() };
+                return Ok(tagged(
+                    n.id(),
+                    dtype,
+                    Kind::Row { stage: Arc::new(stage), layout: Layout::contiguous(&out_shape) },
+                ));
+            }
+        }
+        let perm: Vec<usize> = (0..rank).filter(|d| !axes.contains(d)).chain(axes.iter().copied()).collect();
+        let x = match apply_view(&x, &View::Permute(&perm)) {
+            Some(v) => v,
+            None => apply_view(&leaf(self.materialize(&x, xs)?), &View::Permute(&perm)).expect("buffer view"),
+        };
+        let x = self.force_pending(&x)?;
+        let view_shape: Vec<usize> = perm.iter().map(|&d| xs[d]).collect();
+        let mut low = Lowerer::new(rank, &[], None);
+        low.body(&[&x]);
+        let wide = x.dtype.wide();
+        let values = self.alloc(op, wide, &[rows]);
+        let indices = match monoid {
+            Monoid::Arg(_) => Some(self.alloc(op, DType::I32, &[rows])),
+            Monoid::Reduce(_) => None,
+        };
+        let mut covers = std::mem::take(&mut low.covers);
+        covers.push(n.id());
+        let (sig, args, values2, indices2) = (low.sig, low.args, values.clone(), indices.clone());
+        let item = Item::Reduce { monoid, sig, args, view_shape, rows, values: values2, indices: indices2 };
+        self.push(op, item, covers);
+        let layout = Layout::contiguous(&out_shape);
+        Ok(match indices {
+            Some(buffer) => leaf(DeviceArray { buffer, layout, dtype: DType::I32 }),
+            None => narrowed(DeviceArray { buffer: values, layout, dtype: wide }, dtype),
+        })
+    }
+
+    /// A row stage's input: no pending matmul, and every stage it reads
+    /// runs over the same rows (or is materialized first).
+    fn stage_input(&mut self, x: Fused, shape: &[usize]) -> Result<Fused> {
+        let x = self.force_matmuls(&x)?;
+        if rows_aligned(&x, shape) { Ok(x) } else { self.force_rows(&x) }
+    }
+
+    fn concat(&mut self, n: &Node, inputs: &[Node], axis: usize) -> Result<Fused> {
+        let (shape, dtype) = (n.shape().to_vec(), n.dtype());
+        let wide = dtype.wide();
+        let out = self.alloc("concat", wide, &shape);
+        let out_layout = Layout::contiguous(&shape);
+        let mut start = 0;
+        for part in inputs {
+            let v = self.value(part)?;
+            let v = self.force_pending(&v)?;
+            let v = if v.dtype == wide { v } else { node(wide, Kind::Cast(v)) };
+            let region = Layout { offset: start * out_layout.strides[axis] as usize, ..out_layout.clone() };
+            let mut low = Lowerer::new(shape.len(), &[], None);
+            low.body(&[&v]);
+            let outputs = vec![(wide, out.clone())];
+            let mut covers = std::mem::take(&mut low.covers);
+            covers.push(n.id());
+            let (sig, args, shape) = (low.sig, low.args, part.shape().to_vec());
+            self.push("concat", Item::Elementwise { sig, args, shape, outputs, region: Some(region) }, covers);
+            start += part.shape()[axis];
+        }
+        Ok(narrowed(DeviceArray { buffer: out, layout: out_layout, dtype: wide }, dtype))
+    }
+
+    /// Compute `v` (of `shape`) into a new contiguous buffer.
+    fn materialize(&mut self, v: &Fused, shape: &[usize]) -> Result<DeviceArray> {
+        let mms = matmuls(v);
+        if !mms.is_empty() {
+            if let Some(a) = self.matmul_with_epilogue(v, &mms, shape)? {
+                return Ok(a);
+            }
+            let v = self.force_matmuls(v)?;
+            return self.materialize(&v, shape);
+        }
+        if !row_stages(v).is_empty() {
+            return self.row_kernel(v, shape);
+        }
+        let mut out = self.elementwise(std::slice::from_ref(v), shape)?;
+        Ok(out.remove(0))
+    }
+
+    /// One elementwise kernel computing every value in `vals` (all of `shape`).
+    fn elementwise(&mut self, vals: &[Fused], shape: &[usize]) -> Result<Vec<DeviceArray>> {
+        let mut low = Lowerer::new(shape.len(), &[], None);
+        low.body(&vals.iter().collect::<Vec<_>>());
+        let mut outputs = Vec::new();
+        for v in vals {
+            outputs.push((v.dtype, self.alloc("elementwise", v.dtype, shape)));
+        }
+        let (sig, args) = (low.sig, low.args);
+        let item = Item::Elementwise { sig, args, shape: shape.to_vec(), outputs: outputs.clone(), region: None };
+        self.push("elementwise", item, low.covers);
+        let layout = Layout::contiguous(shape);
+        Ok(outputs.into_iter().map(|(dtype, buffer)| DeviceArray { buffer, layout: layout.clone(), dtype }).collect())
+    }
+
+    /// `v` as the epilogue of its one pending matmul, when `v` is f32, has
+    /// the matmul's shape and reads the matmul's result element for element.
+    fn matmul_with_epilogue(
+        &mut self,
+        v: &Fused,
+        mms: &[Arc<PendingMatmul>],
+        shape: &[usize],
+    ) -> Result<Option<DeviceArray>> {
+        let [mm] = mms else { return Ok(None) };
+        let aligned = postorder(v).iter().all(|n| match &n.kind {
+            Kind::Mm { layout, .. } => same_mapping(layout, &Layout::contiguous(shape)),
+            _ => true,
+        });
+        if v.dtype != DType::F32 || mm.shape != shape || !aligned || !row_stages(v).is_empty() {
+            return Ok(None);
+        }
+        if matches!(v.kind, Kind::Mm { .. }) {
+            return self.matmul_raw(mm).map(Some);
+        }
+        let mut low = Lowerer::new(shape.len(), &[], Some(mm));
+        low.args.buffers = vec![mm.a.buffer.clone(), mm.b.buffer.clone()];
+        low.sig.buffers = vec![mm.a.dtype, mm.b.dtype];
+        low.body(&[v]);
+        let out = self.alloc("matmul", DType::F32, shape);
+        self.push("matmul", matmul_item(mm, shape, out.clone(), Some(low.sig), low.args), low.covers);
+        Ok(Some(DeviceArray { buffer: out, layout: Layout::contiguous(shape), dtype: DType::F32 }))
+    }
+
+    /// The matmul's f32 result, computed once.
+    fn matmul_raw(&mut self, mm: &PendingMatmul) -> Result<DeviceArray> {
+        if let Some(a) = self.matmuls.get(&mm.id) {
+            return Ok(a.clone());
+        }
+        let out = self.alloc("matmul", DType::F32, &mm.shape);
+        let args = Args { buffers: vec![mm.a.buffer.clone(), mm.b.buffer.clone()], ..Default::default() };
+        self.push("matmul", matmul_item(mm, &mm.shape, out.clone(), None, args), vec![mm.origin]);
+        let a = DeviceArray { buffer: out, layout: Layout::contiguous(&mm.shape), dtype: DType::F32 };
+        self.matmuls.insert(mm.id, a.clone());
+        Ok(a)
+    }
+
+    /// The row kernel for `v`: over `v`'s shape (`[rows.., len]`) or, when
+    /// `v` has one value per row, writing one element per row.
+    fn row_kernel(&mut self, v: &Fused, shape: &[usize]) -> Result<DeviceArray> {
+        let stages = row_stages(v);
+        let s = stages[0].shape.clone();
+        let len = *s.last().expect("stages have rank ≥ 1");
+        let per_row = shape != s.as_slice();
+        let body = if !per_row {
+            Some(v.clone())
+        } else if numel(shape) * len == numel(&s) {
+            let mut keep = s[..s.len() - 1].to_vec();
+            keep.push(1);
+            apply_view(v, &View::Reshape(&keep)).and_then(|k| apply_view(&k, &View::Expand(&s)))
+        } else {
+            None
+        };
+        let body = body.filter(|b| stages.iter().all(|st| st.shape == s) && rows_aligned(b, &s));
+        let Some(body) = body else {
+            let v = self.force_rows(v)?;
+            return self.materialize(&v, shape);
+        };
+        let out_dtype = v.dtype.wide();
+        let body = if body.dtype == out_dtype { body } else { node(out_dtype, Kind::Cast(body)) };
+        let mut low = Lowerer::new(s.len(), &stages, None);
+        for st in &stages {
+            low.body(&[&st.input]);
+        }
+        low.body(&[&body]);
+        let out = self.alloc("row", out_dtype, shape);
+        let stages = stages.iter().map(|st| st.op).collect();
+        let outputs = vec![(out_dtype, out.clone())];
+        let item = Item::Row { sig: low.sig, args: low.args, stages, shape: s, outputs, per_row };
+        self.push("row", item, low.covers);
+        let wide = DeviceArray { buffer: out, layout: Layout::contiguous(shape), dtype: out_dtype };
+        if v.dtype == out_dtype {
+            return Ok(wide);
+        }
+        let narrowed = narrowed(wide, v.dtype);
+        self.materialize(&narrowed, shape)
+    }
+
+    /// `v` with its pending matmuls computed.
+    fn force_matmuls(&mut self, v: &Fused) -> Result<Fused> {
+        for mm in matmuls(v) {
+            self.matmul_raw(&mm)?;
+        }
+        let done = &self.matmuls;
+        Ok(with_computed(v, |k| match k {
+            Kind::Mm { mm, layout } => Some((done[&mm.id].clone(), layout.clone())),
+            _ => None,
+        }))
+    }
+
+    /// `v` with the row stages it reads computed (one value per row each;
+    /// stages those read are computed inside their kernels).
+    fn force_rows(&mut self, v: &Fused) -> Result<Fused> {
+        let direct = postorder(v).into_iter().filter_map(|n| match &n.kind {
+            Kind::Row { stage, .. } => Some(stage.clone()),
+            _ => None,
+        });
+        for st in direct.collect::<Vec<_>>() {
+            if self.stages.contains_key(&st.id) {
+                continue;
+            }
+            let rows_shape = &st.shape[..st.shape.len() - 1];
+            let d = st.input.dtype.wide();
+            let only = node(d, Kind::Row { stage: st.clone(), layout: Layout::contiguous(rows_shape) });
+            let a = self.row_kernel(&only, rows_shape)?;
+            self.stages.insert(st.id, a);
+        }
+        let done = &self.stages;
+        Ok(with_computed(v, |k| match k {
+            Kind::Row { stage, layout } => Some((done[&stage.id].clone(), layout.clone())),
+            _ => None,
+        }))
+    }
+
+    fn force_pending(&mut self, v: &Fused) -> Result<Fused> {
+        let v = self.force_matmuls(v)?;
+        self.force_rows(&v)
+    }
+
+    /// Give every root a buffer; roots of one shape that are plain
+    /// elementwise values share one kernel.
+    fn materialize_roots(&mut self, roots: &[Node]) -> Result<()> {
+        let mut groups: Vec<(Vec<usize>, Vec<Node>)> = Vec::new();
+        let mut seen = HashSet::new();
+        for r in roots {
+            if !seen.insert(r.id()) || r.realized_value().is_some() {
+                continue;
+            }
+            let v = self.value(r)?;
+            let plain = row_stages(&v).is_empty() && matmuls(&v).is_empty() && as_buffer(&v).is_none();
+            if !plain {
+                self.array(r)?;
+                continue;
+            }
+            let fits = |g: &[Node], p: &Self| {
+                let vals: Vec<Fused> = g.iter().chain([r]).map(|n| p.vals[&n.id()].clone()).collect();
+                let buffers: HashSet<_> = vals.iter().flat_map(buffers_of).collect();
+                buffers.len() + vals.len() <= p.target.max_bindings()
+            };
+            match groups.iter_mut().find(|(s, g)| s == r.shape() && fits(g, self)) {
+                Some((_, g)) => g.push(r.clone()),
+                None => groups.push((r.shape().to_vec(), vec![r.clone()])),
+            }
+        }
+        for (shape, group) in groups {
+            let vals: Vec<Fused> = group.iter().map(|n| self.vals[&n.id()].clone()).collect();
+            let arrays = self.elementwise(&vals, &shape)?;
+            for (n, a) in group.iter().zip(arrays) {
+                self.set_array(n, a);
+            }
+        }
+        for r in roots {
+            if r.realized_value().is_none() {
+                self.array(r)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `v` with each pending leaf that `computed` maps to its result replaced
+/// by a read of that buffer through the leaf's layout.
+fn with_computed(v: &Fused, computed: impl Fn(&Kind) -> Option<(DeviceArray, Layout)>) -> Fused {
+    map_leaves(v, &mut |n| Some(computed(&n.kind).map(|(a, layout)| narrowed(DeviceArray { layout, ..a }, n.dtype))))
+        .expect("leaf replacement cannot fail")
+}
+
+/// Distinct buffers `v` reads.
+fn buffers_of(v: &Fused) -> Vec<*const ()> {
+    let mut out = Vec::new();
+    for n in postorder(v) {
+        let b = match &n.kind {
+            Kind::Buf(a) | Kind::Gather { src: a, .. } => buffer_id(&a.buffer),
+            Kind::Iota { .. }
+            | Kind::Row { .. }
+            | Kind::Mm { .. }
+            | Kind::Fill(_)
+            | Kind::Unary(..)
+            | Kind::Binary(..)
+            | Kind::Where(..)
+            | Kind::Cast(_) => continue,
+        };
+        if !out.contains(&b) {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// The most storage buffers a kernel over `v` can bind, however its
+/// pending parts land: its own buffers and gather sources, the buffers of
+/// every row stage's input (direct or read by another stage, computed
+/// inside the kernel) and one more per stage (when it is computed first
+/// instead), and both operands of every pending matmul (when `v` becomes
+/// its epilogue; computed first, it binds one buffer). Counting only the
+/// first kind let a cross-entropy gradient fuse into a kernel of 11.
+fn bindings_bound(v: &Fused) -> usize {
+    let mut buffers = buffers_of(v);
+    let stages = row_stages(v);
+    let operands = matmuls(v).into_iter().flat_map(|mm| [buffer_id(&mm.a.buffer), buffer_id(&mm.b.buffer)]);
+    for b in stages.iter().flat_map(|st| buffers_of(&st.input)).chain(operands) {
+        if !buffers.contains(&b) {
+            buffers.push(b);
+        }
+    }
+    buffers.len() + stages.len()
+}
+
+/// (bindings at most, meta words) a kernel over `v` would need.
+fn footprint(v: &Fused, rank: usize) -> (usize, usize) {
+    let mut low = Lowerer::new(rank, &[], None);
+    let stages = row_stages(v);
+    let words = if stages.is_empty() && matmuls(v).is_empty() {
+        low.body(&[v]);
+        meta_words(&low.sig)
+    } else {
+        // Pending values lower with their own kernel; count leaves only.
+        postorder(v).iter().filter(|n| matches!(n.kind, Kind::Buf(_) | Kind::Iota { .. })).count() * (rank + 1)
+    };
+    (bindings_bound(v), words)
+}
+
+/// Whether every row stage `v` reads (directly) runs over `shape`'s rows
+/// and is read at the kernel's own row.
+fn rows_aligned(v: &Fused, shape: &[usize]) -> bool {
+    postorder(v).iter().all(|n| match &n.kind {
+        Kind::Row { stage, layout } => stage.shape == shape && row_aligned(layout, shape),
+        _ => true,
+    })
+}
+
+/// The item computing `epilogue(mm)` over `shape` into `out`.
+fn matmul_item(
+    mm: &PendingMatmul,
+    shape: &[usize],
+    out: Arc<dyn DeviceBuffer>,
+    epilogue: Option<Sig>,
+    args: Args,
+) -> Item {
+    let (a, b) = (mm.a.layout.clone(), mm.b.layout.clone());
+    Item::Matmul { a, b, operands: mm.a.dtype, shape: shape.to_vec(), out, epilogue, args }
+}
