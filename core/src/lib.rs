@@ -18,5 +18,11 @@ pub use kiln_ir::{DType, Element, HostArray, KilnError, Node, Prim, Realized, Re
 pub use kiln_ir::{dtype, error, interp, ir, shape};
 pub use kiln_sched as sched;
 pub use runtime::schedule_for;
+
+/// Pins for the runtime's choices of kernel variant, for tests (feature `testing`).
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use crate::runtime::TestHooks;
+}
 pub use runtime::{Device, DeviceInfo, DeviceOptions, DeviceStats, KernelTiming, PlannedKernel, Program, TuningStats};
 pub use wgpu;

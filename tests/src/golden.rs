@@ -58,6 +58,21 @@ pub fn check(suite: &str, label: &str, sources: &[String]) -> Golden {
     compare(&hashes, &want)
 }
 
+/// [`check`] as a line to print, or the failure to report.
+pub fn verdict(suite: &str, label: &str, sources: &[String]) -> Result<String, String> {
+    match check(suite, label, sources) {
+        Golden::Same(n) => Ok(format!("golden kernels ({suite}): {label}: the same {n}")),
+        Golden::Blessed(n) => Ok(format!("golden kernels ({suite}): {label}: wrote {n}")),
+        Golden::Unchecked(why) => Ok(format!("golden kernels ({suite}) unchecked: {why}")),
+        Golden::Differs { gained, lost } => Err(format!(
+            "golden kernels ({suite}): {label}: {} kernels new and {} gone (KILN_DUMP_WGSL=dir shows them; \
+             KILN_BLESS=1 accepts them): new {gained:?}, gone {lost:?}",
+            gained.len(),
+            lost.len()
+        )),
+    }
+}
+
 fn compare(got: &[String], want: &[String]) -> Golden {
     let gained: Vec<String> = got.iter().filter(|h| !want.contains(h)).cloned().collect();
     let lost: Vec<String> = want.iter().filter(|h| !got.contains(h)).cloned().collect();

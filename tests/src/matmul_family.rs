@@ -7,6 +7,7 @@
 
 use crate::rng::Rng;
 use kiln::core::codegen::matmul::MatmulConfig;
+use kiln::core::testing::TestHooks;
 use kiln::prelude::*;
 
 fn random(dev: &Device, shape: &[usize], seed: u64) -> Result<Tensor> {

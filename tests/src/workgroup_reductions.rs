@@ -4,6 +4,7 @@
 //! `tests/workgroup_reductions.rs` on every adapter, and by the browser's
 //! conformance page (Dawn compiles its own copy of these kernels).
 
+use kiln::core::testing::TestHooks;
 use kiln::prelude::*;
 
 /// The outputs: 2^24 elements (the size that shows Mesa's 65,535-iteration

@@ -4,7 +4,7 @@
 //! installed), MSL, HLSL and GLSL. Prints "N passed, M failed".
 
 use kiln::core::ir::{BinaryOp, UnaryOp};
-use kiln_conformance::golden::{self, Golden};
+use kiln_conformance::golden;
 use kiln_conformance::report;
 
 /// Ops outside the unary and binary tables that must each have a case.
@@ -152,16 +152,9 @@ fn main() {
     // The kernels of every case, compared with the golden set of the
     // adapter and driver (see `golden`).
     for (label, sources) in &run.sources_by_adapter {
-        match golden::check("conformance", label, sources) {
-            Golden::Same(n) => println!("golden kernels: {label}: the same {n}"),
-            Golden::Blessed(n) => println!("golden kernels: {label}: wrote {n}"),
-            Golden::Unchecked(why) => println!("golden kernels unchecked: {why}"),
-            Golden::Differs { gained, lost } => failures.push(format!(
-                "golden kernels: {label}: {} kernels new and {} gone (KILN_DUMP_WGSL=dir shows them; \
-                 KILN_BLESS=1 accepts them): new {gained:?}, gone {lost:?}",
-                gained.len(),
-                lost.len()
-            )),
+        match golden::verdict("conformance", label, sources) {
+            Ok(line) => println!("{line}"),
+            Err(failure) => failures.push(failure),
         }
     }
 

@@ -3,6 +3,7 @@
 //! adapter does not have takes its fallback, which must still give the
 //! CPU reference's result: this test makes kiln assume a wrong width.
 
+use kiln::core::testing::TestHooks;
 use kiln::prelude::*;
 use kiln_conformance::adapters::shared as devices;
 

@@ -4,6 +4,7 @@
 //! Vulkan validation layer: on Vulkan these kernels reach the driver as
 //! kiln's own SPIR-V (`kiln_core::spirv`).
 
+use kiln::core::testing::TestHooks;
 use kiln::prelude::*;
 
 /// Softmax, log-softmax and a variance over rows of 1024 (lanes kernels

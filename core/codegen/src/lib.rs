@@ -5,6 +5,7 @@
 //! which inputs are contiguous: one compiled pipeline serves every shape.
 
 pub mod fused;
+pub mod launch;
 pub mod math;
 pub mod matmul;
 pub mod operand_textures;
@@ -43,6 +44,8 @@ pub struct Caps {
     pub max_storage_buffers: u32,
     pub max_texture_side: u32,
     pub max_texture_layers: u32,
+    /// Workgroups a dispatch may have along one dimension.
+    pub max_workgroups_per_dimension: u32,
 }
 
 impl Caps {
@@ -61,6 +64,7 @@ impl Caps {
             max_storage_buffers: 8,
             max_texture_side: 8192,
             max_texture_layers: 256,
+            max_workgroups_per_dimension: 65535,
         }
     }
 }

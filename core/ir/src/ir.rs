@@ -1,9 +1,8 @@
 //! The IR: one closed `enum` of primitives and lazy graph nodes.
 //!
 //! Every consumer of the IR (shape inference `infer.rs`, the CPU reference
-//! `interp.rs`, WGSL codegen and the GPU scheduler in kiln-core's
-//! `runtime/realize.rs`) is an
-//! exhaustive `match` over [`Prim`], so adding a primitive makes the compiler
+//! `interp.rs`, the scheduler's walk in kiln-sched's `walk.rs`, WGSL
+//! codegen) is an exhaustive `match` over [`Prim`], so adding a primitive makes the compiler
 //! list every place that must learn it.
 
 mod device;

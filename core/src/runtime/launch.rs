@@ -11,18 +11,17 @@ use super::pool::{Pooled, PooledBuffer};
 use super::profile::Launch;
 use super::realize::ReadRequest;
 use super::textures::PooledTexture;
-use crate::codegen::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
+use crate::codegen::fused::{VEC, vectorizable};
+use crate::codegen::launch::{self, aligned4, row_constant_leaves};
 use crate::codegen::reduce::{
     Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, reduce_shape, runs_len, whole_spans,
 };
-use crate::codegen::row_stream::stream_lanes;
-use crate::codegen::{KernelKey, META_WORDS, Meta, RowLayout, WG};
+use crate::codegen::{KernelKey, META_WORDS, Meta};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::DeviceBuffer;
 use crate::ir::ReduceOp;
-use crate::sched::lower::{Access, Args, Op, Sig};
-use crate::sched::schedule::Target;
+use crate::sched::lower::{Args, Sig};
 use crate::shape::{Layout, numel};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -64,80 +63,14 @@ fn log_kernels() -> bool {
 }
 
 impl Gpu {
-    /// A 1-D grid of `workgroups`, folded into y past the adapter's limit.
-    pub(super) fn grid(&self, op: &'static str, workgroups: usize) -> Result<[u32; 3]> {
-        let max = self.info.limits.max_compute_workgroups_per_dimension as usize;
-        let x = workgroups.clamp(1, max);
-        let y = workgroups.div_ceil(x);
-        if y > max {
-            return Err(KilnError::Invalid {
-                op,
-                detail: format!("{workgroups} workgroups exceed the adapter's grid"),
-            });
-        }
-        Ok([x as u32, y as u32, 1])
-    }
-
     /// Whether tree reductions combine each workgroup's partials in
     /// workgroup memory: on GPUs, where a barrier is cheap and each pass a
     /// dispatch; not on CPU adapters, whose barriers are costly (measured
     /// in docs/BENCHMARKS.md, 'What was tried' (reductions)).
-    /// [`crate::Device::set_workgroup_reductions`]
-    /// overrides it for tests.
+    /// Tests may pin it (`TestHooks::set_workgroup_reductions`).
     pub(super) fn workgroup_reductions(&self) -> bool {
-        let by_type = !self.info.is_cpu_adapter();
-        let on = match self.workgroup_reductions.load(Ordering::Relaxed) {
-            0 => by_type,
-            set => set == 2,
-        };
+        let on = self.overrides.workgroup_reductions().unwrap_or(!self.info.is_cpu_adapter());
         on && self.info.workgroup_memory
-    }
-}
-
-/// Whether body `b` of `sig` computes from row statistics and scalars
-/// alone, reading no leaf.
-fn reads_only_row_values(sig: &Sig, b: usize) -> bool {
-    sig.bodies[b].ops.iter().all(|(op, _)| {
-        matches!(op, Op::Row(_) | Op::Param(_) | Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(_))
-    })
-}
-
-/// Whether every leaf of `sig` can be read four elements at a time; with
-/// `straddling`, also `Mod` and `Div` leaves that do not split into vec4s
-/// ([`reads_per_element`]) whose period or repeat is at least 4, read per
-/// element ([`Walk::Vec4Straddling`]).
-fn aligned4(sig: &Sig, args: &Args, straddling: bool) -> bool {
-    sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| match leaf.access {
-        Access::Contiguous => l.offset.is_multiple_of(VEC),
-        Access::Mod | Access::Div => !reads_per_element(leaf.access, l) || (straddling && Access::of(l).1 >= VEC),
-        Access::Strided => strided_rows_split_into_vec4s(l),
-    })
-}
-
-/// Whether the four elements of a strided leaf at any 4-aligned flat index
-/// are one aligned vec4 of its buffer: its innermost axis is contiguous and
-/// a multiple of 4 long, and its offset and other strides are multiples of
-/// 4 (a permute or slice that keeps rows whole, such as B's column panels
-/// for a matmul, or attention's head split).
-fn strided_rows_split_into_vec4s(l: &Layout) -> bool {
-    let (Some(&len), Some(&step)) = (l.shape.last(), l.strides.last()) else { return false };
-    let outer = l.strides.iter().zip(&l.shape).rev().skip(1);
-    step == 1
-        && len.is_multiple_of(VEC)
-        && l.offset.is_multiple_of(VEC)
-        && outer.into_iter().all(|(&s, &d)| d == 1 || s.rem_euclid(VEC as isize) == 0)
-}
-
-/// Whether a leaf read as `access` through `l` does not split into the
-/// vec4s of a 4-aligned walk: a `Div` leaf whose rows are not a multiple
-/// of 4 long (its vec4s would straddle two rows), a `Mod` leaf whose
-/// period or offset is not one (its vec4s would wrap, or be unaligned).
-fn reads_per_element(access: Access, l: &Layout) -> bool {
-    let (_, period) = Access::of(l);
-    match access {
-        Access::Div => !period.is_multiple_of(VEC),
-        Access::Mod => !(period.is_multiple_of(VEC) && l.offset.is_multiple_of(VEC)),
-        Access::Contiguous | Access::Strided => false,
     }
 }
 
@@ -179,23 +112,6 @@ impl Recording {
         Ok(())
     }
 
-    /// The shape, leaf layouts and params of a fused body, in meta order.
-    fn fused_meta(meta: &mut Meta, sig: &Sig, args: &Args, shape: &[usize]) {
-        shape.iter().for_each(|&d| {
-            meta.u(d);
-        });
-        for (leaf, layout) in sig.leaves.iter().zip(&args.layouts) {
-            match leaf.access {
-                Access::Contiguous => meta.u(layout.offset),
-                Access::Mod | Access::Div => meta.u(layout.offset).u(Access::of(layout).1),
-                Access::Strided => meta.layout(layout.offset, &layout.strides),
-            };
-        }
-        for (&d, &v) in sig.params.iter().zip(&args.params) {
-            meta.scalar(d, v);
-        }
-    }
-
     /// An elementwise kernel over `shape` writing body 0's roots to
     /// `outputs` (contiguous), or its one root into `out_region` of
     /// `outputs[0]`.
@@ -210,39 +126,12 @@ impl Recording {
         outputs: &[(DType, Arc<dyn DeviceBuffer>)],
         out_region: Option<&Layout>,
     ) -> Result<()> {
-        let n = numel(shape);
-        if n == 0 {
-            return Ok(());
-        }
         let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
-        let vec4 = out_region.is_none()
-            && n.is_multiple_of(VEC)
-            && dtypes.iter().all(|&d| d != DType::F16)
-            && vectorizable(&sig)
-            && aligned4(&sig, &args, true);
-        let walk = if vec4 { vec4_walk(&sig, &args, n) } else { Walk::Flat };
-        let threads = match walk {
-            Walk::Vec4Rows => {
-                let period = shared_period(&sig, &args, Access::Mod).flatten().expect("a bias");
-                (period / VEC) * (n / period).div_ceil(ROWS_PER_INVOCATION)
-            }
-            Walk::Vec4Segments => n / (VEC * ROWS_PER_INVOCATION),
-            Walk::Vec4 | Walk::Vec4Straddling => n.div_ceil(VEC).div_ceil(ROWS_PER_INVOCATION),
-            Walk::Flat if dtypes.contains(&DType::F16) => n.div_ceil(2),
-            Walk::Flat => n,
+        let Some(l) = launch::elementwise(&gpu.caps, op, sig, &args, shape, &dtypes, out_region)? else {
+            return Ok(());
         };
-        let groups = gpu.grid(op, threads.div_ceil(WG as usize))?;
-        let mut meta = Meta::default();
-        meta.u(n).u(groups[0] as usize * WG as usize);
-        Self::fused_meta(&mut meta, &sig, &args, shape);
-        if let Some(l) = out_region {
-            meta.layout(l.offset, &l.strides);
-        }
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        let invocations = groups[0] as usize * groups[1] as usize * WG as usize;
-        let whole = walk != Walk::Flat && invocations * VEC * ROWS_PER_INVOCATION == n;
-        let key = KernelKey::Elementwise { sig, outputs: dtypes, out_strided: out_region.is_some(), walk, whole };
-        self.dispatch(gpu, &key, meta, buffers, groups, n)
+        self.dispatch(gpu, &l.key, l.meta, buffers, l.groups, l.elements)
     }
 
     /// A tree reduction of body 0 of `sig` over `[rows, len]` (the input seen
@@ -299,7 +188,7 @@ impl Recording {
             let partials = if workgroup { groups.div_ceil(REDUCE_WG) } else { groups };
             let last = partials == 1;
             let workgroups = if workgroup { rows * partials } else { (rows * groups).div_ceil(REDUCE_WG) };
-            let grid = gpu.grid(op, workgroups)?;
+            let grid = launch::grid(&gpu.caps, op, workgroups)?;
             let mut meta = Meta::default();
             meta.u(rows).u(len).u(groups).u(grid[0] as usize * REDUCE_WG);
             let (v_out, i_out) = if last {
@@ -311,7 +200,7 @@ impl Recording {
             let outputs: Vec<_> = i_out.iter().cloned().chain([v_out.clone()]).collect();
             let (prologue_sig, buffers) = match prologue.take() {
                 Some((sig, args)) => {
-                    Self::fused_meta(&mut meta, &sig, &args, view_shape);
+                    launch::fused_meta(&mut meta, &sig, &args, view_shape);
                     (Some(sig), outputs.into_iter().chain(args.buffers).collect())
                 }
                 None => (None, outputs.into_iter().chain(inputs.drain(..)).collect()),
@@ -349,103 +238,14 @@ impl Recording {
         outputs: &[(DType, Arc<dyn DeviceBuffer>)],
         per_row: bool,
     ) -> Result<()> {
-        let len = *shape.last().expect("row kernels have rank ≥ 1");
-        let rows = numel(shape) / len.max(1);
-        if rows == 0 || len == 0 {
-            return Ok(());
-        }
         let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
-        // Rows read in lanes or as vec4s: word-sized values written per element.
-        let word_outputs =
-            dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool) && vectorizable_reading_rows(&sig);
-        let words = !per_row && word_outputs;
-        let vec4 = words && len.is_multiple_of(VEC) && aligned4(&sig, &args, false);
-        let width = match gpu.assumed_subgroup_width.load(Ordering::Relaxed) {
-            super::NO_FIXED_WIDTH => None,
-            w if w > 0 && gpu.info.subgroups => Some(w),
-            _ => gpu.info.subgroup_size,
+        let width = gpu.overrides.subgroup_width(&gpu.caps);
+        let Some(l) = launch::row(&gpu.caps, width, op, sig, &args, stages, shape, &dtypes, per_row)? else {
+            return Ok(());
         };
-        let (memory, cpu) = (gpu.info.workgroup_memory, gpu.info.is_cpu_adapter());
-        let lanes = words.then(|| RowLanes::for_device(memory, cpu, width, &sig, &stages, len, vec4)).flatten();
-        let (layout, vec4) = match lanes {
-            Some(l) => (RowLayout::Lanes(l), vec4),
-            None if gpu.caps.streams_rows(rows, len) => {
-                // The stream reads a row's statistics as vec4s also where
-                // they end in one value per row computed from them alone,
-                // and rows that do not split into vec4s as the vec4s
-                // covering them.
-                let wide = word_outputs && (!per_row || reads_only_row_values(&sig, stages.len()));
-                let vec4 = wide && len.is_multiple_of(VEC) && aligned4(&sig, &args, false);
-                let straddling = wide && !vec4 && len >= VEC && aligned4(&sig, &args, true);
-                let walked = if straddling { len + VEC - 1 } else { len };
-                match stream_lanes(&sig, &stages, per_row, walked, vec4 || straddling) {
-                    Some(lanes) => (RowLayout::Stream { lanes, straddling }, vec4),
-                    None => {
-                        let detail = format!("{} stages over rows of {len}: too many loop iterations", stages.len());
-                        return Err(KilnError::Invalid { op, detail });
-                    }
-                }
-            }
-            None => (RowLayout::Invocation, vec4),
-        };
-        let (invocations, wg) = match layout {
-            RowLayout::Lanes(l) => (rows * l.lanes as usize, l.workgroup_size()),
-            RowLayout::Stream { lanes, .. } => (rows * lanes as usize, lanes),
-            RowLayout::Invocation => (rows, WG),
-        };
-        let groups = gpu.grid(op, invocations.div_ceil(wg as usize))?;
-        let mut meta = Meta::default();
-        meta.u(rows).u(len).u(groups[0] as usize * wg as usize);
-        Self::fused_meta(&mut meta, &sig, &args, shape);
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        let key = KernelKey::Row { sig, stages, outputs: dtypes, per_row, vec4, layout };
-        self.dispatch(gpu, &key, meta, buffers, groups, numel(shape))
+        self.dispatch(gpu, &l.key, l.meta, buffers, l.groups, l.elements)
     }
-}
-
-/// How a vectorized elementwise launch of `n` elements walks them.
-/// - Rows of its broadcast period (`Vec4Rows`) when every `Mod` leaf shares
-///   one period of at least 64 elements (so neighbouring invocations still
-///   read neighbouring memory) and there are rows to share the loads over.
-/// - Eighths of rows (`Vec4Segments`) when there is no `Mod` leaf and every
-///   `Div` leaf shares one repeat of at least 256 elements that splits into
-///   eight whole vec4 runs (so eight neighbouring invocations read 128
-///   contiguous bytes).
-/// - Vec4s a grid apart, each element reading its own row or column
-///   (`Vec4Straddling`), when a `Mod` or `Div` leaf does not split into
-///   vec4s ([`reads_per_element`]); first, since the others would misread.
-/// - Otherwise vec4s a grid apart.
-fn vec4_walk(sig: &Sig, args: &Args, n: usize) -> Walk {
-    if sig.leaves.iter().zip(&args.layouts).any(|(leaf, l)| reads_per_element(leaf.access, l)) {
-        return Walk::Vec4Straddling;
-    }
-    match (shared_period(sig, args, Access::Mod), shared_period(sig, args, Access::Div)) {
-        (Some(Some(p)), _) if p >= 64 && p.is_multiple_of(VEC) && n / p >= 2 => Walk::Vec4Rows,
-        (None, Some(Some(r))) if r >= 256 && r.is_multiple_of(VEC * ROWS_PER_INVOCATION) && n.is_multiple_of(r) => {
-            Walk::Vec4Segments
-        }
-        _ => Walk::Vec4,
-    }
-}
-
-/// Whether a reduction over rows of `len` reads `Div` leaves, all of them
-/// constant along each row (repeating by a multiple of `len`).
-fn row_constant_leaves(sig: &Sig, args: &Args, len: usize) -> bool {
-    let mut repeats = periods(sig, args, Access::Div);
-    repeats.clone().next().is_some() && repeats.all(|r| r.is_multiple_of(len))
-}
-
-/// The period (`Mod`) or repeat (`Div`) of the leaves read as `access`:
-/// None without such leaves, Some(None) when they differ.
-fn shared_period(sig: &Sig, args: &Args, access: Access) -> Option<Option<usize>> {
-    let mut periods = periods(sig, args, access);
-    let first = periods.next()?;
-    Some(periods.all(|p| p == first).then_some(first))
-}
-
-/// The periods (`Mod`) or repeats (`Div`) of the leaves read as `access`.
-fn periods<'a>(sig: &'a Sig, args: &'a Args, access: Access) -> impl Iterator<Item = usize> + Clone + 'a {
-    sig.leaves.iter().zip(&args.layouts).filter(move |(l, _)| l.access == access).map(|(_, l)| Access::of(l).1)
 }
 
 impl Gpu {
@@ -527,69 +327,5 @@ impl Gpu {
         drop(meta);
         self.check_errors()?;
         Ok(staging)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sched::lower::LeafDesc;
-
-    /// A signature reading f32 leaves laid out as `layouts`, and its args.
-    fn reading(layouts: &[Layout]) -> (Sig, Args) {
-        let leaves = layouts
-            .iter()
-            .enumerate()
-            .map(|(i, l)| LeafDesc { dtype: DType::F32, buffer: Some(i), access: Access::of(l).0 })
-            .collect();
-        let buffers = vec![DType::F32; layouts.len()];
-        let sig = Sig { rank: layouts[0].shape.len(), leaves, params: vec![], buffers, bodies: vec![] };
-        (sig, Args { layouts: layouts.to_vec(), ..Default::default() })
-    }
-
-    /// `kept` (a shape of the same rank, 1 where broadcast) expanded to `shape`.
-    fn broadcast(kept: &[usize], shape: &[usize]) -> Layout {
-        Layout::contiguous(kept).expand(shape)
-    }
-
-    fn walk(layouts: &[Layout]) -> Walk {
-        let (sig, args) = reading(layouts);
-        vec4_walk(&sig, &args, numel(&layouts[0].shape))
-    }
-
-    #[test]
-    fn row_statistics_take_eighths_of_rows() {
-        let x = |s: &[usize]| Layout::contiguous(s);
-        assert_eq!(walk(&[x(&[20, 4096]), broadcast(&[20, 1], &[20, 4096])]), Walk::Vec4Segments);
-        assert_eq!(walk(&[x(&[7, 256]), broadcast(&[7, 1], &[7, 256])]), Walk::Vec4Segments);
-        // Rows that do not split into eight vec4 runs, or are short.
-        assert_eq!(walk(&[x(&[300, 1020]), broadcast(&[300, 1], &[300, 1020])]), Walk::Vec4);
-        assert_eq!(walk(&[x(&[64, 128]), broadcast(&[64, 1], &[64, 128])]), Walk::Vec4);
-        // Two repeats; a bias beside the row statistic.
-        let planes = [x(&[6, 50, 1024]), broadcast(&[6, 1, 1], &[6, 50, 1024]), broadcast(&[6, 50, 1], &[6, 50, 1024])];
-        assert_eq!(walk(&planes), Walk::Vec4);
-        let bias = [broadcast(&[1, 1024], &[64, 1024]), broadcast(&[64, 1], &[64, 1024])];
-        assert_eq!(walk(&bias), Walk::Vec4Rows);
-        // A scalar is a row statistic whose row is the whole tensor.
-        let scalar = Layout::contiguous(&[]).expand(&[784, 512]);
-        assert_eq!(Access::of(&scalar), (Access::Div, 784 * 512));
-        assert_eq!(walk(&[x(&[784, 512]), scalar]), Walk::Vec4Segments);
-    }
-
-    #[test]
-    fn reductions_hoist_leaves_constant_along_their_rows() {
-        let constant = |layouts: &[Layout], len: usize| {
-            let (sig, args) = reading(layouts);
-            row_constant_leaves(&sig, &args, len)
-        };
-        let x = Layout::contiguous(&[8, 40960]);
-        assert!(constant(&[x.clone(), broadcast(&[8, 1], &[8, 40960])], 40960));
-        // A repeat of two rows: [6, 2, 1024] minus [6, 1, 1], summed over the last axis.
-        let pairs = [Layout::contiguous(&[6, 2, 1024]), broadcast(&[6, 1, 1], &[6, 2, 1024])];
-        assert!(constant(&pairs, 1024));
-        // [8, 40, 1024] minus [8, 40, 1], summed over the last two axes.
-        let inner = [Layout::contiguous(&[8, 40, 1024]), broadcast(&[8, 40, 1], &[8, 40, 1024])];
-        assert!(!constant(&inner, 40960));
-        assert!(!constant(&[x], 40960));
     }
 }

@@ -4,6 +4,7 @@
 mod adapter;
 mod jit;
 mod launch;
+mod overrides;
 mod pipelines;
 pub mod pool;
 mod profile;
@@ -22,11 +23,13 @@ use crate::ir::{Node, Realized};
 use crate::shape::Layout;
 use pipelines::PipelineCache;
 use pool::{BufferPool, PoolStats, Pooled};
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use adapter::describe as describe_adapter;
 pub use jit::Program;
+#[cfg(feature = "testing")]
+pub use overrides::TestHooks;
 pub use profile::KernelTiming;
 pub use realize::{PlannedKernel, schedule_for};
 pub use tune::TuningStats;
@@ -34,9 +37,6 @@ pub use tune::TuningStats;
 /// A realized GPU value: a pooled buffer (behind the IR's opaque handle)
 /// seen through a strided layout.
 pub type GpuArray = DeviceArray;
-
-/// `Gpu::assumed_subgroup_width` for subgroups of no fixed width.
-const NO_FIXED_WIDTH: u32 = u32::MAX;
 
 /// What a device is, for logs, reports and `Device::info()`.
 #[derive(Debug, Clone)]
@@ -81,6 +81,7 @@ impl DeviceInfo {
             max_storage_buffers: self.limits.max_storage_buffers_per_shader_stage,
             max_texture_side: self.limits.max_texture_dimension_2d,
             max_texture_layers: self.limits.max_texture_array_layers,
+            max_workgroups_per_dimension: self.limits.max_compute_workgroups_per_dimension,
         }
     }
 }
@@ -127,14 +128,8 @@ pub(crate) struct Gpu {
     kernels_launched: AtomicU64,
     submits: AtomicU64,
     tuner: tune::Tuner,
-    /// The subgroup width row kernels assume instead of the adapter's (0:
-    /// the adapter's; [`NO_FIXED_WIDTH`]: no fixed width); see
-    /// [`Device::assume_subgroup_width`].
-    assumed_subgroup_width: AtomicU32,
-    /// Set by [`Device::set_workgroup_reductions`]: 0 by device type, 1 off, 2 on.
-    workgroup_reductions: AtomicU8,
-    /// Set by [`Device::set_matmul_panels`]: 0 by device type and size, 1 off, 2 on.
-    matmul_panels: AtomicU8,
+    /// Kernel variants pinned by tests.
+    overrides: overrides::Overrides,
     /// Switched by [`Device::set_kernel_profiling`].
     profiler: profile::Profiler,
 }
@@ -251,9 +246,7 @@ impl Device {
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
             tuner: tune::Tuner::default(),
-            assumed_subgroup_width: AtomicU32::new(0),
-            workgroup_reductions: AtomicU8::new(0),
-            matmul_panels: AtomicU8::new(0),
+            overrides: overrides::Overrides::default(),
             profiler: profile::Profiler::default(),
         })))))
     }
@@ -282,43 +275,12 @@ impl Device {
         }
     }
 
-    /// Test hook: generate subgroup row kernels for subgroups `width` wide
-    /// instead of the adapter's width (`None`: the adapter's). A width the
-    /// adapter does not have sends them down their fallback, which must
-    /// still compute the right result. Row kernels launched afterwards use
-    /// it. Ignored where the adapter has no subgroups.
-    pub fn assume_subgroup_width(&self, width: Option<u32>) {
-        if let Backend::Gpu(g) = &*self.0 {
-            g.assumed_subgroup_width.store(width.unwrap_or(0), Ordering::Relaxed);
-        }
-    }
-
-    /// Test hook: generate row kernels as for subgroups of no fixed width,
-    /// i.e. combining a row's lanes through workgroup memory where the
-    /// device has it; [`Device::assume_subgroup_width`] undoes it.
-    pub fn assume_no_fixed_subgroup_width(&self) {
-        if let Backend::Gpu(g) = &*self.0 {
-            g.assumed_subgroup_width.store(NO_FIXED_WIDTH, Ordering::Relaxed);
-        }
-    }
-
-    /// Test hook: make tree reductions combine each workgroup's partials in
-    /// workgroup memory (`Some(true)`, what GPUs run) or not (`Some(false)`,
-    /// what CPU adapters run); `None`: by device type. Ignored where the
-    /// device has no workgroup memory.
-    pub fn set_workgroup_reductions(&self, on: Option<bool>) {
-        if let Backend::Gpu(g) = &*self.0 {
-            g.workgroup_reductions.store(on.map_or(0, |on| if on { 2 } else { 1 }), Ordering::Relaxed);
-        }
-    }
-
-    /// Test hook: make vec4 matmuls read B from a copy laid out as column
-    /// panels wherever its shape allows (`Some(true)`), never
-    /// (`Some(false)`), or on CPU adapters for large B (`None`, the
-    /// default). No-op on the CPU reference.
-    pub fn set_matmul_panels(&self, on: Option<bool>) {
-        if let Backend::Gpu(g) = &*self.0 {
-            g.matmul_panels.store(on.map_or(0, |on| if on { 2 } else { 1 }), Ordering::Relaxed);
+    /// The variant pins of a GPU device (none on the CPU reference).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    fn overrides(&self) -> Option<&overrides::Overrides> {
+        match &*self.0 {
+            Backend::Cpu => None,
+            Backend::Gpu(g) => Some(&g.overrides),
         }
     }
 

@@ -15,7 +15,6 @@ use crate::runtime::textures::PooledTexture;
 use crate::sched::lower::{Access, Args, Body, LeafDesc, Op, Sig};
 use crate::shape::{Layout, numel};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 /// Fewest bytes of B (K × N) for which a CPU adapter reads B from a copy in
 /// column panels. Walking a column panel of a row-major B touches a new
@@ -30,16 +29,14 @@ impl Gpu {
     /// out as column panels: `[N / tile_n, K, tile_n]`, each panel's rows
     /// contiguous. Only for vec4 kernels, B split evenly into more than one
     /// panel and the same B for every batch; by size on CPU adapters unless
-    /// [`crate::Device::set_matmul_panels`] says otherwise.
+    /// a test pins it (`TestHooks::set_matmul_panels`).
     fn reads_b_in_panels(&self, config: &MatmulConfig, b: &Layout, k: usize, n: usize) -> bool {
         let r = b.shape.len();
         let (_, tile_n) = config.tile();
         let possible =
             config.vec && n > tile_n && n.is_multiple_of(tile_n) && b.strides[..r - 2].iter().all(|&s| s == 0);
-        let wanted = match self.matmul_panels.load(Ordering::Relaxed) {
-            0 => self.info.is_cpu_adapter() && DType::F32.storage_bytes(k * n) >= PANELS_MIN_BYTES,
-            set => set == 2,
-        };
+        let by_size = || self.info.is_cpu_adapter() && DType::F32.storage_bytes(k * n) >= PANELS_MIN_BYTES;
+        let wanted = self.overrides.matmul_panels().unwrap_or_else(by_size);
         possible && wanted
     }
 
@@ -137,7 +134,7 @@ impl Recording {
                     meta.i(s);
                 });
                 if let Some(sig) = &sig {
-                    Self::fused_meta(&mut meta, sig, &args, shape);
+                    crate::codegen::launch::fused_meta(&mut meta, sig, &args, shape);
                 }
                 let groups = [gx as u32, gy as u32, (batch - b0).min(max) as u32];
                 self.dispatch_binding(gpu, &key, meta, bindings.clone(), groups, m * n)?;
@@ -170,7 +167,7 @@ impl Recording {
             meta.u(c as usize);
         });
         let texels = tex.texels() as usize;
-        let groups = gpu.grid(op, texels.div_ceil(PACK_WG as usize))?;
+        let groups = crate::codegen::launch::grid(&gpu.caps, op, texels.div_ceil(PACK_WG as usize))?;
         let bindings = vec![Bound::Buffer(buffer), Bound::Texture(texture.clone())];
         self.dispatch_binding(gpu, &KernelKey::OperandTexture { vec4 }, meta, bindings, groups, texels)?;
         Ok(texture)

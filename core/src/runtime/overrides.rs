@@ -1,0 +1,106 @@
+//! The runtime's own choices of kernel variant that a test may pin, so that
+//! every variant runs on whatever adapter the tests have. Set through
+//! [`TestHooks`], which exists only with the crate feature `testing`: they
+//! are not part of the API a program uses.
+
+use crate::codegen::Caps;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+
+/// A subgroup width that stands for "no fixed width".
+const NO_FIXED_WIDTH: u32 = u32::MAX;
+
+/// Each field 0 when the runtime decides (atomics: set through a shared device).
+#[derive(Debug, Default)]
+pub(super) struct Overrides {
+    /// The subgroup width row kernels assume instead of the adapter's
+    /// ([`NO_FIXED_WIDTH`]: no fixed width).
+    subgroup_width: AtomicU32,
+    /// 1 off, 2 on.
+    workgroup_reductions: AtomicU8,
+    /// 1 off, 2 on.
+    matmul_panels: AtomicU8,
+}
+
+#[cfg(feature = "testing")]
+fn tristate(on: Option<bool>) -> u8 {
+    on.map_or(0, |on| if on { 2 } else { 1 })
+}
+
+fn read_tristate(v: &AtomicU8) -> Option<bool> {
+    match v.load(Ordering::Relaxed) {
+        0 => None,
+        set => Some(set == 2),
+    }
+}
+
+impl Overrides {
+    /// The subgroup width row kernels are generated for: the adapter's, or
+    /// the one assumed where the adapter has subgroups.
+    pub fn subgroup_width(&self, caps: &Caps) -> Option<u32> {
+        match self.subgroup_width.load(Ordering::Relaxed) {
+            NO_FIXED_WIDTH => None,
+            w if w > 0 && caps.subgroups => Some(w),
+            _ => caps.subgroup_size,
+        }
+    }
+
+    /// Whether tree reductions combine partials in workgroup memory, if pinned.
+    pub fn workgroup_reductions(&self) -> Option<bool> {
+        read_tristate(&self.workgroup_reductions)
+    }
+
+    /// Whether vec4 matmuls read B from column panels, if pinned.
+    pub fn matmul_panels(&self) -> Option<bool> {
+        read_tristate(&self.matmul_panels)
+    }
+}
+
+/// Pins for the runtime's choices of kernel variant (feature `testing`).
+#[cfg(feature = "testing")]
+pub trait TestHooks {
+    /// Generate subgroup row kernels for subgroups `width` wide instead of
+    /// the adapter's width (`None`: the adapter's). A width the adapter does
+    /// not have sends them down their fallback, which must still compute
+    /// the right result. Ignored where the adapter has no subgroups.
+    fn assume_subgroup_width(&self, width: Option<u32>);
+    /// Generate row kernels as for subgroups of no fixed width, i.e.
+    /// combining a row's lanes through workgroup memory where the device
+    /// has it; `assume_subgroup_width` undoes it.
+    fn assume_no_fixed_subgroup_width(&self);
+    /// Make tree reductions combine each workgroup's partials in workgroup
+    /// memory (`Some(true)`, what GPUs run) or not (`Some(false)`, what CPU
+    /// adapters run); `None`: by device type. Ignored where the device has
+    /// no workgroup memory.
+    fn set_workgroup_reductions(&self, on: Option<bool>);
+    /// Make vec4 matmuls read B from a copy laid out as column panels
+    /// wherever its shape allows (`Some(true)`), never (`Some(false)`), or
+    /// on CPU adapters for large B (`None`, the default).
+    fn set_matmul_panels(&self, on: Option<bool>);
+}
+
+#[cfg(feature = "testing")]
+impl TestHooks for super::Device {
+    fn assume_subgroup_width(&self, width: Option<u32>) {
+        if let Some(o) = self.overrides() {
+            o.subgroup_width.store(width.unwrap_or(0), Ordering::Relaxed);
+        }
+    }
+
+    fn assume_no_fixed_subgroup_width(&self) {
+        if let Some(o) = self.overrides() {
+            o.subgroup_width.store(NO_FIXED_WIDTH, Ordering::Relaxed);
+        }
+    }
+
+    fn set_workgroup_reductions(&self, on: Option<bool>) {
+        if let Some(o) = self.overrides() {
+            o.workgroup_reductions.store(tristate(on), Ordering::Relaxed);
+        }
+    }
+
+    fn set_matmul_panels(&self, on: Option<bool>) {
+        if let Some(o) = self.overrides() {
+            o.matmul_panels.store(tristate(on), Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! Golden kernels of the demo's training steps: the WGSL that one captured
+//! step of each model compiles on each adapter (default matmul configs, so
+//! that no timing enters), compared with `tests/golden/mnist-steps/`. A
+//! refactoring that should change no kernel proves it here as well as in
+//! the conformance suite; `KILN_BLESS=1` accepts a change.
+
+use kiln_conformance::golden;
+use kiln_mnist::{Config, ModelKind, Trainer};
+use kiln_nn::data::Mnist;
+use std::sync::Arc;
+
+#[test]
+fn both_steps_compile_the_golden_kernels_on_every_adapter() {
+    kiln_conformance::validation::env_for_adapters();
+    let data = Arc::new(Mnist::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist-10k")).unwrap());
+    let (found, skipped) = kiln::block_on(kiln_conformance::adapters::discover());
+    for s in &skipped {
+        eprintln!("skipped adapter: {s}");
+    }
+    let mut failures = Vec::new();
+    for f in &found {
+        f.device.set_matmul_tuning(Some(false));
+        for model in [ModelKind::Mlp, ModelKind::Cnn] {
+            let config = Config { model, epochs: 1, batch_size: 64, lr: 2e-3, seed: 5 };
+            let mut t = Trainer::new(&f.device, data.clone(), config).unwrap();
+            kiln::block_on(async { t.step().await?.item::<f32>().await }).unwrap();
+        }
+        match golden::verdict("mnist-steps", &f.label, &f.device.compiled_sources()) {
+            Ok(line) => eprintln!("{line}"),
+            Err(failure) => failures.push(failure),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
