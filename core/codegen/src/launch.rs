@@ -3,6 +3,7 @@
 //! its meta block and its grid. The runtime binds the buffers and records.
 
 use crate::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
+use crate::reduce::{Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, reduce_shape, runs_len, whole_spans};
 use crate::row_stream::stream_lanes;
 use crate::{Caps, KernelKey, Meta, RowLayout, WG};
 use kiln_ir::dtype::DType;
@@ -36,16 +37,14 @@ pub fn grid(caps: &Caps, op: &'static str, workgroups: usize) -> Result<[u32; 3]
 /// Whether body `b` of `sig` computes from row statistics and scalars
 /// alone, reading no leaf.
 fn reads_only_row_values(sig: &Sig, b: usize) -> bool {
-    sig.bodies[b].ops.iter().all(|(op, _)| {
-        matches!(op, Op::Row(_) | Op::Param(_) | Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(_))
-    })
+    sig.bodies[b].ops.iter().all(|(op, _)| matches!(op, Op::Row(_) | Op::Param(_) | Op::Pointwise(_)))
 }
 
 /// Whether every leaf of `sig` can be read four elements at a time; with
 /// `straddling`, also `Mod` and `Div` leaves that do not split into vec4s
 /// ([`reads_per_element`]) whose period or repeat is at least 4, read per
 /// element ([`Walk::Vec4Straddling`]).
-pub fn aligned4(sig: &Sig, args: &Args, straddling: bool) -> bool {
+fn aligned4(sig: &Sig, args: &Args, straddling: bool) -> bool {
     sig.leaves.iter().zip(&args.layouts).all(|(leaf, l)| match leaf.access {
         Access::Contiguous => l.offset.is_multiple_of(VEC),
         Access::Mod | Access::Div => !reads_per_element(leaf.access, l) || (straddling && Access::of(l).1 >= VEC),
@@ -205,6 +204,98 @@ pub fn row(
     Ok(Some(Launch { key, meta, groups, elements: numel(shape) }))
 }
 
+/// One pass of a tree reduction: its launch, and how many partials per
+/// row it leaves (1 for the last pass, which writes the result).
+#[derive(Debug, Clone)]
+pub struct ReducePassLaunch {
+    pub launch: Launch,
+    pub partials: usize,
+}
+
+/// The passes of a tree reduction of body 0 of `sig` over `[rows, len]`
+/// (the input seen as kept axes then reduced axes; `view_shape`), each
+/// pass's partials combined by the next, combining each workgroup's in
+/// workgroup memory when `workgroup`. The first pass reads the fused
+/// input, later ones the partials (dtype: `partials_dtype(&sig)`).
+#[allow(clippy::too_many_arguments)]
+pub fn reduce(
+    caps: &Caps,
+    workgroup: bool,
+    op: &'static str,
+    monoid: Monoid,
+    sig: Sig,
+    args: &Args,
+    view_shape: &[usize],
+    rows: usize,
+) -> Result<Vec<ReducePassLaunch>> {
+    if rows == 0 {
+        return Ok(Vec::new());
+    }
+    let len = numel(view_shape) / rows;
+    let value_dtype = partials_dtype(&sig);
+    let plain = matches!(monoid, Monoid::Reduce(_)) && vectorizable(&sig);
+    let runs = if plain && len.is_multiple_of(VEC) && aligned4(&sig, args, false) {
+        Runs::Vec4
+    } else if plain && len >= VEC && aligned4(&sig, args, true) {
+        Runs::Straddling
+    } else {
+        Runs::Scalar
+    };
+    // A straddling run may hold two rows' elements: no shared statistic.
+    let row_leaves = runs == Runs::Vec4 && row_constant_leaves(&sig, args, len);
+    let mut len = runs_len(runs, len);
+    let mut prologue = Some(sig);
+    let mut passes = Vec::new();
+    loop {
+        // The first pass reads the fused input; later ones the partials.
+        let first = prologue.is_some();
+        // Partials are read as vec4s where each row's split into them
+        // (not an arg reduction's, whose indices go with them).
+        let runs = match first {
+            true => runs,
+            false if matches!(monoid, Monoid::Reduce(_)) && len.is_multiple_of(VEC) => Runs::Vec4,
+            false => Runs::Scalar,
+        };
+        let step = if runs == Runs::Scalar { 1 } else { VEC };
+        let streams = first && matches!(monoid, Monoid::Reduce(_)) && rows * len >= REDUCE_STREAM_MIN;
+        let (per_thread, _) = reduce_shape(monoid, streams, workgroup);
+        let groups = len.div_ceil(per_thread * step);
+        // Partials this pass leaves per row: one per invocation, or one
+        // per workgroup of REDUCE_WG invocations.
+        let partials = if workgroup { groups.div_ceil(REDUCE_WG) } else { groups };
+        let workgroups = if workgroup { rows * partials } else { (rows * groups).div_ceil(REDUCE_WG) };
+        let groups_grid = grid(caps, op, workgroups)?;
+        let mut meta = Meta::default();
+        meta.u(rows).u(len).u(groups).u(groups_grid[0] as usize * REDUCE_WG);
+        let prologue_sig = prologue.take();
+        if let Some(sig) = &prologue_sig {
+            fused_meta(&mut meta, sig, args, view_shape);
+        }
+        let pass = ReducePass {
+            runs,
+            workgroup,
+            streams,
+            row_leaves: row_leaves && first,
+            whole: whole_spans(monoid, streams, workgroup, len, step),
+            one_row: rows == 1,
+        };
+        let key = KernelKey::Reduce { monoid, prologue: prologue_sig, partials: value_dtype, pass };
+        passes.push(ReducePassLaunch {
+            launch: Launch { key, meta, groups: groups_grid, elements: rows * len },
+            partials,
+        });
+        if partials == 1 {
+            return Ok(passes);
+        }
+        len = partials;
+    }
+}
+
+/// The dtype a reduction of `sig`'s body 0 accumulates and leaves partials in.
+pub fn partials_dtype(sig: &Sig) -> DType {
+    sig.bodies[0].ops[sig.bodies[0].roots[0]].1.wide()
+}
+
 /// How a vectorized elementwise launch of `n` elements walks them.
 /// - Rows of its broadcast period (`Vec4Rows`) when every `Mod` leaf shares
 ///   one period of at least 64 elements (so neighbouring invocations still
@@ -232,7 +323,7 @@ fn vec4_walk(sig: &Sig, args: &Args, n: usize) -> Walk {
 
 /// Whether a reduction over rows of `len` reads `Div` leaves, all of them
 /// constant along each row (repeating by a multiple of `len`).
-pub fn row_constant_leaves(sig: &Sig, args: &Args, len: usize) -> bool {
+fn row_constant_leaves(sig: &Sig, args: &Args, len: usize) -> bool {
     let mut repeats = periods(sig, args, Access::Div);
     repeats.clone().next().is_some() && repeats.all(|r| r.is_multiple_of(len))
 }

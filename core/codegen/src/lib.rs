@@ -322,10 +322,7 @@ impl KernelKey {
         let mut seen = Vec::new();
         for (op, _) in sig.iter().flat_map(|s| s.bodies.iter()).flat_map(|b| b.ops.iter()) {
             let op_name = match op {
-                Op::Unary(u, _) => u.name(),
-                Op::Binary(b, ..) => b.name(),
-                Op::Where(..) => "where",
-                Op::Cast(_) => "cast",
+                Op::Pointwise(p) => p.name(),
                 Op::Gather { .. } => "gather",
                 Op::Iota { .. } => "arange",
                 Op::Load(_) | Op::Row(_) | Op::Acc | Op::Param(_) => continue,

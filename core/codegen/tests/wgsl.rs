@@ -11,6 +11,7 @@ use kiln_codegen::{KernelKey, RowLayout};
 use kiln_ir::DType;
 use kiln_ir::ir::{ArgOp, BinaryOp, ReduceOp, UnaryOp};
 use kiln_sched::lower::{Access, Body, LeafDesc, Op, Sig};
+use kiln_sched::pointwise::Pointwise;
 
 /// A signature over `rank` dims whose leaves each read their own buffer,
 /// with one body of `ops` (loads of every leaf first) and `roots`.
@@ -40,10 +41,7 @@ fn sig(rank: usize, leaves: &[(DType, bool)], params: &[DType], ops: Vec<(Op, DT
 fn shift(op: Op, base: usize) -> Op {
     let r = |i: usize| if i >= LOAD { i - LOAD } else { i + base };
     match op {
-        Op::Unary(u, x) => Op::Unary(u, r(x)),
-        Op::Binary(b, x, y) => Op::Binary(b, r(x), r(y)),
-        Op::Where(c, x, y) => Op::Where(r(c), r(x), r(y)),
-        Op::Cast(x) => Op::Cast(r(x)),
+        Op::Pointwise(p) => Op::Pointwise(p.map(|&x| r(x))),
         Op::Gather { src, axis, index, len } => Op::Gather { src, axis, index: r(index), len },
         other => other,
     }
@@ -62,7 +60,11 @@ fn ew(sig: Sig, outputs: Vec<DType>) -> String {
 
 /// Ops 0..3 of a row body: x − row stage 0.
 fn x_minus_row0() -> Vec<(Op, DType)> {
-    vec![(Op::Load(0), DType::F32), (Op::Row(0), DType::F32), (Op::Binary(BinaryOp::Sub, 0, 1), DType::F32)]
+    vec![
+        (Op::Load(0), DType::F32),
+        (Op::Row(0), DType::F32),
+        (Op::Pointwise(Pointwise::Binary(BinaryOp::Sub, 0, 1)), DType::F32),
+    ]
 }
 
 fn catalog() -> Vec<String> {
@@ -70,7 +72,7 @@ fn catalog() -> Vec<String> {
     for op in UnaryOp::ALL {
         for d in DType::ALL.into_iter().filter(|&d| op.accepts(d)) {
             for contiguous in [true, false] {
-                let s = sig(3, &[(d, contiguous)], &[], vec![(Op::Unary(op, LOAD), d)], vec![0]);
+                let s = sig(3, &[(d, contiguous)], &[], vec![(Op::Pointwise(Pointwise::Unary(op, LOAD)), d)], vec![0]);
                 // Strided leaves read vec4s too, where their rows split into them.
                 if d != DType::F16 {
                     // With and without the grid-strided walk's bounds checks.
@@ -90,10 +92,22 @@ fn catalog() -> Vec<String> {
     for op in BinaryOp::ALL {
         for d in DType::ALL.into_iter().filter(|&d| op.accepts(d)) {
             let o = if op.is_comparison() { DType::Bool } else { d };
-            let s = sig(3, &[(d, true), (d, false)], &[], vec![(Op::Binary(op, LOAD, LOAD + 1), o)], vec![0]);
+            let s = sig(
+                3,
+                &[(d, true), (d, false)],
+                &[],
+                vec![(Op::Pointwise(Pointwise::Binary(op, LOAD, LOAD + 1)), o)],
+                vec![0],
+            );
             out.push(ew(s, vec![o]));
             if op != BinaryOp::Pow && d != DType::F16 {
-                let s = sig(2, &[(d, true), (d, true)], &[], vec![(Op::Binary(op, LOAD, LOAD + 1), o)], vec![0]);
+                let s = sig(
+                    2,
+                    &[(d, true), (d, true)],
+                    &[],
+                    vec![(Op::Pointwise(Pointwise::Binary(op, LOAD, LOAD + 1)), o)],
+                    vec![0],
+                );
                 out.push(
                     KernelKey::Elementwise {
                         sig: s,
@@ -109,10 +123,16 @@ fn catalog() -> Vec<String> {
     }
     for from in DType::ALL {
         for to in DType::ALL {
-            out.push(ew(sig(3, &[(from, false)], &[], vec![(Op::Cast(LOAD), to)], vec![0]), vec![to]));
+            out.push(ew(
+                sig(3, &[(from, false)], &[], vec![(Op::Pointwise(Pointwise::Cast(LOAD)), to)], vec![0]),
+                vec![to],
+            ));
         }
         let leaves = [(DType::Bool, true), (from, true), (from, false)];
-        out.push(ew(sig(3, &leaves, &[], vec![(Op::Where(LOAD, LOAD + 1, LOAD + 2), from)], vec![0]), vec![from]));
+        out.push(ew(
+            sig(3, &leaves, &[], vec![(Op::Pointwise(Pointwise::Where(LOAD, LOAD + 1, LOAD + 2)), from)], vec![0]),
+            vec![from],
+        ));
         if from != DType::Bool {
             let mut s = sig(3, &[], &[from, from], vec![(Op::Iota { leaf: 0, start: 0, step: 1 }, from)], vec![0]);
             s.leaves.push(LeafDesc { dtype: from, buffer: None, access: Access::Strided });
@@ -125,7 +145,7 @@ fn catalog() -> Vec<String> {
         }
         out.push(ew(sig(3, &[], &[from], vec![(Op::Param(0), from)], vec![0]), vec![from]));
         let wide = from.wide();
-        let s = sig(2, &[(from, false)], &[], vec![(Op::Cast(LOAD), wide)], vec![0]);
+        let s = sig(2, &[(from, false)], &[], vec![(Op::Pointwise(Pointwise::Cast(LOAD)), wide)], vec![0]);
         out.push(
             KernelKey::Elementwise { sig: s, outputs: vec![wide], out_strided: true, walk: Walk::Flat, whole: false }
                 .wgsl(),
@@ -137,8 +157,8 @@ fn catalog() -> Vec<String> {
         let mut s = sig(2, &[(DType::F32, true), (DType::F32, true), (DType::Bool, true)], &[], vec![], vec![]);
         s.leaves[1].access = Access::Mod;
         s.leaves[2].access = Access::Div;
-        s.bodies[0].ops.push((Op::Binary(BinaryOp::Add, 0, 1), DType::F32));
-        s.bodies[0].ops.push((Op::Where(2, 3, 0), DType::F32));
+        s.bodies[0].ops.push((Op::Pointwise(Pointwise::Binary(BinaryOp::Add, 0, 1)), DType::F32));
+        s.bodies[0].ops.push((Op::Pointwise(Pointwise::Where(2, 3, 0)), DType::F32));
         s.bodies[0].roots = vec![4];
         let whole = matches!(walk, Walk::Vec4Rows | Walk::Vec4Straddling);
         out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk, whole }.wgsl());
@@ -151,8 +171,8 @@ fn catalog() -> Vec<String> {
         s.leaves[0].access = index;
         s.leaves.push(LeafDesc { dtype: DType::I32, buffer: None, access: index });
         s.bodies[0].ops.push((Op::Iota { leaf: 1, start: 0, step: 1 }, DType::I32));
-        s.bodies[0].ops.push((Op::Cast(1), DType::F32));
-        s.bodies[0].ops.push((Op::Binary(BinaryOp::Mul, 0, 2), DType::F32));
+        s.bodies[0].ops.push((Op::Pointwise(Pointwise::Cast(1)), DType::F32));
+        s.bodies[0].ops.push((Op::Pointwise(Pointwise::Binary(BinaryOp::Mul, 0, 2)), DType::F32));
         s.bodies[0].roots = vec![3];
         let walk = Walk::Vec4Straddling;
         out.push(
@@ -163,8 +183,8 @@ fn catalog() -> Vec<String> {
     // of rows, and a reduction's prologue loading them once per span.
     let mut s = sig(2, &[(DType::F32, true), (DType::F32, true)], &[], vec![], vec![]);
     s.leaves[1].access = Access::Div;
-    s.bodies[0].ops.push((Op::Unary(UnaryOp::Exp, 1), DType::F32));
-    s.bodies[0].ops.push((Op::Binary(BinaryOp::Sub, 0, 2), DType::F32));
+    s.bodies[0].ops.push((Op::Pointwise(Pointwise::Unary(UnaryOp::Exp, 1)), DType::F32));
+    s.bodies[0].ops.push((Op::Pointwise(Pointwise::Binary(BinaryOp::Sub, 0, 2)), DType::F32));
     s.bodies[0].roots = vec![3];
     let walk = Walk::Vec4Segments;
     for whole in [false, true] {
@@ -205,7 +225,10 @@ fn catalog() -> Vec<String> {
         out.push(key.wgsl());
     }
     // A multi-output kernel with f16 and f32 outputs sharing a subexpression.
-    let ops = vec![(Op::Unary(UnaryOp::Exp, LOAD), DType::F32), (Op::Cast(0), DType::F16)];
+    let ops = vec![
+        (Op::Pointwise(Pointwise::Unary(UnaryOp::Exp, LOAD)), DType::F32),
+        (Op::Pointwise(Pointwise::Cast(0)), DType::F16),
+    ];
     out.push(ew(sig(2, &[(DType::F32, false)], &[], ops, vec![0, 1]), vec![DType::F32, DType::F16]));
     let monoids = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min]
         .map(Monoid::Reduce)
@@ -214,7 +237,13 @@ fn catalog() -> Vec<String> {
     for monoid in monoids {
         for dtype in [DType::F32, DType::F16, DType::I32, DType::U32] {
             for contiguous in [true, false] {
-                let s = sig(3, &[(dtype, contiguous)], &[], vec![(Op::Unary(UnaryOp::Abs, LOAD), dtype)], vec![0]);
+                let s = sig(
+                    3,
+                    &[(dtype, contiguous)],
+                    &[],
+                    vec![(Op::Pointwise(Pointwise::Unary(UnaryOp::Abs, LOAD)), dtype)],
+                    vec![0],
+                );
                 let runs = if matches!(monoid, Monoid::Reduce(_)) && dtype != DType::F16 {
                     vec![Runs::Scalar, Runs::Vec4, Runs::Straddling]
                 } else {
@@ -269,15 +298,18 @@ fn catalog() -> Vec<String> {
         let mut s = sig(2, &[(DType::F32, true)], &[], vec![], vec![]);
         s.bodies = vec![
             Body { ops: vec![(Op::Load(0), DType::F32)], roots: vec![0] },
-            Body { ops: [x_minus_row0(), vec![(Op::Unary(UnaryOp::Exp, 2), DType::F32)]].concat(), roots: vec![3] },
+            Body {
+                ops: [x_minus_row0(), vec![(Op::Pointwise(Pointwise::Unary(UnaryOp::Exp, 2)), DType::F32)]].concat(),
+                roots: vec![3],
+            },
             Body {
                 ops: vec![
                     (Op::Load(0), DType::F32),
                     (Op::Row(0), DType::F32),
                     (Op::Row(1), DType::F32),
-                    (Op::Binary(BinaryOp::Sub, 0, 1), DType::F32),
-                    (Op::Unary(UnaryOp::Exp, 3), DType::F32),
-                    (Op::Binary(BinaryOp::Div, 4, 2), DType::F32),
+                    (Op::Pointwise(Pointwise::Binary(BinaryOp::Sub, 0, 1)), DType::F32),
+                    (Op::Pointwise(Pointwise::Unary(UnaryOp::Exp, 3)), DType::F32),
+                    (Op::Pointwise(Pointwise::Binary(BinaryOp::Div, 4, 2)), DType::F32),
                 ],
                 roots: vec![5],
             },
@@ -365,8 +397,8 @@ fn catalog() -> Vec<String> {
                 ops: vec![
                     (Op::Acc, DType::F32),
                     (Op::Load(0), DType::F32),
-                    (Op::Binary(BinaryOp::Add, 0, 1), DType::F32),
-                    (Op::Unary(UnaryOp::Relu, 2), DType::F32),
+                    (Op::Pointwise(Pointwise::Binary(BinaryOp::Add, 0, 1)), DType::F32),
+                    (Op::Pointwise(Pointwise::Unary(UnaryOp::Relu, 2)), DType::F32),
                 ],
                 roots: vec![3],
             };
@@ -461,7 +493,10 @@ fn streamed_rows_take_enough_lanes_to_stay_within_mesas_loop_budget() {
     let mut softmax = sig(2, &[(DType::F32, true)], &[], vec![], vec![]);
     softmax.bodies = vec![
         Body { ops: vec![(Op::Load(0), DType::F32)], roots: vec![0] },
-        Body { ops: [x_minus_row0(), vec![(Op::Unary(UnaryOp::Exp, 2), DType::F32)]].concat(), roots: vec![3] },
+        Body {
+            ops: [x_minus_row0(), vec![(Op::Pointwise(Pointwise::Unary(UnaryOp::Exp, 2)), DType::F32)]].concat(),
+            roots: vec![3],
+        },
         Body { ops: x_minus_row0(), roots: vec![2] },
     ];
     let pair = [ReduceOp::Max, ReduceOp::Sum];

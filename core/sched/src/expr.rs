@@ -3,9 +3,10 @@
 //! leaf carries a layout over the expression's shape, so views (reshape,
 //! permute, slice, expand) are applied to the leaves and never copy.
 
+use crate::pointwise::Pointwise;
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::DeviceArray;
-use kiln_ir::ir::{BinaryOp, ReduceOp, UnaryOp};
+use kiln_ir::ir::ReduceOp;
 use kiln_ir::shape::{Layout, SliceSpec};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,10 +48,7 @@ pub enum Kind {
         layout: Layout,
     },
     Fill(f64),
-    Unary(UnaryOp, Fused),
-    Binary(BinaryOp, Fused, Fused),
-    Where(Fused, Fused, Fused),
-    Cast(Fused),
+    Pointwise(Pointwise<Fused>),
     /// `src[coords with coords[axis] = index]`; `src` keeps its own layout,
     /// so a view of a gather materializes it first.
     Gather {
@@ -105,13 +103,7 @@ pub fn origin_of(e: &FNode) -> Option<u64> {
         Kind::Buf(_) => return None,
         Kind::Row { stage, .. } => stage.origin,
         Kind::Mm { mm, .. } => mm.origin,
-        Kind::Iota { .. }
-        | Kind::Fill(_)
-        | Kind::Unary(..)
-        | Kind::Binary(..)
-        | Kind::Where(..)
-        | Kind::Cast(_)
-        | Kind::Gather { .. } => e.origin,
+        Kind::Iota { .. } | Kind::Fill(_) | Kind::Pointwise(_) | Kind::Gather { .. } => e.origin,
     };
     (id != NO_ORIGIN).then_some(id)
 }
@@ -149,7 +141,7 @@ pub fn apply_view(e: &Fused, view: &View) -> Option<Fused> {
             Kind::Row { stage, layout } => with(Kind::Row { stage: stage.clone(), layout: view.apply(layout)? }),
             Kind::Mm { mm, layout } => with(Kind::Mm { mm: mm.clone(), layout: view.apply(layout)? }),
             Kind::Gather { .. } => None,
-            Kind::Fill(_) | Kind::Unary(..) | Kind::Binary(..) | Kind::Where(..) | Kind::Cast(_) => Some(None),
+            Kind::Fill(_) | Kind::Pointwise(_) => Some(None),
         }
     })
 }
@@ -175,10 +167,7 @@ fn map_rec(
         None => {
             let mut m = |x: &Fused| map_rec(x, f, memo);
             let kind = match &e.kind {
-                Kind::Unary(op, x) => Kind::Unary(*op, m(x)?),
-                Kind::Binary(op, x, y) => Kind::Binary(*op, m(x)?, m(y)?),
-                Kind::Where(c, x, y) => Kind::Where(m(c)?, m(x)?, m(y)?),
-                Kind::Cast(x) => Kind::Cast(m(x)?),
+                Kind::Pointwise(p) => Kind::Pointwise(p.try_map(m)?),
                 Kind::Gather { src, axis, index } => Kind::Gather { src: src.clone(), axis: *axis, index: m(index)? },
                 Kind::Buf(_) | Kind::Iota { .. } | Kind::Row { .. } | Kind::Mm { .. } | Kind::Fill(_) => {
                     return Some(e.clone());
@@ -214,9 +203,7 @@ pub fn postorder(e: &Fused) -> Vec<Fused> {
 
 pub fn children(e: &FNode) -> Vec<&Fused> {
     match &e.kind {
-        Kind::Unary(_, x) | Kind::Cast(x) => vec![x],
-        Kind::Binary(_, x, y) => vec![x, y],
-        Kind::Where(c, x, y) => vec![c, x, y],
+        Kind::Pointwise(p) => p.operands(),
         Kind::Gather { index, .. } => vec![index],
         Kind::Buf(_) | Kind::Iota { .. } | Kind::Row { .. } | Kind::Mm { .. } | Kind::Fill(_) => vec![],
     }

@@ -7,5 +7,6 @@
 
 pub mod expr;
 pub mod lower;
+pub mod pointwise;
 pub mod schedule;
 pub mod walk;

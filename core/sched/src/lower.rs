@@ -3,8 +3,8 @@
 //! subexpressions are merged here, so each is computed once per element.
 
 use super::expr::{Fused, Kind, PendingMatmul, RowStage, origin_of, postorder};
+use crate::pointwise::Pointwise;
 use kiln_ir::dtype::DType;
-use kiln_ir::ir::{BinaryOp, UnaryOp};
 use kiln_ir::ir::{DeviceBuffer, buffer_id};
 use kiln_ir::shape::{Layout, numel};
 use std::collections::HashMap;
@@ -25,10 +25,7 @@ pub enum Op {
     /// The matmul accumulator (epilogues only).
     Acc,
     Param(usize),
-    Unary(UnaryOp, usize),
-    Binary(BinaryOp, usize, usize),
-    Where(usize, usize, usize),
-    Cast(usize),
+    Pointwise(Pointwise<usize>),
     /// Read leaf `src` at the current coordinates with `axis` replaced by
     /// the value of op `index`; param `len` is the source's axis length.
     Gather {
@@ -42,10 +39,9 @@ pub enum Op {
 impl Op {
     /// The ops this one reads (earlier in the same body).
     pub fn operands(&self) -> Vec<usize> {
-        match *self {
-            Op::Unary(_, x) | Op::Cast(x) | Op::Gather { index: x, .. } => vec![x],
-            Op::Binary(_, x, y) => vec![x, y],
-            Op::Where(c, x, y) => vec![c, x, y],
+        match self {
+            Op::Pointwise(p) => p.operands().into_iter().copied().collect(),
+            Op::Gather { index, .. } => vec![*index],
             Op::Load(_) | Op::Iota { .. } | Op::Row(_) | Op::Acc | Op::Param(_) => vec![],
         }
     }
@@ -222,10 +218,7 @@ impl Lowerer {
                         Op::Acc
                     }
                     Kind::Fill(v) => Op::Param(self.param(n.dtype, *v)),
-                    Kind::Unary(op, x) => Op::Unary(*op, at(x)),
-                    Kind::Binary(op, x, y) => Op::Binary(*op, at(x), at(y)),
-                    Kind::Where(c, x, y) => Op::Where(at(c), at(x), at(y)),
-                    Kind::Cast(x) => Op::Cast(at(x)),
+                    Kind::Pointwise(p) => Op::Pointwise(p.map(at)),
                     Kind::Gather { src, axis, index } => {
                         let len = self.param(DType::U32, src.layout.shape[*axis] as f64);
                         let src = self.leaf(Some((&src.buffer, src.dtype)), &src.layout, src.dtype, true);

@@ -19,6 +19,7 @@ use crate::expr::{
     postorder, row_aligned, row_stages, same_mapping, tagged,
 };
 use crate::lower::{Args, Lowerer, Sig, meta_words};
+use crate::pointwise::Pointwise;
 use crate::schedule::{Item, KernelItem, Monoid, Schedule, Slot, SlotInfo, Target};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
@@ -72,7 +73,7 @@ fn leaf(a: DeviceArray) -> Fused {
 fn narrowed(a: DeviceArray, dtype: DType) -> Fused {
     let d = a.dtype;
     let buf = leaf(a);
-    if d == dtype { buf } else { node(dtype, Kind::Cast(buf)) }
+    if d == dtype { buf } else { node(dtype, Kind::Pointwise(Pointwise::Cast(buf))) }
 }
 
 impl<'a> Scheduler<'a> {
@@ -183,10 +184,13 @@ impl<'a> Scheduler<'a> {
             Prim::Iota { start, step, len, .. } => {
                 tagged(n.id(), dtype, Kind::Iota { layout: Layout::contiguous(&[*len]), start: *start, step: *step })
             }
-            Prim::Unary(op) => self.combine(n, &inputs, |v| Kind::Unary(*op, v[0].clone()))?,
-            Prim::Binary(op) => self.combine(n, &inputs, |v| Kind::Binary(*op, v[0].clone(), v[1].clone()))?,
-            Prim::Where => self.combine(n, &inputs, |v| Kind::Where(v[0].clone(), v[1].clone(), v[2].clone()))?,
-            Prim::Cast { .. } => self.combine(n, &inputs, |v| Kind::Cast(v[0].clone()))?,
+            Prim::Unary(op) => self.combine(n, &inputs, |v| Kind::Pointwise(Pointwise::Unary(*op, v[0].clone())))?,
+            Prim::Binary(op) => {
+                self.combine(n, &inputs, |v| Kind::Pointwise(Pointwise::Binary(*op, v[0].clone(), v[1].clone())))?
+            }
+            Prim::Where => self
+                .combine(n, &inputs, |v| Kind::Pointwise(Pointwise::Where(v[0].clone(), v[1].clone(), v[2].clone())))?,
+            Prim::Cast { .. } => self.combine(n, &inputs, |v| Kind::Pointwise(Pointwise::Cast(v[0].clone())))?,
             Prim::Reduce { op, axes, .. } => {
                 let x = x(self, 0)?;
                 self.reduce(n, &inputs[0], x, Monoid::Reduce(*op), axes)?
@@ -305,7 +309,7 @@ impl<'a> Scheduler<'a> {
         for part in inputs {
             let v = self.value(part)?;
             let v = self.force_pending(&v)?;
-            let v = if v.dtype == wide { v } else { node(wide, Kind::Cast(v)) };
+            let v = if v.dtype == wide { v } else { node(wide, Kind::Pointwise(Pointwise::Cast(v))) };
             let region = Layout { offset: start * out_layout.strides[axis] as usize, ..out_layout.clone() };
             let mut low = Lowerer::new(shape.len(), &[], None);
             low.body(&[&v]);
@@ -414,7 +418,7 @@ impl<'a> Scheduler<'a> {
             return self.materialize(&v, shape);
         };
         let out_dtype = v.dtype.wide();
-        let body = if body.dtype == out_dtype { body } else { node(out_dtype, Kind::Cast(body)) };
+        let body = if body.dtype == out_dtype { body } else { node(out_dtype, Kind::Pointwise(Pointwise::Cast(body))) };
         let mut low = Lowerer::new(s.len(), &stages, None);
         for st in &stages {
             low.body(&[&st.input]);
@@ -528,14 +532,7 @@ fn buffers_of(v: &Fused) -> Vec<*const ()> {
     for n in postorder(v) {
         let b = match &n.kind {
             Kind::Buf(a) | Kind::Gather { src: a, .. } => buffer_id(&a.buffer),
-            Kind::Iota { .. }
-            | Kind::Row { .. }
-            | Kind::Mm { .. }
-            | Kind::Fill(_)
-            | Kind::Unary(..)
-            | Kind::Binary(..)
-            | Kind::Where(..)
-            | Kind::Cast(_) => continue,
+            Kind::Iota { .. } | Kind::Row { .. } | Kind::Mm { .. } | Kind::Fill(_) | Kind::Pointwise(_) => continue,
         };
         if !out.contains(&b) {
             out.push(b);

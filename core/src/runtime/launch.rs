@@ -11,18 +11,15 @@ use super::pool::{Pooled, PooledBuffer};
 use super::profile::Launch;
 use super::realize::ReadRequest;
 use super::textures::PooledTexture;
-use crate::codegen::fused::{VEC, vectorizable};
-use crate::codegen::launch::{self, aligned4, row_constant_leaves};
-use crate::codegen::reduce::{
-    Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, reduce_shape, runs_len, whole_spans,
-};
+use crate::codegen::launch;
+use crate::codegen::reduce::Monoid;
 use crate::codegen::{KernelKey, META_WORDS, Meta};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::DeviceBuffer;
 use crate::ir::ReduceOp;
 use crate::sched::lower::{Args, Sig};
-use crate::shape::{Layout, numel};
+use crate::shape::Layout;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -136,7 +133,8 @@ impl Recording {
 
     /// A tree reduction of body 0 of `sig` over `[rows, len]` (the input seen
     /// as kept axes then reduced axes) into `values` (and `indices` for arg
-    /// reductions), in as many passes as `len` needs.
+    /// reductions), in as many passes as `len` needs; the passes between
+    /// leave their partials in scratch buffers.
     #[allow(clippy::too_many_arguments)]
     pub fn reduce(
         &mut self,
@@ -150,77 +148,24 @@ impl Recording {
         values: &Arc<dyn DeviceBuffer>,
         indices: Option<&Arc<dyn DeviceBuffer>>,
     ) -> Result<()> {
-        if rows == 0 {
-            return Ok(());
-        }
-        let len = numel(view_shape) / rows;
-        let value_dtype = sig.bodies[0].ops[sig.bodies[0].roots[0]].1.wide();
-        let plain = matches!(monoid, Monoid::Reduce(_)) && vectorizable(&sig);
-        let runs = if plain && len.is_multiple_of(VEC) && aligned4(&sig, &args, false) {
-            Runs::Vec4
-        } else if plain && len >= VEC && aligned4(&sig, &args, true) {
-            Runs::Straddling
-        } else {
-            Runs::Scalar
-        };
+        let value_dtype = launch::partials_dtype(&sig);
         let workgroup = gpu.workgroup_reductions();
-        // A straddling run may hold two rows' elements: no shared statistic.
-        let row_leaves = runs == Runs::Vec4 && row_constant_leaves(&sig, &args, len);
-        let mut len = runs_len(runs, len);
-        let mut prologue = Some((sig, args));
-        let mut inputs: Vec<Arc<dyn DeviceBuffer>> = Vec::new();
-        loop {
-            // The first pass reads the fused input; later ones the partials.
-            let first = prologue.is_some();
-            // Partials are read as vec4s where each row's split into them
-            // (not an arg reduction's, whose indices go with them).
-            let runs = match first {
-                true => runs,
-                false if matches!(monoid, Monoid::Reduce(_)) && len.is_multiple_of(VEC) => Runs::Vec4,
-                false => Runs::Scalar,
-            };
-            let step = if runs == Runs::Scalar { 1 } else { VEC };
-            let streams = first && matches!(monoid, Monoid::Reduce(_)) && rows * len >= REDUCE_STREAM_MIN;
-            let (per_thread, _) = reduce_shape(monoid, streams, workgroup);
-            let groups = len.div_ceil(per_thread * step);
-            // Partials this pass leaves per row: one per invocation, or one
-            // per workgroup of REDUCE_WG invocations.
-            let partials = if workgroup { groups.div_ceil(REDUCE_WG) } else { groups };
-            let last = partials == 1;
-            let workgroups = if workgroup { rows * partials } else { (rows * groups).div_ceil(REDUCE_WG) };
-            let grid = launch::grid(&gpu.caps, op, workgroups)?;
-            let mut meta = Meta::default();
-            meta.u(rows).u(len).u(groups).u(grid[0] as usize * REDUCE_WG);
-            let (v_out, i_out) = if last {
+        let passes = launch::reduce(&gpu.caps, workgroup, op, monoid, sig, &args, view_shape, rows)?;
+        let mut inputs = args.buffers;
+        for pass in passes {
+            let (v_out, i_out) = if pass.partials == 1 {
                 (values.clone(), indices.cloned())
             } else {
-                let part = |d| gpu.alloc(op, d, &[rows * partials]);
+                let part = |d| gpu.alloc(op, d, &[rows * pass.partials]);
                 (part(value_dtype)?, indices.map(|_| part(DType::I32)).transpose()?)
             };
-            let outputs: Vec<_> = i_out.iter().cloned().chain([v_out.clone()]).collect();
-            let (prologue_sig, buffers) = match prologue.take() {
-                Some((sig, args)) => {
-                    launch::fused_meta(&mut meta, &sig, &args, view_shape);
-                    (Some(sig), outputs.into_iter().chain(args.buffers).collect())
-                }
-                None => (None, outputs.into_iter().chain(inputs.drain(..)).collect()),
-            };
-            let pass = ReducePass {
-                runs,
-                workgroup,
-                streams,
-                row_leaves: row_leaves && first,
-                whole: whole_spans(monoid, streams, workgroup, len, step),
-                one_row: rows == 1,
-            };
-            let key = KernelKey::Reduce { monoid, prologue: prologue_sig, partials: value_dtype, pass };
-            self.dispatch(gpu, &key, meta, buffers, grid, rows * len)?;
-            if last {
-                return Ok(());
-            }
+            let outputs = i_out.iter().cloned().chain([v_out.clone()]);
+            let buffers = outputs.chain(inputs).collect();
+            let l = pass.launch;
+            self.dispatch(gpu, &l.key, l.meta, buffers, l.groups, l.elements)?;
             inputs = std::iter::once(v_out).chain(i_out).collect();
-            len = partials;
         }
+        Ok(())
     }
 
     /// The row kernel over `shape = [rows.., len]`: `stages` folded along

@@ -6,6 +6,7 @@ use crate::{META_DECL, WG, storage_type, store_expr, unravel};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::BinaryOp;
 use kiln_sched::lower::{Access, Op, Sig};
+use kiln_sched::pointwise::Pointwise;
 /// Whether a body can run four elements at a time: only 4-byte leaves
 /// (strided ones where their rows split into vec4s, which the launch
 /// checks), no gather, no pow.
@@ -18,7 +19,8 @@ pub fn vectorizable_reading_rows(sig: &Sig) -> bool {
     sig.leaves.iter().all(|l| l.dtype != DType::F16)
         && sig.bodies.iter().all(|b| {
             b.ops.iter().all(|(op, d)| {
-                *d != DType::F16 && !matches!(op, Op::Gather { .. } | Op::Binary(BinaryOp::Pow, ..) | Op::Acc)
+                *d != DType::F16
+                    && !matches!(op, Op::Gather { .. } | Op::Pointwise(Pointwise::Binary(BinaryOp::Pow, ..)) | Op::Acc)
             })
         })
 }

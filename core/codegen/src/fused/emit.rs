@@ -6,6 +6,7 @@ use crate::{compute_type, literal, load_expr, math, storage_type, unravel};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::{BinaryOp, ReduceOp, UnaryOp};
 use kiln_sched::lower::{Access, Body, Op, Sig, meta_bases};
+use kiln_sched::pointwise::Pointwise;
 
 /// Elements one invocation of a vectorized elementwise kernel handles.
 pub const VEC: usize = 4;
@@ -348,7 +349,7 @@ impl<'a> Emitter<'a> {
             Op::Load(k) | Op::Iota { leaf: k, .. } | Op::Gather { src: k, .. } => {
                 self.sig.leaves[*k].access == Access::Strided
             }
-            Op::Row(_) | Op::Acc | Op::Param(_) | Op::Unary(..) | Op::Binary(..) | Op::Where(..) | Op::Cast(_) => false,
+            Op::Row(_) | Op::Acc | Op::Param(_) | Op::Pointwise(_) => false,
         });
         if strided && self.periodic {
             // Stepped by `periodic_advance`, not divided out of `f`.
@@ -389,13 +390,15 @@ impl<'a> Emitter<'a> {
                 Op::Row(k) => format!("s{k}"),
                 Op::Acc => "acc".to_string(),
                 Op::Param(p) => self.param(d, *p),
-                Op::Unary(UnaryOp::Exp, x) if shifted_by_row_max(self.sig, self.stages, body, *x) => {
+                Op::Pointwise(Pointwise::Unary(UnaryOp::Exp, x))
+                    if shifted_by_row_max(self.sig, self.stages, body, *x) =>
+                {
                     format!("kiln_exp_no_overflow({})", v(*x))
                 }
-                Op::Unary(op, x) => unary(*op, dt(*x), &v(*x), &|d, x| self.lit(d, x)),
-                Op::Binary(op, x, y) => binary(*op, &v(*x), &v(*y), &self.ty(DType::U32)),
-                Op::Where(c, x, y) => format!("select({}, {}, {})", v(*y), v(*x), v(*c)),
-                Op::Cast(x) => cast(dt(*x), d, &v(*x), &self.ty(d), &|d, x| self.lit(d, x)),
+                Op::Pointwise(Pointwise::Unary(op, x)) => unary(*op, dt(*x), &v(*x), &|d, x| self.lit(d, x)),
+                Op::Pointwise(Pointwise::Binary(op, x, y)) => binary(*op, &v(*x), &v(*y), &self.ty(DType::U32)),
+                Op::Pointwise(Pointwise::Where(c, x, y)) => format!("select({}, {}, {})", v(*y), v(*x), v(*c)),
+                Op::Pointwise(Pointwise::Cast(x)) => cast(dt(*x), d, &v(*x), &self.ty(d), &|d, x| self.lit(d, x)),
                 Op::Gather { src, axis, index, len } => {
                     self.gather(*src, *axis, &v(*index), dt(*index), *len, &v(i), pfx, s);
                     continue;
@@ -404,9 +407,7 @@ impl<'a> Emitter<'a> {
             invariant[i] = hoisted.as_ref().is_some_and(|h| match op {
                 Op::Load(k) => self.sig.leaves[*k].access == h.1,
                 Op::Param(_) => true,
-                Op::Unary(_, x) | Op::Cast(x) => invariant[*x],
-                Op::Binary(_, x, y) => invariant[*x] && invariant[*y],
-                Op::Where(c, x, y) => invariant[*c] && invariant[*x] && invariant[*y],
+                Op::Pointwise(p) => p.operands().into_iter().all(|&x| invariant[x]),
                 Op::Iota { .. } | Op::Row(_) | Op::Acc | Op::Gather { .. } => false,
             });
             let line = format!("    let {}: {} = {value};\n", var_name(pfx, invariant[i], i), self.ty(d));
@@ -454,13 +455,13 @@ impl<'a> Emitter<'a> {
 /// The math helpers `ops` call (each a polynomial of a few dozen operations).
 pub(super) fn math_needs<'b>(ops: impl Iterator<Item = &'b (Op, DType)> + Clone) -> math::Needs {
     let uses = |f: &dyn Fn(&Op) -> bool| ops.clone().any(|(op, _)| f(op));
-    let unary = |ops: &[UnaryOp]| uses(&|op| matches!(op, Op::Unary(u, _) if ops.contains(u)));
+    let unary = |ops: &[UnaryOp]| uses(&|op| matches!(op, Op::Pointwise(Pointwise::Unary(u, _)) if ops.contains(u)));
     math::Needs {
         exp: unary(&[UnaryOp::Exp, UnaryOp::Sigmoid]),
         log: unary(&[UnaryOp::Log]),
         sin_cos: unary(&[UnaryOp::Sin, UnaryOp::Cos]),
         tanh: unary(&[UnaryOp::Tanh, UnaryOp::Gelu]),
-        pow: uses(&|op| matches!(op, Op::Binary(BinaryOp::Pow, ..))),
+        pow: uses(&|op| matches!(op, Op::Pointwise(Pointwise::Binary(BinaryOp::Pow, ..)))),
     }
 }
 

@@ -6,6 +6,7 @@ use crate::{META_DECL, WG, compute_type, storage_type, store_expr};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::{BinaryOp, ReduceOp, UnaryOp};
 use kiln_sched::lower::{Body, Op, Sig};
+use kiln_sched::pointwise::Pointwise;
 pub use kiln_sched::walk::ROW_MAX_LEN;
 const ROW_BLOCK: usize = 64;
 
@@ -524,8 +525,8 @@ pub(crate) fn sums_exp_of_shifted_max(sig: &Sig, stages: &[ReduceOp], k: usize) 
         && e.roots == [n + 2]
         && e.ops.len() == n + 3
         && e.ops[n] == f32_op(Op::Row(k))
-        && e.ops[n + 1] == f32_op(Op::Binary(BinaryOp::Sub, x.roots[0], n))
-        && e.ops[n + 2] == f32_op(Op::Unary(UnaryOp::Exp, n + 1))
+        && e.ops[n + 1] == f32_op(Op::Pointwise(Pointwise::Binary(BinaryOp::Sub, x.roots[0], n)))
+        && e.ops[n + 2] == f32_op(Op::Pointwise(Pointwise::Unary(UnaryOp::Exp, n + 1)))
         && shifted_by_row_max(sig, stages, e, n + 1)
 }
 
@@ -535,7 +536,7 @@ pub(crate) fn sums_exp_of_shifted_max(sig: &Sig, stages: &[ReduceOp], k: usize) 
 /// its exp cannot overflow. (If a row holds a NaN, WGSL leaves `max`'s
 /// result open, and such a row's exp values are unspecified either way.)
 pub(super) fn shifted_by_row_max(sig: &Sig, stages: &[ReduceOp], body: &Body, x: usize) -> bool {
-    let Op::Binary(BinaryOp::Sub, a, m) = body.ops[x].0 else {
+    let Op::Pointwise(Pointwise::Binary(BinaryOp::Sub, a, m)) = body.ops[x].0 else {
         return false;
     };
     let Op::Row(k) = body.ops[m].0 else {
