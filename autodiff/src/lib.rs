@@ -4,17 +4,22 @@
 //! - [`transforms`]: `grad`, `value_and_grad`, `vjp`, `stop_gradient`.
 //! - `vjp_rules`: one exhaustive `match` over the primitives.
 //! - `backprop`: reverse accumulation over a traced graph.
+//! - [`vmap`](fn@vmap): a function of one example mapped over a batch axis;
+//!   `batch_rules`: one exhaustive `match` over the primitives.
 //!
 //! Closures are traced afresh on every call; the backward pass is an
 //! ordinary lazy graph, so it realizes (and fuses) like any other, and can
 //! be differentiated again (grad of grad).
 
 mod backprop;
+mod batch_rules;
 pub mod transforms;
 pub mod tree;
 mod vjp_rules;
+pub mod vmap;
 
 pub use kiln_core::Result;
 pub use kiln_ops::Tensor;
 pub use transforms::{Vjp, grad, stop_gradient, value_and_grad, vjp};
 pub use tree::{Leaves, Path, Structure, Tree};
+pub use vmap::vmap;

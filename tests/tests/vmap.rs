@@ -1,0 +1,261 @@
+//! `vmap` against a loop: for functions that together use every primitive,
+//! `vmap(f)(xs)` equals stacking `f(x_i)` over the batch, on the CPU
+//! reference and on every adapter; it composes with `grad` (both ways),
+//! `jit` and itself; it fuses as the hand-batched graph does; and bad axes
+//! are errors naming the leaf and its shape.
+
+use kiln::core::codegen::Caps;
+use kiln::core::schedule_for;
+use kiln::prelude::*;
+
+type F = fn(&Vec<Tensor>) -> Result<Vec<Tensor>>;
+
+/// `xs[i]` for example `i` of a batch along `axes` (None: the whole leaf).
+fn example(xs: &[Tensor], axes: &[Option<isize>], i: usize) -> Vec<Tensor> {
+    xs.iter()
+        .zip(axes)
+        .map(|(x, a)| match a {
+            Some(a) => x.narrow(*a, i, 1).unwrap().squeeze(*a).unwrap(),
+            None => x.clone(),
+        })
+        .collect()
+}
+
+/// `f` applied example by example, each output stacked along `out_axis`.
+fn looped(f: F, xs: &[Tensor], axes: &[Option<isize>], b: usize, out_axis: isize) -> Vec<Tensor> {
+    let per: Vec<Vec<Tensor>> = (0..b).map(|i| f(&example(xs, axes, i)).unwrap()).collect();
+    (0..per[0].len())
+        .map(|k| Tensor::stack(&per.iter().map(|o| &o[k]).collect::<Vec<_>>(), out_axis).unwrap())
+        .collect()
+}
+
+fn values(t: &Tensor) -> Vec<f32> {
+    kiln::block_on(t.cast(DType::F32).unwrap().to_vec::<f32>()).unwrap()
+}
+
+fn assert_close(label: &str, got: &Tensor, want: &Tensor) {
+    assert_eq!(got.shape(), want.shape(), "{label}: shapes");
+    for (i, (g, w)) in values(got).iter().zip(values(want)).enumerate() {
+        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{label}: element {i} is {g}, the loop's {w}");
+    }
+}
+
+/// One case: a function, its inputs' shapes, their batch axes and the output's.
+struct Case {
+    name: &'static str,
+    f: F,
+    shapes: &'static [&'static [usize]],
+    in_axes: &'static [Option<isize>],
+    out_axis: isize,
+}
+
+fn cases() -> Vec<Case> {
+    let case = |name, f, shapes, in_axes, out_axis| Case { name, f, shapes, in_axes, out_axis };
+    vec![
+        case("unary, cast", |x| Ok(vec![x[0].exp()?.neg()?.cast(DType::F16)?]), &[&[5, 3, 4]], &[Some(0)], 0),
+        case(
+            "binary with a shared operand",
+            |x| Ok(vec![x[0].mul(&x[1])?.add(&x[0])?]),
+            &[&[5, 6], &[6]],
+            &[Some(0), None],
+            0,
+        ),
+        case(
+            "where",
+            |x| Ok(vec![Tensor::where_cond(&x[0].gt(&x[1])?, &x[0], &x[1])?]),
+            &[&[4, 7], &[4, 7]],
+            &[Some(0), Some(0)],
+            0,
+        ),
+        case("reductions", |x| Ok(vec![x[0].sum(&[0], false)?, x[0].max(&[-1], true)?]), &[&[5, 3, 4]], &[Some(0)], 0),
+        case("argmax", |x| Ok(vec![x[0].argmax(Some(-1), false)?]), &[&[5, 3, 4]], &[Some(0)], 0),
+        case("reshape, permute", |x| Ok(vec![x[0].reshape(&[4, 3])?.transpose(0, 1)?]), &[&[6, 3, 4]], &[Some(0)], 0),
+        case("slice", |x| Ok(vec![x[0].narrow(1, 1, 2)?]), &[&[4, 3, 5]], &[Some(0)], 0),
+        case("expand", |x| Ok(vec![x[0].broadcast_to(&[2, 3, 4])?]), &[&[5, 3, 1]], &[Some(0)], 0),
+        case(
+            "matmul, shared right operand",
+            |x| Ok(vec![x[0].matmul(&x[1])?]),
+            &[&[6, 3, 4], &[4, 5]],
+            &[Some(0), None],
+            0,
+        ),
+        case(
+            "matmul, vector times weights",
+            |x| Ok(vec![x[0].unsqueeze(0)?.matmul(&x[1])?.squeeze(0)?]),
+            &[&[6, 4], &[4, 5]],
+            &[Some(0), None],
+            0,
+        ),
+        case(
+            "matmul, both batched",
+            |x| Ok(vec![x[0].matmul(&x[1])?]),
+            &[&[6, 3, 4], &[6, 4, 2]],
+            &[Some(0), Some(0)],
+            0,
+        ),
+        case(
+            "matmul, shared left operand",
+            |x| Ok(vec![x[0].matmul(&x[1])?]),
+            &[&[3, 4], &[6, 4, 2]],
+            &[None, Some(0)],
+            0,
+        ),
+        case(
+            "concat with a shared part",
+            |x| Ok(vec![Tensor::concat(&[&x[0], &x[1]], 0)?]),
+            &[&[5, 2, 3], &[4, 3]],
+            &[Some(0), None],
+            0,
+        ),
+        case(
+            "gather by a batched index",
+            |x| Ok(vec![x[0].index_select(0, &x[1].mul_scalar(3.0)?.cast(DType::I32)?)?]),
+            &[&[5, 4], &[5, 3]],
+            &[None, Some(0)],
+            0,
+        ),
+        case(
+            "constants inside",
+            |x| Ok(vec![x[0].add(&Tensor::arange(x[0].device(), 0.0, 4.0, 1.0, DType::F32)?)?.mul_scalar(2.0)?]),
+            &[&[3, 4]],
+            &[Some(0)],
+            0,
+        ),
+        case(
+            "batch axis last, output axis 1",
+            |x| Ok(vec![x[0].exp()?.sum(&[0], true)?]),
+            &[&[2, 3, 5]],
+            &[Some(-1)],
+            1,
+        ),
+    ]
+}
+
+/// Every case on `dev`: vmap against the loop.
+fn check_cases(label: &str, dev: &Device) {
+    for (k, c) in cases().iter().enumerate() {
+        let xs: Vec<Tensor> = c
+            .shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| kiln_conformance::rng::tensor(dev, s, (10 * k + i) as u64, 0.0, 1.0))
+            .collect();
+        let b = c
+            .shapes
+            .iter()
+            .zip(c.in_axes)
+            .find_map(|(s, a)| a.map(|a| s[a.rem_euclid(s.len() as isize) as usize]))
+            .unwrap();
+        let mapped = kiln::vmap(c.f, c.in_axes.to_vec(), vec![c.out_axis])(&xs).unwrap();
+        let want = looped(c.f, &xs, c.in_axes, b, c.out_axis);
+        for (got, want) in mapped.iter().zip(&want) {
+            assert_close(&format!("{label}: {}", c.name), got, want);
+        }
+    }
+}
+
+#[test]
+fn vmap_equals_the_loop_on_the_cpu_reference() {
+    check_cases("cpu", &Device::cpu());
+}
+
+#[test]
+fn vmap_equals_the_loop_on_every_adapter() {
+    let adapters = kiln_conformance::adapters::shared();
+    for (label, dev) in adapters.iter() {
+        check_cases(label, dev);
+    }
+}
+
+fn loss(p: &[Tensor], x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    let d = x.unsqueeze(0)?.matmul(&p[0])?.add(&p[1])?.tanh()?.squeeze(0)?.sub(y)?;
+    d.mul(&d)?.sum(&[], false)
+}
+
+#[test]
+fn per_example_gradients_compose_with_grad_jit_and_vmap() {
+    let dev = Device::cpu();
+    let rng = |s: &[usize], seed| kiln_conformance::rng::tensor(&dev, s, seed, -1.0, 1.0);
+    let (w, bias, xs, ys) = (rng(&[4, 3], 1), rng(&[3], 2), rng(&[8, 4], 3), rng(&[8, 3], 4));
+    // vmap(grad): the gradient of each example's loss.
+    let per_example = |inputs: &Vec<Tensor>| {
+        let (params, x, y) = (inputs[..2].to_vec(), &inputs[2], &inputs[3]);
+        kiln::grad(|p: &Vec<Tensor>| loss(p, x, y))(&params)
+    };
+    let inputs = vec![w.clone(), bias.clone(), xs.clone(), ys.clone()];
+    let grads = kiln::vmap(per_example, vec![None, None, Some(0), Some(0)], vec![0])(&inputs).unwrap();
+    for i in 0..8 {
+        let (x, y) = (xs.narrow(0, i, 1).unwrap().squeeze(0).unwrap(), ys.narrow(0, i, 1).unwrap().squeeze(0).unwrap());
+        let want = kiln::grad(|p: &Vec<Tensor>| loss(p, &x, &y))(&vec![w.clone(), bias.clone()]).unwrap();
+        for (g, want) in grads.iter().zip(&want) {
+            assert_close(&format!("vmap(grad) example {i}"), &g.narrow(0, i, 1).unwrap().squeeze(0).unwrap(), want);
+        }
+    }
+    // grad(vmap): the gradient of the summed per-example losses is the batched gradient.
+    let total = |p: &Vec<Tensor>| {
+        let each = |d: &Vec<Tensor>| Ok(vec![loss(p, &d[0], &d[1])?]);
+        kiln::vmap(each, vec![Some(0)], vec![0])(&vec![xs.clone(), ys.clone()])?[0].sum(&[], false)
+    };
+    let params = vec![w.clone(), bias.clone()];
+    let g = kiln::grad(total)(&params).unwrap();
+    for (k, summed) in g.iter().enumerate() {
+        assert_close(&format!("grad(vmap) leaf {k}"), summed, &grads[k].sum(&[0], false).unwrap());
+    }
+    // vmap of vmap: a function of one scalar over a [3, 5] grid.
+    let inner = |x: &Vec<Tensor>| Ok(vec![x[0].mul(&x[0])?.add_scalar(1.0)?]);
+    let grid = rng(&[3, 5], 5);
+    let outer = |x: &Vec<Tensor>| kiln::vmap(inner, vec![Some(0)], vec![0])(x);
+    let twice = kiln::vmap(outer, vec![Some(1)], vec![1])(&vec![grid.clone()]).unwrap();
+    assert_close("vmap(vmap)", &twice[0], &grid.mul(&grid).unwrap().add_scalar(1.0).unwrap());
+}
+
+#[test]
+fn a_jitted_vmap_captures_once_on_every_adapter() {
+    let adapters = kiln_conformance::adapters::shared();
+    for (label, dev) in adapters.iter() {
+        let f = |x: &Vec<Tensor>| Ok(vec![x[0].exp()?.sum(&[-1], false)?]);
+        let step = kiln::jit(move |xs: &[Tensor]| kiln::vmap(f, vec![Some(0)], vec![0])(&xs.to_vec()));
+        for seed in 0..3 {
+            let x = kiln_conformance::rng::tensor(dev, &[16, 32], seed, 0.0, 1.0);
+            let out = kiln::block_on(step.call(std::slice::from_ref(&x))).unwrap();
+            assert_close(label, &out[0], &x.exp().unwrap().sum(&[-1], false).unwrap());
+        }
+        assert_eq!(step.captures(), 1, "{label}");
+    }
+}
+
+#[test]
+fn a_vmapped_layer_fuses_as_the_hand_batched_one() {
+    let dev = Device::cpu();
+    let rng = |s: &[usize], seed| kiln_conformance::rng::tensor(&dev, s, seed, -1.0, 1.0);
+    let (xs, w, b) = (rng(&[64, 784], 1), rng(&[784, 256], 2), rng(&[256], 3));
+    let layer = |p: &Vec<Tensor>| Ok(vec![p[0].unsqueeze(0)?.matmul(&p[1])?.squeeze(0)?.add(&p[2])?.relu()?]);
+    let mapped =
+        kiln::vmap(layer, vec![Some(0), None, None], vec![0])(&vec![xs.clone(), w.clone(), b.clone()]).unwrap();
+    let by_hand = xs.matmul(&w).unwrap().add(&b).unwrap().relu().unwrap();
+    let items = |t: &Tensor| schedule_for(&Caps::webgpu(), &[t.node().clone()]).unwrap().items.len();
+    assert_eq!(items(&mapped[0]), items(&by_hand));
+    assert_eq!(items(&by_hand), 1, "one matmul with its epilogue");
+}
+
+#[test]
+fn bad_axes_are_errors_naming_the_leaf_and_its_shape() {
+    let dev = Device::cpu();
+    let (a, b) = (Tensor::zeros(&dev, &[4, 3], DType::F32).unwrap(), Tensor::zeros(&dev, &[5, 3], DType::F32).unwrap());
+    let f = |x: &Vec<Tensor>| Ok(vec![x[0].add(&x[1])?]);
+    let err = |in_axes: Vec<Option<isize>>, out: isize| {
+        kiln::vmap(f, in_axes, vec![out])(&vec![a.clone(), b.clone()]).unwrap_err().to_string()
+    };
+    let e = err(vec![Some(0)], 0);
+    assert!(e.contains("vmap") && e.contains("[4, 3]") && e.contains("[5, 3]") && e.contains("disagree"), "{e}");
+    let e = err(vec![Some(2), None], 0);
+    assert!(e.contains("in_axes 2") && e.contains("[4, 3]"), "{e}");
+    let e = err(vec![None, None], 0);
+    assert!(e.contains("no input leaf is batched"), "{e}");
+    let e = err(vec![Some(0), None, None], 0);
+    assert!(e.contains("3 in_axes for 2 leaves"), "{e}");
+    let e = kiln::vmap(f, vec![Some(1)], vec![0])(&vec![a.clone(), a.clone()]);
+    assert!(e.is_ok(), "batch along axis 1 of both");
+    let e = kiln::vmap(f, vec![Some(0)], vec![5])(&vec![a.clone(), a.clone()]).unwrap_err().to_string();
+    assert!(e.contains("out_axes 5") && e.contains("[4, 3]"), "{e}");
+}
