@@ -1,13 +1,16 @@
 //! The kiln figures: matmul, reductions and row kernels, the fused chains,
-//! dispatch overhead. Every timing is a realization (one submit) plus a
+//! dispatch overhead, training steps, per-example gradients. Every timing is a realization (one submit) plus a
 //! one-element readback that waits for the device.
 
 use crate::ceilings::Ceilings;
 use crate::measure::{Paired, Record, Reps, time, time_paired};
 use kiln::core::codegen::matmul::{MatmulConfig, ShapeClass};
 use kiln::prelude::*;
+use kiln_mnist::per_example::per_example_grads;
 use kiln_mnist::{ModelKind, Trainer};
+use kiln_nn::Sequential;
 use kiln_nn::data::Mnist;
+use kiln_nn::loss::cross_entropy;
 use kiln_nn::{Conv2d, Conv2dConfig, ConvAlgorithm};
 use std::sync::Arc;
 
@@ -338,5 +341,47 @@ fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
             out(Record::duration(&bench, cx.adapter, t, 1e3, "ms"));
         }
     }
+    per_example(cx, out)
+}
+
+/// Per-example gradients of the demo's MLP for a batch of 64: `vmap(grad)`
+/// against a loop of 64 `grad` calls (realized together: one submit, as
+/// the vmap's), with one ordinary batched gradient for scale in the note.
+fn per_example(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
+    let (vmapped, looped) = ("per-example grads (vmap)", "per-example grads (loop)");
+    if !cx.wants(vmapped) && !cx.wants(looped) {
+        return Ok(());
+    }
+    let batch = 64;
+    let model = ModelKind::Mlp.build(cx.dev, Key::new(7))?;
+    let x = input(cx.dev, &[batch, 784])?;
+    let labels: Vec<i32> = (0..batch as i32).map(|i| i % 10).collect();
+    let y = Tensor::from_slice(cx.dev, &labels, &[batch])?;
+    let leaves = model.leaves();
+    kiln::block_on(Tensor::realize_all(&leaves.iter().chain([&x, &y]).collect::<Vec<_>>()))?;
+    let realize = |ts: Vec<Tensor>| -> Result<()> {
+        kiln::block_on(Tensor::realize_all(&ts.iter().collect::<Vec<_>>()))?;
+        wait(&ts[0])
+    };
+    let loss = |m: &Sequential, x: &Tensor, y: &Tensor| cross_entropy(&m.forward(x)?, y);
+    let batched = time(cx.reps, || realize(kiln::grad(|m: &Sequential| loss(m, &x, &y))(&model)?.leaves()))?;
+    let v = time(cx.reps, || realize(per_example_grads(&model, &x, &y)?.leaves()))?;
+    let each = || {
+        let mut all = Vec::new();
+        for i in 0..batch {
+            let (xi, yi) = (x.narrow(0, i, 1)?, y.narrow(0, i, 1)?);
+            all.extend(kiln::grad(|m: &Sequential| loss(m, &xi, &yi))(&model)?.leaves());
+        }
+        realize(all)
+    };
+    let l = time(Reps(cx.reps.0.min(3)), each)?;
+    let note = format!(
+        "{:.1}× as fast as the loop; {:.2}× one batched gradient ({:.2} ms)",
+        l.median / v.median,
+        v.median / batched.median,
+        batched.median * 1e3
+    );
+    out(Record::duration(vmapped, cx.adapter, v, 1e3, "ms").note(note));
+    out(Record::duration(looped, cx.adapter, l, 1e3, "ms").note(format!("{batch} grad calls, realized together")));
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 mod augment;
 mod model;
+pub mod per_example;
 mod trainer;
 
 pub use model::{Config, ModelKind};
