@@ -5,6 +5,7 @@
 //! kiln-conformance --bin conformance` also rewrites docs/CONFORMANCE.md.
 
 pub mod adapters;
+pub mod batch_check;
 pub mod bindings;
 pub mod browser;
 pub mod cases;

@@ -1,5 +1,6 @@
 //! Running the whole suite and writing docs/CONFORMANCE.md.
 
+use crate::batch_check::{self, BatchRow};
 use crate::browser::Browser;
 use crate::grad_check::{self, GradRow};
 use crate::{Case, Outcome, adapters, cases, compare, validation};
@@ -14,6 +15,8 @@ pub struct Run {
     pub rows: Vec<(&'static str, String, Vec<Outcome>)>,
     /// Gradient checks: finite differences on the reference, then each adapter.
     pub grads: Vec<GradRow>,
+    /// Every case under vmap: the CPU reference, then each adapter.
+    pub batching: Vec<BatchRow>,
     /// Validation-layer messages, by adapter.
     pub messages: Vec<(String, Vec<String>)>,
     /// Every WGSL source compiled on any adapter.
@@ -33,7 +36,13 @@ impl Run {
             }
         }
         out.extend(grad_check::failures(&self.grads, &self.adapter_labels()));
+        out.extend(batch_check::failures(&self.batching, &self.batching_columns()));
         out
+    }
+
+    /// The batching check's columns: the CPU reference, then the adapters.
+    pub fn batching_columns(&self) -> Vec<String> {
+        std::iter::once("CPU reference".to_string()).chain(self.adapter_labels()).collect()
     }
 
     pub fn adapter_labels(&self) -> Vec<String> {
@@ -101,18 +110,22 @@ pub async fn run(filter: Option<&str>) -> Run {
         rows.push((case.op, case.detail.clone(), outcomes));
     }
     let grads = grad_check::run(&found, filter).await;
-    let messages = validation::take_messages();
     let sources_by_adapter: Vec<(String, Vec<String>)> =
         found.iter().map(|f| (f.label.clone(), f.device.compiled_sources())).collect();
     let mut sources: Vec<String> = sources_by_adapter.iter().flat_map(|(_, s)| s.iter().cloned()).collect();
     sources.sort();
     sources.dedup();
+    // After the kernels are collected: the golden sets stay those of the
+    // cases and gradients.
+    let batching = batch_check::run(&found, filter).await;
+    let messages = validation::take_messages();
     Run {
         validation,
         adapters: found.iter().map(|f| (f.label.clone(), f.device.info())).collect(),
         skipped,
         rows,
         grads,
+        batching,
         messages: if messages.is_empty() { vec![] } else { vec![("any adapter".into(), messages)] },
         sources,
         sources_by_adapter,
@@ -120,7 +133,7 @@ pub async fn run(filter: Option<&str>) -> Run {
 }
 
 /// One op's cases as one cell: passed if all passed, the largest error.
-fn worst_of(outcomes: &[&Outcome]) -> Outcome {
+pub(crate) fn worst_of(outcomes: &[&Outcome]) -> Outcome {
     let passed = outcomes.iter().all(|o| o.passed);
     let worst = outcomes.iter().map(|o| o.max_abs_err).fold(0.0f64, |m, e| if e.is_nan() { m } else { m.max(e) });
     Outcome { max_abs_err: worst, passed, failure: None }
@@ -217,6 +230,7 @@ pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
         s += "\n";
     }
     s += &grad_check::markdown(&run.grads, &run.adapter_labels(), browser);
+    s += &batch_check::markdown(&run.batching, &run.batching_columns());
     let failures = run.failures();
     if !failures.is_empty() {
         s += "\n## Failures\n\n";

@@ -172,6 +172,8 @@ fn main() {
     let (grad_passed, grad_failed) = run.grad_counts();
     println!("gradient checks (finite differences and adapters): {grad_passed} passed, {grad_failed} failed");
     let (passed, failed) = run.counts();
+    let (batch_passed, batch_failed) = kiln_conformance::batch_check::counts(&run.batching);
+    println!("batching checks (vmap, CPU reference and adapters): {batch_passed} passed, {batch_failed} failed");
     let extra = failures.len() - run.failures().len();
     println!("{} passed, {} failed", passed + grad_passed, failed + grad_failed + extra);
     if !failures.is_empty() {

@@ -1,0 +1,174 @@
+//! The batching check: every conformance case under `vmap`. A case's graph
+//! is replayed as a function of the realized inputs it reads; each input is
+//! batched as two examples, itself and its elements in reverse order (the
+//! same values, so within every op's domain, yet a different example), and
+//! `vmap` of the replay must equal the two replays stacked, on the CPU
+//! reference and on every adapter. Cases without inputs (creation ops)
+//! have nothing to batch.
+
+use crate::adapters::Found;
+use crate::{Case, Outcome, Tol, cases, compare};
+use kiln::core::Prim;
+use kiln::core::ir::Node;
+use kiln::core::shape::SliceSpec;
+use kiln::prelude::*;
+use std::collections::HashMap;
+
+pub struct BatchRow {
+    pub op: &'static str,
+    pub detail: String,
+    /// The CPU reference, then each adapter; `None` without inputs.
+    pub outcomes: Vec<Option<Outcome>>,
+}
+
+/// The realized nodes `out` is computed from, each once.
+fn inputs_of(out: &Node) -> Vec<Node> {
+    let mut found = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![out.clone()];
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n.id()) {
+            continue;
+        }
+        match n.realized_value() {
+            Some(_) => found.push(n),
+            None => stack.extend(n.inputs()),
+        }
+    }
+    found
+}
+
+/// `out`'s graph rebuilt over `with` in place of `inputs`.
+fn replay(out: &Node, inputs: &[Node], with: &[Node]) -> Result<Node> {
+    let mut built: HashMap<u64, Node> = inputs.iter().zip(with).map(|(i, w)| (i.id(), w.clone())).collect();
+    for n in Node::topo_unrealized(std::slice::from_ref(out)) {
+        let args = n.inputs().iter().map(|i| built.get(&i.id()).cloned().unwrap_or_else(|| i.clone())).collect();
+        built.insert(n.id(), Node::new(n.prim().clone(), args)?);
+    }
+    Ok(built.get(&out.id()).cloned().unwrap_or_else(|| out.clone()))
+}
+
+/// `x` with its elements in reverse (flat) order.
+fn reversed(x: &Node) -> Result<Node> {
+    let n = x.shape().iter().product::<usize>();
+    let flat = Node::new(Prim::Reshape { shape: vec![n] }, vec![x.clone()])?;
+    let spec = SliceSpec { start: n.saturating_sub(1), len: n, step: -1 };
+    let back = Node::new(Prim::Slice { specs: vec![spec] }, vec![flat])?;
+    Node::new(Prim::Reshape { shape: x.shape().to_vec() }, vec![back])
+}
+
+fn failed(msg: String) -> Outcome {
+    Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) }
+}
+
+/// The case batched on `dev`: `vmap` of its replay against the replays
+/// stacked. The two compute in different kernels, so each may round as the
+/// case's tolerance allows against the reference: twice that between them.
+async fn check(case: &Case, dev: &Device) -> Option<Outcome> {
+    let out = match (case.build)(dev) {
+        Ok(t) => t,
+        Err(e) => return Some(failed(e.to_string())),
+    };
+    let inputs = inputs_of(out.node());
+    if inputs.is_empty() {
+        return None;
+    }
+    let pair = || -> Result<(Tensor, Tensor)> {
+        let flipped = inputs.iter().map(reversed).collect::<Result<Vec<_>>>()?;
+        let tensor = |n: Node| Tensor::from_node(n, dev.clone());
+        let stacked = inputs
+            .iter()
+            .zip(&flipped)
+            .map(|(a, b)| Tensor::stack(&[&tensor(a.clone()), &tensor(b.clone())], 0))
+            .collect::<Result<Vec<_>>>()?;
+        let f = |xs: &Vec<Tensor>| {
+            let with: Vec<Node> = xs.iter().map(|x| x.node().clone()).collect();
+            Ok(vec![tensor(replay(out.node(), &inputs, &with)?)])
+        };
+        let got = kiln::vmap(f, vec![Some(0)], vec![0])(&stacked)?.remove(0);
+        let want = Tensor::stack(&[&out, &tensor(replay(out.node(), &inputs, &flipped)?)], 0)?;
+        Ok((got, want))
+    };
+    let (got, want) = match pair() {
+        Ok(p) => p,
+        Err(e) => return Some(failed(e.to_string())),
+    };
+    let host = |t: Tensor| async move { t.to_host().await };
+    Some(match (host(got).await, host(want).await) {
+        (Err(e), _) | (_, Err(e)) => failed(e.to_string()),
+        (Ok(g), Ok(w)) if g.shape != w.shape || g.dtype != w.dtype => {
+            failed(format!("vmap gave {} {:?}, the stacked replays {} {:?}", g.dtype, g.shape, w.dtype, w.shape))
+        }
+        (Ok(g), Ok(w)) => compare(&g.data, &w.data, Tol { abs: 2.0 * case.tol.abs, rel: 2.0 * case.tol.rel }),
+    })
+}
+
+/// Every case (whose op contains `filter`) batched, on the CPU reference and each adapter.
+pub async fn run(found: &[Found], filter: Option<&str>) -> Vec<BatchRow> {
+    let cpu = Device::cpu();
+    let mut rows = Vec::new();
+    for case in cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))) {
+        let mut outcomes = vec![check(&case, &cpu).await];
+        for f in found {
+            outcomes.push(check(&case, &f.device).await);
+        }
+        rows.push(BatchRow { op: case.op, detail: case.detail, outcomes });
+    }
+    rows
+}
+
+pub fn failures(rows: &[BatchRow], columns: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in rows {
+        for (name, o) in columns.iter().zip(&r.outcomes) {
+            if let Some(f) = o.as_ref().and_then(|o| o.failure.as_ref()) {
+                out.push(format!("vmap {} [{}] on {name}: {f}", r.op, r.detail));
+            }
+        }
+    }
+    out
+}
+
+/// (passed, failed) over the batching checks.
+pub fn counts(rows: &[BatchRow]) -> (usize, usize) {
+    let all: Vec<&Outcome> = rows.iter().flat_map(|r| r.outcomes.iter().flatten()).collect();
+    let passed = all.iter().filter(|o| o.passed).count();
+    (passed, all.len() - passed)
+}
+
+/// The "Batching (vmap)" section of docs/CONFORMANCE.md: one row per op.
+pub fn markdown(rows: &[BatchRow], columns: &[String]) -> String {
+    let (passed, failed) = counts(rows);
+    let mut s = String::from("\n## Batching (vmap)\n\n");
+    s += &format!(
+        "Every case above under `kiln::vmap`: its inputs batched as two examples (each input, and its elements \
+         in reverse order), `vmap` of the case against the case on each example stacked, on the same device, \
+         each element within twice the case's tolerance. Creation cases read no input (—). Not yet run in the \
+         browser.\n\n{passed} passed, {failed} failed.\n\n| op | cases |"
+    );
+    let mut line = String::from("|---|---|");
+    for c in columns {
+        s += &format!(" {c} |");
+        line += "---|";
+    }
+    s += &format!("\n{line}\n");
+    let mut ops: Vec<&str> = Vec::new();
+    for r in rows {
+        if !ops.contains(&r.op) {
+            ops.push(r.op);
+        }
+    }
+    for op in ops {
+        let of: Vec<&BatchRow> = rows.iter().filter(|r| r.op == op).collect();
+        s += &format!("| {op} | {} |", of.len());
+        for c in 0..columns.len() {
+            let outcomes: Vec<&Outcome> = of.iter().filter_map(|r| r.outcomes[c].as_ref()).collect();
+            s += &match outcomes.is_empty() {
+                true => " — |".to_string(),
+                false => format!(" {} |", crate::report::cell(&crate::report::worst_of(&outcomes))),
+            };
+        }
+        s += "\n";
+    }
+    s
+}
