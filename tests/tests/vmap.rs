@@ -225,6 +225,21 @@ fn a_jitted_vmap_captures_once_on_every_adapter() {
 }
 
 #[test]
+fn a_jitted_function_maps_through_its_trace() {
+    let dev = Device::cpu();
+    let jitted = kiln::jit(|x: &[Tensor]| Ok(vec![x[0].exp()?.mul(&x[1])?]));
+    let (xs, w) = (
+        kiln_conformance::rng::tensor(&dev, &[6, 4], 1, 0.0, 1.0),
+        kiln_conformance::rng::tensor(&dev, &[4], 2, 0.0, 1.0),
+    );
+    let mapped =
+        kiln::vmap(|x: &Vec<Tensor>| jitted.trace(x), vec![Some(0), None], vec![0])(&vec![xs.clone(), w.clone()])
+            .unwrap();
+    assert_close("vmap(jit.trace)", &mapped[0], &xs.exp().unwrap().mul(&w).unwrap());
+    assert_eq!(jitted.captures(), 0, "tracing captures nothing");
+}
+
+#[test]
 fn a_vmapped_layer_fuses_as_the_hand_batched_one() {
     let dev = Device::cpu();
     let rng = |s: &[usize], seed| kiln_conformance::rng::tensor(&dev, s, seed, -1.0, 1.0);
