@@ -7,8 +7,8 @@ use kiln_nn::Sequential;
 use kiln_nn::loss::cross_entropy;
 
 /// Each example's gradient of the cross-entropy of `model` on it: the
-/// model's tree, each leaf with a leading batch axis. `x`: [batch, ..]
-/// images as the model takes them, `labels`: [batch] i32.
+/// model's tree, each leaf with a leading batch axis. `x`: `[batch, ..]`
+/// images as the model takes them, `labels`: `[batch]` i32.
 pub fn per_example_grads(model: &Sequential, x: &Tensor, labels: &Tensor) -> Result<Sequential> {
     let grad_of_one = |(m, x, y): &(Sequential, Tensor, Tensor)| {
         let (x, y) = (x.unsqueeze(0)?, y.unsqueeze(0)?);
@@ -20,7 +20,7 @@ pub fn per_example_grads(model: &Sequential, x: &Tensor, labels: &Tensor) -> Res
     kiln::vmap(grad_of_one, in_axes, vec![0])(&(model.clone(), x.clone(), labels.clone()))
 }
 
-/// Each example's gradient norm over all of the model's leaves: [batch].
+/// Each example's gradient norm over all of the model's leaves: `[batch]`.
 pub fn norms(grads: &Sequential) -> Result<Tensor> {
     let mut squares: Option<Tensor> = None;
     for g in grads.leaves() {
