@@ -8,6 +8,7 @@
 use crate::batch_rules::{batch, broadcast};
 use crate::tree::Tree;
 use kiln_core::ir::Node;
+use kiln_core::shape::normalize_axis;
 use kiln_core::{KilnError, Prim, Result};
 use kiln_ops::Tensor;
 use std::collections::HashMap;
@@ -38,12 +39,6 @@ fn per_leaf<T: Copy>(axes: &[T], leaves: usize, what: &str) -> Result<Vec<T>> {
     }
 }
 
-/// `axis` of a rank-`rank` value, counted from the end when negative.
-fn resolve(axis: isize, rank: usize) -> Option<usize> {
-    let a = if axis < 0 { axis + rank as isize } else { axis };
-    (0..rank as isize).contains(&a).then_some(a as usize)
-}
-
 /// `x` with axis `from` moved to `to`.
 fn move_axis(x: &Node, from: usize, to: usize) -> Result<Node> {
     if from == to {
@@ -72,8 +67,8 @@ fn mapped<P: Tree, O: Tree>(
             continue;
         };
         let shape = t.shape().to_vec();
-        let a = resolve(axis, shape.len())
-            .ok_or_else(|| invalid(format!("in_axes {axis} is out of range for leaf `{path}` of shape {shape:?}")))?;
+        let a = normalize_axis("vmap", axis, shape.len())
+            .map_err(|_| invalid(format!("in_axes {axis} is out of range for leaf `{path}` of shape {shape:?}")))?;
         match &size {
             Some((b, first, first_shape)) if *b != shape[a] => {
                 return Err(invalid(format!(
@@ -114,7 +109,7 @@ fn mapped<P: Tree, O: Tree>(
             Some(x) => x.clone(),
             None => broadcast(t.node(), b)?,
         };
-        let to = resolve(axis, x.shape().len()).ok_or_else(|| {
+        let to = normalize_axis("vmap", axis, x.shape().len()).map_err(|_| {
             invalid(format!("out_axes {axis} is out of range for output `{path}` of batched shape {:?}", x.shape()))
         })?;
         results.push(Tensor::from_node(move_axis(&x, 0, to)?, t.device().clone()));

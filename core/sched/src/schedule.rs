@@ -112,6 +112,12 @@ pub enum Item {
     },
 }
 
+/// The (m, k, n) of a product of A (`a`, `[.., m, k]`) and B (`b`, `[.., k, n]`).
+pub fn product_dims(a: &Layout, b: &Layout) -> (usize, usize, usize) {
+    let r = a.shape.len();
+    (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1])
+}
+
 impl Item {
     /// The buffers the item writes.
     pub fn writes(&self) -> Vec<&Arc<dyn DeviceBuffer>> {
@@ -171,10 +177,5 @@ impl Schedule {
                 }
             }
         }
-    }
-
-    /// Bytes the schedule allocates (its slots that no other device holds).
-    pub fn bytes_allocated(&self) -> u64 {
-        self.slots.iter().filter(|s| !s.external).map(SlotInfo::bytes).sum()
     }
 }

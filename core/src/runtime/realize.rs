@@ -8,10 +8,9 @@ use super::launch::Recording;
 use super::pool::PooledBuffer;
 use super::{Gpu, GpuArray};
 use crate::codegen::Caps;
-use crate::codegen::matmul::MatmulConfig;
 use crate::error::Result;
 use crate::ir::{DeviceBuffer, Node, Realized};
-use crate::sched::schedule::{Item, KernelItem, Schedule, slot_of};
+use crate::sched::schedule::{Item, KernelItem, Schedule, Slot, product_dims, slot_of};
 use crate::sched::walk::{HostInputs, Scheduler};
 use std::sync::Arc;
 
@@ -87,14 +86,14 @@ impl<'a> Plan<'a> {
             .enumerate()
             .map(|(index, s)| match purpose {
                 Purpose::Run => gpu.alloc(s.op, s.dtype, &s.shape),
-                Purpose::Look => Ok(Arc::new(crate::sched::schedule::Slot { index }) as Arc<dyn DeviceBuffer>),
+                Purpose::Look => Ok(Arc::new(Slot { index }) as Arc<dyn DeviceBuffer>),
             })
             .collect::<Result<Vec<_>>>()?;
         let mut plan = Plan { gpu, rec: Recording::default(), buffers, results: Vec::new(), covers: Vec::new() };
         for k in schedule.items {
             plan.item(k, purpose)?;
         }
-        plan.results = schedule.results.iter().map(|(n, a)| (n.clone(), plan.resolve(a))).collect();
+        plan.results = schedule.results.into_iter().map(|(n, a)| (n, plan.resolve(&a))).collect();
         Ok(plan)
     }
 
@@ -132,9 +131,10 @@ impl<'a> Plan<'a> {
             }
             Item::Matmul { a, b, operands, shape, out, epilogue, mut args } => {
                 args.buffers = bufs(self, &args.buffers);
+                let (m, k, n) = product_dims(&a, &b);
                 let config = match purpose {
                     Purpose::Run => None,
-                    Purpose::Look => Some(untuned_config(gpu, operands, &a, &b)),
+                    Purpose::Look => Some(gpu.chosen_matmul_config(operands, m, n, k)),
                 };
                 let out = self.buffer(&out);
                 self.rec.matmul(gpu, config, op, &a, &b, operands, &shape, &out, epilogue, args)?;
@@ -164,10 +164,4 @@ impl<'a> Plan<'a> {
         }
         Ok(staging)
     }
-}
-
-/// The config a matmul of A (`a`) and B (`b`) takes without tuning.
-fn untuned_config(gpu: &Gpu, dtype: crate::DType, a: &crate::shape::Layout, b: &crate::shape::Layout) -> MatmulConfig {
-    let r = a.shape.len();
-    gpu.chosen_matmul_config(dtype, a.shape[r - 2], b.shape[r - 1], a.shape[r - 1])
 }

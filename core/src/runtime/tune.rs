@@ -26,7 +26,7 @@ use super::pool::Pooled;
 use crate::codegen::matmul::{MatmulConfig, ShapeClass};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::sched::schedule::{Item, Schedule};
+use crate::sched::schedule::{Item, Schedule, product_dims};
 use crate::shape::Layout;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -213,8 +213,7 @@ impl Gpu {
     pub(super) fn queue_tuning(&self, schedule: &Schedule) {
         for k in &schedule.items {
             if let Item::Matmul { a, b, operands, .. } = &k.item {
-                let r = a.shape.len();
-                let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+                let (m, k, n) = product_dims(a, b);
                 if self.settled_config(*operands, m, n, k).is_none() {
                     self.queue_class(ShapeClass::of(*operands, m, n, k), Product { dtype: *operands, m, n, k });
                 }

@@ -13,6 +13,7 @@ use crate::ir::DeviceBuffer;
 use crate::runtime::Gpu;
 use crate::runtime::textures::PooledTexture;
 use crate::sched::lower::{Access, Args, Body, LeafDesc, Op, Sig};
+use crate::sched::schedule::product_dims;
 use crate::shape::{Layout, numel};
 use std::sync::Arc;
 
@@ -69,7 +70,7 @@ impl Recording {
         mut args: Args,
     ) -> Result<()> {
         let r = shape.len();
-        let (m, k, n) = (a.shape[r - 2], a.shape[r - 1], b.shape[r - 1]);
+        let (m, k, n) = product_dims(a, b);
         let config = match config {
             Some(c) => c,
             None => gpu.matmul_config(operand_dtype, m, n, k)?,
