@@ -1,9 +1,13 @@
 //! The scheduler's promises, counted with the runtime's launch counter on
 //! every adapter: how many kernels a computation takes, and that the fused
-//! result equals the CPU reference.
+//! result equals the CPU reference. Each computation's kernels, rendered
+//! for two kinds of device with none at hand, are golden
+//! (`tests/golden/fusion/`).
 
-use kiln::core::{Node, Prim};
+use kiln::core::codegen::Caps;
+use kiln::core::{Node, Prim, kernels_for};
 use kiln::prelude::*;
+use kiln_conformance::golden;
 
 use kiln_conformance::adapters::shared as devices;
 
@@ -15,7 +19,9 @@ fn random(dev: &Device, shape: &[usize], seed: u64) -> Tensor {
 /// one submit, and agrees with the CPU reference within `tol` (relative to
 /// the largest reference magnitude).
 fn check(what: &str, f: impl Fn(&Device) -> Result<Tensor>, expect: impl Fn(u64) -> bool, tol: f64) -> u64 {
-    let want = kiln::block_on(f(&Device::cpu()).unwrap().to_vec::<f32>()).unwrap();
+    let reference = f(&Device::cpu()).unwrap();
+    check_golden(what, reference.node());
+    let want = kiln::block_on(reference.to_vec::<f32>()).unwrap();
     let scale = want.iter().fold(1e-30f32, |m, v| m.max(v.abs())) as f64;
     let mut counts = Vec::new();
     for (label, dev) in devices().iter() {
@@ -35,6 +41,22 @@ fn check(what: &str, f: impl Fn(&Device) -> Result<Tensor>, expect: impl Fn(u64)
         counts.push(kernels);
     }
     counts[0]
+}
+
+/// The kernels of `root` (a graph on the CPU reference) rendered for a
+/// GPU with WebGPU's guaranteed limits and for a CPU adapter with
+/// subgroups 8 wide (as lavapipe's), against `tests/golden/fusion/`.
+fn check_golden(what: &str, root: &Node) {
+    let cpu_adapter = Caps { cpu: true, subgroups: true, subgroup_size: Some(8), ..Caps::webgpu() };
+    let sources: Vec<String> = [Caps::webgpu(), cpu_adapter]
+        .iter()
+        .flat_map(|caps| kernels_for(caps, std::slice::from_ref(root)).unwrap())
+        .map(|k| k.wgsl())
+        .collect();
+    match golden::verdict("fusion", what, &sources) {
+        Ok(line) => eprintln!("{line}"),
+        Err(failure) => panic!("{failure}"),
+    }
 }
 
 #[test]

@@ -1,8 +1,14 @@
-//! A kernel item's launch, chosen from the item and [`Caps`] alone: the
-//! variant that fits it (vec4 walks, row lanes or streams), its kernel key,
-//! its meta block and its grid. The runtime binds the buffers and records.
+//! A kernel item's launches, chosen from the item, [`Caps`] and the
+//! [`Variants`] alone: the variant that fits it (vec4 walks, row lanes or
+//! streams, reduction passes, matmul operands), its kernel key, its meta
+//! block and its grid. The runtime binds the buffers and records.
+
+mod matmul;
+
+pub use matmul::{MatmulLaunch, MatmulOperands, matmul};
 
 use crate::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
+use crate::matmul::MatmulConfig;
 use crate::reduce::{Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, reduce_shape, runs_len, whole_spans};
 use crate::row_stream::stream_lanes;
 use crate::{Caps, KernelKey, Meta, RowLayout, WG};
@@ -11,7 +17,71 @@ use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::ReduceOp;
 use kiln_ir::shape::{Layout, numel};
 use kiln_sched::lower::{Access, Args, Op, Sig};
-use kiln_sched::schedule::Target;
+use kiln_sched::schedule::{Item, Target, product_dims};
+
+/// The choices of kernel variant that hang on the kind of adapter (and that
+/// tests pin, so that every variant runs on the adapters they have).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variants {
+    /// The subgroup width row kernels are generated for.
+    pub subgroup_width: Option<u32>,
+    /// Whether tree reductions combine each workgroup's partials in
+    /// workgroup memory: on GPUs, where a barrier is cheap and each pass a
+    /// dispatch; not on CPU adapters, whose barriers are costly (measured
+    /// in docs/BENCHMARKS.md, 'What was tried' (reductions)).
+    pub workgroup_reductions: bool,
+    /// Whether vec4 matmuls read B from column panels where they can;
+    /// `None`: by B's size on CPU adapters.
+    pub matmul_panels: Option<bool>,
+}
+
+impl Variants {
+    /// What a device with `caps` runs unless a test pins otherwise.
+    pub fn of(caps: &Caps) -> Variants {
+        Variants {
+            subgroup_width: caps.subgroup_size,
+            workgroup_reductions: !caps.cpu && caps.workgroup_memory,
+            matmul_panels: None,
+        }
+    }
+}
+
+/// The kernels `item` launches on a device with `caps`, in order; its
+/// matmul (if it is one) takes the kernel family's `config` for its
+/// product of (m, k, n), as from the tuner. For rendering a schedule with
+/// no device at hand.
+pub fn item_kernels(
+    caps: &Caps,
+    variants: &Variants,
+    op: &'static str,
+    item: &Item,
+    config: impl FnOnce(DType, (usize, usize, usize)) -> MatmulConfig,
+) -> Result<Vec<KernelKey>> {
+    let dtypes = |outputs: &[(DType, _)]| outputs.iter().map(|o| o.0).collect::<Vec<_>>();
+    let launches = match item {
+        Item::Elementwise { sig, args, shape, outputs, region } => {
+            elementwise(caps, op, sig.clone(), args, shape, &dtypes(outputs), region.as_ref())?.into_iter().collect()
+        }
+        Item::Reduce { monoid, sig, args, view_shape, rows, .. } => {
+            let passes =
+                reduce(caps, variants.workgroup_reductions, op, *monoid, sig.clone(), args, view_shape, *rows)?;
+            passes.into_iter().map(|p| p.launch).collect()
+        }
+        Item::Row { sig, args, stages, shape, outputs, per_row } => {
+            let width = variants.subgroup_width;
+            let (sig, stages) = (sig.clone(), stages.clone());
+            row(caps, width, op, sig, args, stages, shape, &dtypes(outputs), *per_row)?.into_iter().collect()
+        }
+        Item::Matmul { a, b, operands, shape, epilogue, args, .. } => {
+            let config = config(*operands, product_dims(a, b));
+            let Some(m) = matmul(caps, variants, config, op, a, b, *operands, shape, epilogue.clone(), args)? else {
+                return Ok(Vec::new());
+            };
+            m.copies.into_iter().chain(m.launches).collect::<Vec<Launch>>()
+        }
+    };
+    Ok(launches.into_iter().map(|l| l.key).collect())
+}
 
 /// One launch of a kernel: which kernel, its parameters and its grid.
 #[derive(Debug, Clone)]

@@ -11,9 +11,9 @@ use super::pool::{Pooled, PooledBuffer};
 use super::profile::Launch;
 use super::realize::ReadRequest;
 use super::textures::PooledTexture;
+use crate::codegen::META_WORDS;
 use crate::codegen::launch;
 use crate::codegen::reduce::Monoid;
-use crate::codegen::{KernelKey, META_WORDS, Meta};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::DeviceBuffer;
@@ -59,53 +59,26 @@ fn log_kernels() -> bool {
     *ON.get_or_init(|| std::env::var("KILN_LOG").is_ok_and(|v| v.split(',').any(|p| p == "kernels")))
 }
 
-impl Gpu {
-    /// Whether tree reductions combine each workgroup's partials in
-    /// workgroup memory: on GPUs, where a barrier is cheap and each pass a
-    /// dispatch; not on CPU adapters, whose barriers are costly (measured
-    /// in docs/BENCHMARKS.md, 'What was tried' (reductions)).
-    /// Tests may pin it (`TestHooks::set_workgroup_reductions`).
-    pub(super) fn workgroup_reductions(&self) -> bool {
-        let on = self.overrides.workgroup_reductions().unwrap_or(!self.info.is_cpu_adapter());
-        on && self.info.workgroup_memory
-    }
-}
-
 impl Recording {
-    fn dispatch(
-        &mut self,
-        gpu: &Gpu,
-        key: &KernelKey,
-        meta: Meta,
-        buffers: Vec<Arc<dyn DeviceBuffer>>,
-        groups: [u32; 3],
-        size: usize,
-    ) -> Result<()> {
-        let bindings = buffers.into_iter().map(Bound::Buffer).collect();
-        self.dispatch_binding(gpu, key, meta, bindings, groups, size)
+    /// Record `launch` binding `buffers` (after the meta block).
+    fn dispatch(&mut self, gpu: &Gpu, launch: &launch::Launch, buffers: Vec<Arc<dyn DeviceBuffer>>) -> Result<()> {
+        self.dispatch_binding(gpu, launch, buffers.into_iter().map(Bound::Buffer).collect())
     }
 
     /// [`Recording::dispatch`] binding textures too.
-    fn dispatch_binding(
-        &mut self,
-        gpu: &Gpu,
-        key: &KernelKey,
-        meta: Meta,
-        bindings: Vec<Bound>,
-        groups: [u32; 3],
-        size: usize,
-    ) -> Result<()> {
-        if meta.0.len() > META_WORDS {
-            return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({} words)", meta.0.len())));
+    fn dispatch_binding(&mut self, gpu: &Gpu, launch: &launch::Launch, bindings: Vec<Bound>) -> Result<()> {
+        let meta = &launch.meta.0;
+        if meta.len() > META_WORDS {
+            return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({} words)", meta.len())));
         }
-        let kernel = gpu.pipelines.get(&gpu.device, key)?;
+        let kernel = gpu.pipelines.get(&gpu.device, &launch.key)?;
         if log_kernels() {
-            eprintln!("kiln: launch {} ({size} elements, grid {groups:?})", kernel.name);
+            eprintln!("kiln: launch {} ({} elements, grid {:?})", kernel.name, launch.elements, launch.groups);
         }
         let meta_slot = self.meta.len() / META_WORDS;
-        self.meta.extend(&meta.0);
+        self.meta.extend(meta);
         self.meta.resize((meta_slot + 1) * META_WORDS, 0);
-        self.dispatches.push(Dispatch { kernel, meta_slot, bindings, groups });
+        self.dispatches.push(Dispatch { kernel, meta_slot, bindings, groups: launch.groups });
         Ok(())
     }
 
@@ -128,7 +101,7 @@ impl Recording {
             return Ok(());
         };
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        self.dispatch(gpu, &l.key, l.meta, buffers, l.groups, l.elements)
+        self.dispatch(gpu, &l, buffers)
     }
 
     /// A tree reduction of body 0 of `sig` over `[rows, len]` (the input seen
@@ -149,7 +122,7 @@ impl Recording {
         indices: Option<&Arc<dyn DeviceBuffer>>,
     ) -> Result<()> {
         let value_dtype = launch::partials_dtype(&sig);
-        let workgroup = gpu.workgroup_reductions();
+        let workgroup = gpu.variants().workgroup_reductions;
         let passes = launch::reduce(&gpu.caps, workgroup, op, monoid, sig, &args, view_shape, rows)?;
         let mut inputs = args.buffers;
         for pass in passes {
@@ -161,8 +134,7 @@ impl Recording {
             };
             let outputs = i_out.iter().cloned().chain([v_out.clone()]);
             let buffers = outputs.chain(inputs).collect();
-            let l = pass.launch;
-            self.dispatch(gpu, &l.key, l.meta, buffers, l.groups, l.elements)?;
+            self.dispatch(gpu, &pass.launch, buffers)?;
             inputs = std::iter::once(v_out).chain(i_out).collect();
         }
         Ok(())
@@ -184,12 +156,12 @@ impl Recording {
         per_row: bool,
     ) -> Result<()> {
         let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
-        let width = gpu.overrides.subgroup_width(&gpu.caps);
+        let width = gpu.variants().subgroup_width;
         let Some(l) = launch::row(&gpu.caps, width, op, sig, &args, stages, shape, &dtypes, per_row)? else {
             return Ok(());
         };
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        self.dispatch(gpu, &l.key, l.meta, buffers, l.groups, l.elements)
+        self.dispatch(gpu, &l, buffers)
     }
 }
 

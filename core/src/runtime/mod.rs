@@ -31,7 +31,7 @@ pub use jit::Program;
 #[cfg(feature = "testing")]
 pub use overrides::TestHooks;
 pub use profile::KernelTiming;
-pub use realize::{PlannedKernel, schedule_for};
+pub use realize::{PlannedKernel, kernels_for, schedule_for};
 pub use tune::TuningStats;
 
 /// A realized GPU value: a pooled buffer (behind the IR's opaque handle)
@@ -441,6 +441,11 @@ impl Device {
 }
 
 impl Gpu {
+    /// The kernel variants this device runs (its own, or as a test pinned them).
+    fn variants(&self) -> crate::codegen::launch::Variants {
+        self.overrides.variants(&self.caps)
+    }
+
     fn check_errors(&self) -> Result<()> {
         if let Some(reason) = self.lost.lock().unwrap().clone() {
             return Err(KilnError::DeviceLost(reason));

@@ -4,6 +4,7 @@
 //! are not part of the API a program uses.
 
 use crate::codegen::Caps;
+use crate::codegen::launch::Variants;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 /// A subgroup width that stands for "no fixed width".
@@ -34,24 +35,17 @@ fn read_tristate(v: &AtomicU8) -> Option<bool> {
 }
 
 impl Overrides {
-    /// The subgroup width row kernels are generated for: the adapter's, or
-    /// the one assumed where the adapter has subgroups.
-    pub fn subgroup_width(&self, caps: &Caps) -> Option<u32> {
-        match self.subgroup_width.load(Ordering::Relaxed) {
+    /// The variants a device with `caps` runs: its own, or those pinned.
+    pub fn variants(&self, caps: &Caps) -> Variants {
+        let own = Variants::of(caps);
+        let subgroup_width = match self.subgroup_width.load(Ordering::Relaxed) {
             NO_FIXED_WIDTH => None,
             w if w > 0 && caps.subgroups => Some(w),
-            _ => caps.subgroup_size,
-        }
-    }
-
-    /// Whether tree reductions combine partials in workgroup memory, if pinned.
-    pub fn workgroup_reductions(&self) -> Option<bool> {
-        read_tristate(&self.workgroup_reductions)
-    }
-
-    /// Whether vec4 matmuls read B from column panels, if pinned.
-    pub fn matmul_panels(&self) -> Option<bool> {
-        read_tristate(&self.matmul_panels)
+            _ => own.subgroup_width,
+        };
+        let workgroup_reductions = read_tristate(&self.workgroup_reductions)
+            .map_or(own.workgroup_reductions, |on| on && caps.workgroup_memory);
+        Variants { subgroup_width, workgroup_reductions, matmul_panels: read_tristate(&self.matmul_panels) }
     }
 }
 

@@ -7,7 +7,9 @@
 use super::launch::Recording;
 use super::pool::PooledBuffer;
 use super::{Gpu, GpuArray};
-use crate::codegen::Caps;
+use crate::codegen::launch::{self, Variants};
+use crate::codegen::matmul::MatmulConfig;
+use crate::codegen::{Caps, KernelKey};
 use crate::error::Result;
 use crate::ir::{DeviceBuffer, Node, Realized};
 use crate::sched::schedule::{Item, KernelItem, Schedule, Slot, product_dims, slot_of};
@@ -75,6 +77,20 @@ pub fn schedule_for(caps: &Caps, roots: &[Node]) -> Result<Schedule> {
     let mut s = Scheduler::new(caps, HostInputs::Placeholder);
     s.run(roots)?;
     Ok(s.finish())
+}
+
+/// The kernels realizing `roots` launches on a device with `caps` (its own
+/// variants; matmuls take the untuned default config), in order: the
+/// schedule rendered with no device at hand. `KernelKey::wgsl` gives each
+/// one's source.
+pub fn kernels_for(caps: &Caps, roots: &[Node]) -> Result<Vec<KernelKey>> {
+    let variants = Variants::of(caps);
+    let config = |_, _| MatmulConfig::default_for(caps);
+    let mut keys = Vec::new();
+    for k in schedule_for(caps, roots)?.items {
+        keys.extend(launch::item_kernels(caps, &variants, k.op, &k.item, config)?);
+    }
+    Ok(keys)
 }
 
 impl<'a> Plan<'a> {
