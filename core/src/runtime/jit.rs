@@ -12,6 +12,7 @@ use super::pipelines::Kernel;
 use super::pool::{Pooled, PooledBuffer};
 use super::profile;
 use super::realize::{Plan, Purpose};
+use super::resources::Resources;
 use super::textures::PooledTexture;
 use super::{Backend, Device, Gpu, GpuArray};
 use crate::error::{KilnError, Result};
@@ -134,12 +135,7 @@ impl Program {
             .iter()
             .map(|o| OutputSpec { slot: slot_of(&o.buffer), layout: o.layout.clone(), dtype: o.dtype })
             .collect();
-        let meta = (!rec.meta.is_empty()).then(|| {
-            let buf =
-                gpu.pool.get((rec.meta.len() * 4) as u64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
-            gpu.queue.write_buffer(buf.buffer(), 0, bytemuck::cast_slice(&rec.meta));
-            buf
-        });
+        let meta = (!rec.meta.is_empty()).then(|| gpu.resources.meta(&gpu.ctx.queue, &rec.meta));
         Program {
             device: device.clone(),
             launches,
@@ -165,7 +161,7 @@ impl Program {
         let fresh: Vec<Arc<dyn DeviceBuffer>> = self
             .output_sizes
             .iter()
-            .map(|&size| -> Arc<dyn DeviceBuffer> { gpu.pool.get(size, Gpu::storage_usage()) })
+            .map(|&size| -> Arc<dyn DeviceBuffer> { gpu.resources.pool.get(size, Resources::storage_usage()) })
             .collect();
         let bound = |s: &Slot| match s {
             Slot::Input(k) => Bound::Buffer(in_arrays[*k].buffer.clone()),
@@ -173,9 +169,9 @@ impl Program {
             Slot::Fixed(b) => Bound::Buffer(b.clone()),
             Slot::Texture(t) => Bound::Texture(t.clone()),
         };
-        gpu.check_errors()?;
+        gpu.ctx.check_errors()?;
         let mut encoder =
-            gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln jit") });
+            gpu.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln jit") });
         if let Some(meta) = &self.meta {
             let launches: Vec<profile::Launch> = self
                 .launches
@@ -186,12 +182,12 @@ impl Program {
                     profile::Launch { kernel: &l.kernel, bind_group, groups: l.groups }
                 })
                 .collect();
-            gpu.encode_launches(&mut encoder, &launches, "kiln jit");
+            gpu.profiler.encode_launches(&gpu.ctx.device, &mut encoder, &launches, "kiln jit");
         }
-        gpu.queue.submit([encoder.finish()]);
+        gpu.ctx.queue.submit([encoder.finish()]);
         gpu.submits.fetch_add(1, Ordering::Relaxed);
         gpu.kernels_launched.fetch_add(self.launches.len() as u64, Ordering::Relaxed);
-        gpu.check_errors()?;
+        gpu.ctx.check_errors()?;
         self.outputs
             .iter()
             .map(|o| {

@@ -71,7 +71,7 @@ impl Recording {
         if meta.len() > META_WORDS {
             return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({} words)", meta.len())));
         }
-        let kernel = gpu.pipelines.get(&gpu.device, &launch.key)?;
+        let kernel = gpu.resources.pipelines.get(&gpu.ctx.device, &launch.key)?;
         if log_kernels() {
             eprintln!("kiln: launch {} ({} elements, grid {:?})", kernel.name, launch.elements, launch.groups);
         }
@@ -97,7 +97,7 @@ impl Recording {
         out_region: Option<&Layout>,
     ) -> Result<()> {
         let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
-        let Some(l) = launch::elementwise(&gpu.caps, op, sig, &args, shape, &dtypes, out_region)? else {
+        let Some(l) = launch::elementwise(&gpu.ctx.caps, op, sig, &args, shape, &dtypes, out_region)? else {
             return Ok(());
         };
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
@@ -123,13 +123,13 @@ impl Recording {
     ) -> Result<()> {
         let value_dtype = launch::partials_dtype(&sig);
         let workgroup = gpu.variants().workgroup_reductions;
-        let passes = launch::reduce(&gpu.caps, workgroup, op, monoid, sig, &args, view_shape, rows)?;
+        let passes = launch::reduce(&gpu.ctx.caps, workgroup, op, monoid, sig, &args, view_shape, rows)?;
         let mut inputs = args.buffers;
         for pass in passes {
             let (v_out, i_out) = if pass.partials == 1 {
                 (values.clone(), indices.cloned())
             } else {
-                let part = |d| gpu.alloc(op, d, &[rows * pass.partials]);
+                let part = |d| gpu.resources.alloc(op, d, &[rows * pass.partials]);
                 (part(value_dtype)?, indices.map(|_| part(DType::I32)).transpose()?)
             };
             let outputs = i_out.iter().cloned().chain([v_out.clone()]);
@@ -157,7 +157,7 @@ impl Recording {
     ) -> Result<()> {
         let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
         let width = gpu.variants().subgroup_width;
-        let Some(l) = launch::row(&gpu.caps, width, op, sig, &args, stages, shape, &dtypes, per_row)? else {
+        let Some(l) = launch::row(&gpu.ctx.caps, width, op, sig, &args, stages, shape, &dtypes, per_row)? else {
             return Ok(());
         };
         let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
@@ -184,7 +184,7 @@ impl Gpu {
         for (i, b) in bindings.iter().enumerate() {
             entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: b.resource() });
         }
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        self.ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &kernel.pipeline.get_bind_group_layout(0),
             entries: &entries,
@@ -208,21 +208,16 @@ impl Gpu {
         rec: &Recording,
         read: Option<ReadRequest>,
     ) -> Result<Option<Arc<PooledBuffer>>> {
-        self.check_errors()?;
+        self.ctx.check_errors()?;
         if rec.dispatches.is_empty() && read.is_none() {
             return Ok(None);
         }
         let mut encoder =
-            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln step") });
+            self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln step") });
         // On loan until after the submit: back in the pool sooner, another
         // thread's realization could take it and queue its own meta write,
         // which wgpu runs at the next submit, before these launches.
-        let meta = (!rec.dispatches.is_empty()).then(|| {
-            let usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
-            let meta = self.pool.get((rec.meta.len() * 4) as u64, usage);
-            self.queue.write_buffer(meta.buffer(), 0, bytemuck::cast_slice(&rec.meta));
-            meta
-        });
+        let meta = (!rec.dispatches.is_empty()).then(|| self.resources.meta(&self.ctx.queue, &rec.meta));
         if let Some(meta) = &meta {
             let launches: Vec<Launch> = rec
                 .dispatches
@@ -233,16 +228,16 @@ impl Gpu {
                     groups: d.groups,
                 })
                 .collect();
-            self.encode_launches(&mut encoder, &launches, "kiln");
+            self.profiler.encode_launches(&self.ctx.device, &mut encoder, &launches, "kiln");
         }
         let staging = read.map(|r| {
-            let staging = self.pool.get(r.bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+            let staging = self.resources.pool.get(r.bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
             encoder.copy_buffer_to_buffer(r.buffer.buffer(), r.offset, staging.buffer(), 0, r.bytes);
             staging
         });
-        self.queue.submit([encoder.finish()]);
+        self.ctx.queue.submit([encoder.finish()]);
         drop(meta);
-        self.check_errors()?;
+        self.ctx.check_errors()?;
         Ok(staging)
     }
 }

@@ -2,14 +2,17 @@
 //! pipeline cache. The backend is a runtime value; there is no global device.
 
 mod adapter;
+mod context;
 mod jit;
 mod launch;
+mod oneshot;
 mod overrides;
 mod pipelines;
 pub mod pool;
 mod profile;
 mod readback;
 mod realize;
+mod resources;
 mod textures;
 mod tune;
 
@@ -18,13 +21,13 @@ use crate::codegen::Caps;
 use crate::codegen::matmul::MatmulConfig;
 use crate::error::{KilnError, Result};
 use crate::interp::{self, HostArray};
-use crate::ir::{DeviceArray, DeviceBuffer};
+use crate::ir::DeviceArray;
 use crate::ir::{Node, Realized};
-use crate::shape::Layout;
-use pipelines::PipelineCache;
-use pool::{BufferPool, PoolStats, Pooled};
+use context::Context;
+use pool::PoolStats;
+use resources::Resources;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 pub use adapter::describe as describe_adapter;
 pub use jit::Program;
@@ -112,26 +115,19 @@ impl Default for DeviceOptions {
     }
 }
 
+/// A wgpu device as kiln runs it: what it is and its queue (`context`),
+/// what kernels run with (`resources`), the matmul tuner, the kernel
+/// profiler, the variants tests pinned, and the counters of `Device::stats`.
 pub(crate) struct Gpu {
-    device: wgpu::Device,
-    queue: wgpu::Queue,
-    info: DeviceInfo,
-    /// `info.caps()`, kept: kernel choices read it at every launch.
-    caps: Caps,
-    pool: BufferPool,
-    textures: textures::TexturePool,
-    pipelines: PipelineCache,
-    /// Errors wgpu reported outside an error scope; any is a kiln bug,
-    /// surfaced as `Err` by the next realization instead of a panic.
-    errors: Arc<Mutex<Vec<String>>>,
-    lost: Arc<Mutex<Option<String>>>,
-    kernels_launched: AtomicU64,
-    submits: AtomicU64,
+    ctx: Context,
+    resources: Resources,
     tuner: tune::Tuner,
-    /// Kernel variants pinned by tests.
-    overrides: overrides::Overrides,
     /// Switched by [`Device::set_kernel_profiling`].
     profiler: profile::Profiler,
+    /// Kernel variants pinned by tests.
+    overrides: overrides::Overrides,
+    kernels_launched: AtomicU64,
+    submits: AtomicU64,
 }
 
 enum Backend {
@@ -211,14 +207,6 @@ impl Device {
             })
             .await
             .map_err(|e| KilnError::RequestDevice { adapter: adapter::describe(&ai), detail: e.to_string() })?;
-        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
-        let sink = errors.clone();
-        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| sink.lock().unwrap().push(e.to_string())));
-        let lost: Arc<Mutex<Option<String>>> = Arc::default();
-        let lost_sink = lost.clone();
-        device.set_device_lost_callback(move |reason, msg| {
-            *lost_sink.lock().unwrap() = Some(format!("{reason:?}: {msg}"));
-        });
         let info = DeviceInfo {
             name: ai.name.clone(),
             backend: ai.backend.to_str().to_string(),
@@ -234,20 +222,13 @@ impl Device {
             workgroup_memory: ai.backend != wgpu::Backend::Vulkan || own_spirv,
         };
         Ok(Device(Arc::new(Backend::Gpu(Box::new(Gpu {
-            pool: BufferPool::new(device.clone()),
-            textures: textures::TexturePool::new(device.clone()),
-            device,
-            queue,
-            caps: info.caps(),
-            info,
-            pipelines: PipelineCache::new(own_spirv),
-            errors,
-            lost,
+            resources: Resources::new(&device, &info.limits, own_spirv),
+            tuner: tune::Tuner::new(&info),
+            ctx: Context::new(device, queue, info),
+            profiler: profile::Profiler::default(),
+            overrides: overrides::Overrides::default(),
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
-            tuner: tune::Tuner::default(),
-            overrides: overrides::Overrides::default(),
-            profiler: profile::Profiler::default(),
         })))))
     }
 
@@ -256,10 +237,10 @@ impl Device {
     /// Errors when the device cannot run `config` ([`MatmulConfig::refusal`]).
     pub fn set_matmul_config(&self, config: Option<MatmulConfig>) -> Result<()> {
         if let Backend::Gpu(g) = &*self.0 {
-            if let Some(detail) = config.and_then(|c| c.refusal(&g.caps)) {
+            if let Some(detail) = config.and_then(|c| c.refusal(&g.ctx.caps)) {
                 return Err(KilnError::Invalid { op: "set_matmul_config", detail });
             }
-            g.force_matmul_config(config);
+            g.tuner.force(config);
         }
         Ok(())
     }
@@ -271,7 +252,7 @@ impl Device {
     /// yet tuned run the default config. No-op on the CPU reference.
     pub fn set_matmul_tuning(&self, on: Option<bool>) {
         if let Backend::Gpu(g) = &*self.0 {
-            g.set_tuning(on);
+            g.tuner.set_enabled(on);
         }
     }
 
@@ -295,7 +276,7 @@ impl Device {
                 op: "set_kernel_profiling",
                 detail: "the CPU reference device launches no kernels".into(),
             }),
-            Backend::Gpu(g) => g.set_profiling(on),
+            Backend::Gpu(g) => g.profiler.set(&g.ctx, on),
         }
     }
 
@@ -305,7 +286,7 @@ impl Device {
     pub async fn kernel_profile(&self) -> Result<Vec<KernelTiming>> {
         match &*self.0 {
             Backend::Cpu => Ok(Vec::new()),
-            Backend::Gpu(g) => g.take_profile().await,
+            Backend::Gpu(g) => g.profiler.take(&g.ctx).await,
         }
     }
 
@@ -313,7 +294,7 @@ impl Device {
     pub fn matmul_choices(&self) -> Vec<(String, String)> {
         match &*self.0 {
             Backend::Cpu => Vec::new(),
-            Backend::Gpu(g) => g.matmul_choices(),
+            Backend::Gpu(g) => g.tuner.choices(),
         }
     }
 
@@ -326,8 +307,8 @@ impl Device {
     pub async fn tune_matmuls(&self, roots: &[Node]) -> Result<()> {
         match &*self.0 {
             Backend::Gpu(g) if cfg!(target_arch = "wasm32") => {
-                g.queue_tuning(&g.schedule(roots)?);
-                g.tune_pending().await
+                g.tuner.queue(&g.schedule(roots)?);
+                g.tuner.tune_pending(g).await
             }
             _ => Ok(()),
         }
@@ -356,7 +337,7 @@ impl Device {
                 subgroup_size: None,
                 workgroup_memory: false,
             },
-            Backend::Gpu(g) => g.info.clone(),
+            Backend::Gpu(g) => g.ctx.info.clone(),
         }
     }
 
@@ -366,9 +347,9 @@ impl Device {
             Backend::Gpu(g) => DeviceStats {
                 kernels_launched: g.kernels_launched.load(Ordering::Relaxed),
                 submits: g.submits.load(Ordering::Relaxed),
-                pipelines_compiled: g.pipelines.len() as u64,
-                pool: g.pool.stats(),
-                tuning: g.tuning_stats(),
+                pipelines_compiled: g.resources.pipelines.len() as u64,
+                pool: g.resources.pool.stats(),
+                tuning: g.tuner.stats(),
             },
         }
     }
@@ -377,7 +358,7 @@ impl Device {
     pub fn compiled_sources(&self) -> Vec<String> {
         match &*self.0 {
             Backend::Cpu => Vec::new(),
-            Backend::Gpu(g) => g.pipelines.sources(),
+            Backend::Gpu(g) => g.resources.pipelines.sources(),
         }
     }
 
@@ -386,7 +367,7 @@ impl Device {
         let prim = crate::ir::Prim::Input { shape: shape.to_vec(), dtype };
         let value = match &*self.0 {
             Backend::Cpu => Realized::Host(Arc::new(HostArray::new(dtype, shape.to_vec(), values.to_vec()))),
-            Backend::Gpu(g) => Realized::Gpu(g.upload(dtype, shape, values)?),
+            Backend::Gpu(g) => Realized::Gpu(g.resources.upload(&g.ctx.queue, dtype, shape, values)?),
         };
         Node::realized(prim, value)
     }
@@ -409,7 +390,7 @@ impl Device {
     pub async fn synchronize(&self) -> Result<()> {
         match &*self.0 {
             Backend::Cpu => Ok(()),
-            Backend::Gpu(g) => g.synchronize().await,
+            Backend::Gpu(g) => g.ctx.synchronize().await,
         }
     }
 
@@ -443,46 +424,6 @@ impl Device {
 impl Gpu {
     /// The kernel variants this device runs (its own, or as a test pinned them).
     fn variants(&self) -> crate::codegen::launch::Variants {
-        self.overrides.variants(&self.caps)
-    }
-
-    fn check_errors(&self) -> Result<()> {
-        if let Some(reason) = self.lost.lock().unwrap().clone() {
-            return Err(KilnError::DeviceLost(reason));
-        }
-        let errors = std::mem::take(&mut *self.errors.lock().unwrap());
-        match errors.into_iter().next() {
-            None => Ok(()),
-            Some(e) if e.to_lowercase().contains("out of memory") => Err(KilnError::OutOfMemory(e)),
-            Some(e) => Err(KilnError::Gpu(e)),
-        }
-    }
-
-    fn storage_usage() -> wgpu::BufferUsages {
-        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST
-    }
-
-    /// A buffer for `n` elements of `dtype`, checked against the adapter's limits.
-    fn alloc(&self, op: &'static str, dtype: DType, shape: &[usize]) -> Result<Arc<dyn DeviceBuffer>> {
-        let bytes = dtype.storage_bytes(crate::shape::numel(shape));
-        let limits = &self.info.limits;
-        for (limit_name, limit) in [
-            ("max_storage_buffer_binding_size", limits.max_storage_buffer_binding_size),
-            ("max_buffer_size", limits.max_buffer_size),
-        ] {
-            if pool::size_class(bytes) > limit {
-                return Err(KilnError::TooLarge { op, shape: shape.to_vec(), dtype, bytes, limit_name, limit });
-            }
-        }
-        Ok(self.pool.get(bytes, Gpu::storage_usage()))
-    }
-
-    fn upload(&self, dtype: DType, shape: &[usize], values: &[f64]) -> Result<GpuArray> {
-        let buffer = self.alloc("upload", dtype, shape)?;
-        let words = crate::dtype::pack_words(dtype, values);
-        if !words.is_empty() {
-            self.queue.write_buffer(buffer.buffer(), 0, bytemuck::cast_slice(&words));
-        }
-        Ok(GpuArray { buffer, layout: Layout::contiguous(shape), dtype })
+        self.overrides.variants(&self.ctx.caps)
     }
 }

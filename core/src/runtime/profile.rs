@@ -8,7 +8,7 @@
 //!
 //! [`Device::kernel_profile`]: super::Device::kernel_profile
 
-use super::Gpu;
+use super::context::Context;
 use super::pipelines::Kernel;
 use crate::error::{KilnError, Result};
 use std::sync::Mutex;
@@ -49,19 +49,20 @@ struct Stamped {
 /// Stamps per launch: the start and the end of its pass.
 const STAMPS: u32 = 2;
 
-impl Gpu {
-    /// Whether the device can timestamp passes.
-    pub(super) fn has_timestamps(&self) -> bool {
-        self.device.features().contains(wgpu::Features::TIMESTAMP_QUERY)
-    }
-
+impl Profiler {
     /// Encode `launches` into `encoder`: in one compute pass, or while
     /// profiling in one timestamped pass each.
-    pub(super) fn encode_launches(&self, encoder: &mut wgpu::CommandEncoder, launches: &[Launch], label: &str) {
+    pub fn encode_launches(
+        &self,
+        device: &wgpu::Device,
+        encoder: &mut wgpu::CommandEncoder,
+        launches: &[Launch],
+        label: &str,
+    ) {
         if launches.is_empty() {
             return;
         }
-        if !self.profiler.on.load(Ordering::Relaxed) {
+        if !self.on.load(Ordering::Relaxed) {
             let desc = wgpu::ComputePassDescriptor { label: Some(label), timestamp_writes: None };
             let mut pass = encoder.begin_compute_pass(&desc);
             launches.iter().for_each(|l| Self::record(&mut pass, l));
@@ -69,7 +70,7 @@ impl Gpu {
         }
         for chunk in launches.chunks((wgpu::QUERY_SET_MAX_QUERIES / STAMPS) as usize) {
             let count = chunk.len() as u32 * STAMPS;
-            let query_set = self.device.create_query_set(&wgpu::QuerySetDescriptor {
+            let query_set = device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("kiln profile"),
                 ty: wgpu::QueryType::Timestamp,
                 count,
@@ -86,7 +87,7 @@ impl Gpu {
             }
             let bytes = u64::from(count) * 8;
             let buffer = |usage| {
-                self.device.create_buffer(&wgpu::BufferDescriptor {
+                device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("kiln profile"),
                     size: bytes,
                     usage: usage | wgpu::BufferUsages::COPY_DST,
@@ -98,7 +99,7 @@ impl Gpu {
             encoder.resolve_query_set(&query_set, 0..count, &resolved, 0);
             encoder.copy_buffer_to_buffer(&resolved, 0, &staging, 0, bytes);
             let launches = chunk.iter().map(|l| (l.kernel.name.clone(), l.groups)).collect();
-            self.profiler.pending.lock().unwrap().push(Stamped { launches, staging });
+            self.pending.lock().unwrap().push(Stamped { launches, staging });
         }
     }
 
@@ -110,33 +111,33 @@ impl Gpu {
 
     /// Turn per-launch timing on or off; an error naming the adapter when
     /// it has no timestamps.
-    pub(super) fn set_profiling(&self, on: bool) -> Result<()> {
-        if on && !self.has_timestamps() {
+    pub fn set(&self, ctx: &Context, on: bool) -> Result<()> {
+        if on && !ctx.has_timestamps() {
             return Err(KilnError::Invalid {
                 op: "set_kernel_profiling",
-                detail: format!("{} ({}) has no timestamp queries", self.info.name, self.info.backend),
+                detail: format!("{} ({}) has no timestamp queries", ctx.info.name, ctx.info.backend),
             });
         }
-        self.profiler.on.store(on, Ordering::Relaxed);
+        self.on.store(on, Ordering::Relaxed);
         Ok(())
     }
 
     /// Every launch timed since the last call, in launch order (waits for
     /// their submits to finish).
-    pub(super) async fn take_profile(&self) -> Result<Vec<KernelTiming>> {
-        let stamped = std::mem::take(&mut *self.profiler.pending.lock().unwrap());
-        let period = f64::from(self.queue.get_timestamp_period());
+    pub async fn take(&self, ctx: &Context) -> Result<Vec<KernelTiming>> {
+        let stamped = std::mem::take(&mut *self.pending.lock().unwrap());
+        let period = f64::from(ctx.queue.get_timestamp_period());
         let mut out = Vec::new();
         for s in stamped {
             // A copy, whatever the mapping's alignment (on the web it is a JS copy).
-            let ticks: Vec<u64> = self.map_read(s.staging.slice(..), bytemuck::pod_collect_to_vec).await?;
+            let ticks: Vec<u64> = ctx.map_read(s.staging.slice(..), bytemuck::pod_collect_to_vec).await?;
             for ((name, groups), t) in s.launches.into_iter().zip(ticks.chunks(STAMPS as usize)) {
                 // A clock that wraps or steps back reads as 0, not as ages.
                 let nanos = t[1].saturating_sub(t[0]) as f64 * period;
                 out.push(KernelTiming { name, groups, nanos });
             }
         }
-        self.check_errors()?;
+        ctx.check_errors()?;
         Ok(out)
     }
 }

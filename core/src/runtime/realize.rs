@@ -55,7 +55,7 @@ pub(super) struct Plan<'a> {
 impl Gpu {
     /// A scheduler for this device; inputs must live on it.
     pub(super) fn scheduler(&self) -> Scheduler<'_> {
-        Scheduler::new(&self.caps, HostInputs::Refuse)
+        Scheduler::new(&self.ctx.caps, HostInputs::Refuse)
     }
 
     /// The schedule realizing `roots`.
@@ -101,7 +101,7 @@ impl<'a> Plan<'a> {
             .iter()
             .enumerate()
             .map(|(index, s)| match purpose {
-                Purpose::Run => gpu.alloc(s.op, s.dtype, &s.shape),
+                Purpose::Run => gpu.resources.alloc(s.op, s.dtype, &s.shape),
                 Purpose::Look => Ok(Arc::new(Slot { index }) as Arc<dyn DeviceBuffer>),
             })
             .collect::<Result<Vec<_>>>()?;
@@ -150,7 +150,7 @@ impl<'a> Plan<'a> {
                 let (m, k, n) = product_dims(&a, &b);
                 let config = match purpose {
                     Purpose::Run => None,
-                    Purpose::Look => Some(gpu.chosen_matmul_config(operands, m, n, k)),
+                    Purpose::Look => Some(gpu.tuner.chosen_config(operands, m, n, k)),
                 };
                 let out = self.buffer(&out);
                 self.rec.matmul(gpu, config, op, &a, &b, operands, &shape, &out, epilogue, args)?;

@@ -20,9 +20,10 @@
 //! `KILN_TUNE=off` uses the default config (natively). Every config sums k
 //! in the same order, so results do not depend on which one won.
 
-use super::Gpu;
 use super::launch::Recording;
 use super::pool::Pooled;
+use super::{DeviceInfo, Gpu};
+use crate::codegen::Caps;
 use crate::codegen::matmul::{MatmulConfig, ShapeClass};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -65,7 +66,7 @@ const MAX_REPS: usize = 64;
 /// candidates most likely to win come first.
 const BUDGET: f64 = if cfg!(target_arch = "wasm32") { 2.0 } else { 10.0 };
 const FINALISTS: usize = 3;
-/// Timings per candidate (see [`Gpu::rank`]).
+/// Timings per candidate (see [`rank`]).
 const ROUNDS: usize = 3;
 /// Candidates within this fraction of the fastest count as tied, and the
 /// tie goes to the one listed first: at 1024³ on lavapipe 32x16/8x1+sg+vec4
@@ -76,15 +77,22 @@ const ROUNDS: usize = 3;
 /// wins at larger sizes.
 const NEAR_TIE: f64 = 0.03;
 
-#[derive(Debug, Default)]
+/// A device's matmul tuner: the configs chosen per shape class, and the
+/// timing that chooses them.
+#[derive(Debug)]
 pub(super) struct Tuner {
+    /// The adapter, for logs.
+    adapter: String,
+    /// Identifies the adapter and the kernel family in the cache file.
+    key: String,
+    caps: Caps,
     chosen: Mutex<HashMap<ShapeClass, MatmulConfig>>,
     forced: Mutex<Option<MatmulConfig>>,
     loaded: std::sync::OnceLock<()>,
     /// On the web: classes met without a choice, each with the product
-    /// that met it, for [`Gpu::tune_pending`].
+    /// that met it, for [`Tuner::tune_pending`].
     pending: Mutex<Vec<(ShapeClass, Product)>>,
-    /// Set by `Device::set_matmul_tuning`; `None`: [`Gpu::tuning_by_default`].
+    /// Set by `Device::set_matmul_tuning`; `None`: [`Tuner::by_default`].
     enabled: Mutex<Option<bool>>,
     /// Classes tuned and the time spent tuning them, for `Device::stats`.
     stats: Mutex<TuningStats>,
@@ -120,54 +128,64 @@ struct Product {
     k: usize,
 }
 
-impl Gpu {
-    /// Identifies this adapter and the kernel family in the tuning cache.
-    fn tune_key(&self) -> String {
-        let i = &self.info;
+impl Tuner {
+    pub fn new(info: &DeviceInfo) -> Tuner {
         let family = MatmulConfig::family_fingerprint();
-        format!("{} | {} {} | {} | family {family}", i.name, i.driver, i.driver_info, i.backend)
-            .replace(['\t', '\n'], " ")
+        let key = format!("{} | {} {} | {} | family {family}", info.name, info.driver, info.driver_info, info.backend)
+            .replace(['\t', '\n'], " ");
+        Tuner {
+            adapter: info.name.clone(),
+            key,
+            caps: info.caps(),
+            chosen: Mutex::default(),
+            forced: Mutex::default(),
+            loaded: std::sync::OnceLock::new(),
+            pending: Mutex::default(),
+            enabled: Mutex::default(),
+            stats: Mutex::default(),
+        }
     }
 
-    pub(super) fn set_tuning(&self, on: Option<bool>) {
-        *self.tuner.enabled.lock().unwrap() = on;
+    pub fn set_enabled(&self, on: Option<bool>) {
+        *self.enabled.lock().unwrap() = on;
     }
 
-    fn tuning_on(&self) -> bool {
-        self.tuner.enabled.lock().unwrap().unwrap_or_else(|| self.tuning_by_default())
+    fn enabled(&self) -> bool {
+        self.enabled.lock().unwrap().unwrap_or_else(|| self.by_default())
     }
 
     /// Natively on, unless env `KILN_TUNE` is `off` or `0`. In a browser on
     /// for GPUs only: every page load tunes again, and in headless Chromium
     /// on SwiftShader that took the demo's 300 steps from 31 s to over 80 s,
     /// for no faster step.
-    fn tuning_by_default(&self) -> bool {
+    fn by_default(&self) -> bool {
         if cfg!(target_arch = "wasm32") {
-            !self.info.is_cpu_adapter()
+            !self.caps.cpu
         } else {
             !std::env::var("KILN_TUNE").is_ok_and(|v| v == "off" || v == "0")
         }
     }
 
-    pub(super) fn force_matmul_config(&self, config: Option<MatmulConfig>) {
-        *self.tuner.forced.lock().unwrap() = config;
+    /// Make every matmul take `config` (`None`: the tuner's choice).
+    pub fn force(&self, config: Option<MatmulConfig>) {
+        *self.forced.lock().unwrap() = config;
     }
 
-    pub(super) fn tuning_stats(&self) -> TuningStats {
-        let pending = self.tuner.pending.lock().unwrap().len() as u64;
-        TuningStats { classes_pending: pending, ..*self.tuner.stats.lock().unwrap() }
+    pub fn stats(&self) -> TuningStats {
+        let pending = self.pending.lock().unwrap().len() as u64;
+        TuningStats { classes_pending: pending, ..*self.stats.lock().unwrap() }
     }
 
     /// What the tuner chose so far, as (shape class, config) names.
-    pub(super) fn matmul_choices(&self) -> Vec<(String, String)> {
-        let mut v: Vec<_> = self.tuner.chosen.lock().unwrap().iter().map(|(c, cfg)| (c.name(), cfg.name())).collect();
+    pub fn choices(&self) -> Vec<(String, String)> {
+        let mut v: Vec<_> = self.chosen.lock().unwrap().iter().map(|(c, cfg)| (c.name(), cfg.name())).collect();
         v.sort();
         v
     }
 
     /// The config for an m×k @ k×n product of `dtype` operands: natively,
     /// a shape class met for the first time is tuned now.
-    pub(super) fn matmul_config(&self, dtype: DType, m: usize, n: usize, k: usize) -> Result<MatmulConfig> {
+    pub fn config(&self, gpu: &Gpu, dtype: DType, m: usize, n: usize, k: usize) -> Result<MatmulConfig> {
         if let Some(c) = self.settled_config(dtype, m, n, k) {
             return Ok(c);
         }
@@ -176,41 +194,41 @@ impl Gpu {
             self.queue_class(class, product);
             return Ok(MatmulConfig::default_for(&self.caps));
         }
-        let best = pollster::block_on(self.tune(class, product))?;
+        let best = pollster::block_on(self.tune(gpu, class, product))?;
         self.choose(class, best);
-        save_choice(&self.tune_key(), &class, &best);
+        save_choice(&self.key, &class, &best);
         Ok(best)
     }
 
     /// The config a product takes without tuning: the one chosen for its
     /// class, or the default.
-    pub(super) fn chosen_matmul_config(&self, dtype: DType, m: usize, n: usize, k: usize) -> MatmulConfig {
+    pub fn chosen_config(&self, dtype: DType, m: usize, n: usize, k: usize) -> MatmulConfig {
         self.settled_config(dtype, m, n, k).unwrap_or_else(|| MatmulConfig::default_for(&self.caps))
     }
 
     /// The config forced, chosen, or fixed (too small to tune, tuning
     /// off); `None` when the product's class is still to tune.
     fn settled_config(&self, dtype: DType, m: usize, n: usize, k: usize) -> Option<MatmulConfig> {
-        if let Some(c) = *self.tuner.forced.lock().unwrap() {
+        if let Some(c) = *self.forced.lock().unwrap() {
             return Some(c);
         }
-        if m * n * k < TUNE_MIN_WORK || !self.tuning_on() {
+        if m * n * k < TUNE_MIN_WORK || !self.enabled() {
             return Some(MatmulConfig::default_for(&self.caps));
         }
-        self.tuner.loaded.get_or_init(|| self.load_cache());
-        self.tuner.chosen.lock().unwrap().get(&ShapeClass::of(dtype, m, n, k)).copied()
+        self.loaded.get_or_init(|| self.load_cache());
+        self.chosen.lock().unwrap().get(&ShapeClass::of(dtype, m, n, k)).copied()
     }
 
     fn queue_class(&self, class: ShapeClass, product: Product) {
-        let mut pending = self.tuner.pending.lock().unwrap();
+        let mut pending = self.pending.lock().unwrap();
         if !pending.iter().any(|(c, _)| *c == class) {
             pending.push((class, product));
         }
     }
 
     /// Queue the untuned shape classes of `schedule`'s matmuls, for
-    /// [`Gpu::tune_pending`].
-    pub(super) fn queue_tuning(&self, schedule: &Schedule) {
+    /// [`Tuner::tune_pending`].
+    pub fn queue(&self, schedule: &Schedule) {
         for k in &schedule.items {
             if let Item::Matmul { a, b, operands, .. } = &k.item {
                 let (m, k, n) = product_dims(a, b);
@@ -223,51 +241,51 @@ impl Gpu {
 
     /// Tunes the classes met on the web since the last call (see the module
     /// comment); natively there are none.
-    pub(super) async fn tune_pending(&self) -> Result<()> {
-        let pending = std::mem::take(&mut *self.tuner.pending.lock().unwrap());
+    pub async fn tune_pending(&self, gpu: &Gpu) -> Result<()> {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap());
         for (class, product) in pending {
-            let best = self.tune(class, product).await?;
+            let best = self.tune(gpu, class, product).await?;
             self.choose(class, best);
         }
         Ok(())
     }
 
     fn choose(&self, class: ShapeClass, best: MatmulConfig) {
-        log::info!("kiln: matmul {} on {} tuned to {}", class.name(), self.info.name, best.name());
-        self.tuner.chosen.lock().unwrap().insert(class, best);
+        log::info!("kiln: matmul {} on {} tuned to {}", class.name(), self.adapter, best.name());
+        self.chosen.lock().unwrap().insert(class, best);
     }
 
     /// The fastest usable candidate for an m×k @ k×n product: on CPU
     /// adapters the first `SIFT_CPU` at up to `TUNE_DIM`, then the finalists at up
     /// to `TUNE_DIM_LARGE`; on GPUs all of them at up to `TUNE_DIM_GPU`.
-    async fn tune(&self, class: ShapeClass, product: Product) -> Result<MatmulConfig> {
+    async fn tune(&self, gpu: &Gpu, class: ShapeClass, product: Product) -> Result<MatmulConfig> {
         let Product { m, n, k, .. } = product;
         log::info!(
             target: "kiln::tune",
             "tuning matmul for {}, once per shape class: {} ({m}x{k} @ {k}x{n}); the choice is cached in {}",
-            self.info.name,
+            self.adapter,
             class.name(),
             cache_path().map_or("memory only".into(), |p| p.display().to_string())
         );
         let started = web_time::now();
-        let best = self.tune_product(product).await;
-        let mut stats = self.tuner.stats.lock().unwrap();
+        let best = self.tune_product(gpu, product).await;
+        let mut stats = self.stats.lock().unwrap();
         stats.classes_tuned += 1;
         stats.time += std::time::Duration::from_secs_f64(web_time::now() - started);
         best
     }
 
-    async fn tune_product(&self, product: Product) -> Result<MatmulConfig> {
+    async fn tune_product(&self, gpu: &Gpu, product: Product) -> Result<MatmulConfig> {
         let Product { dtype, m, n, k } = product;
         // Staged configs wait on barriers, which CPU adapters pay for dearly
         // (every lane of the workgroup is switched out and in): not tried there.
-        let cpu = self.info.is_cpu_adapter();
+        let cpu = self.caps.cpu;
         let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.caps) && !(c.staged && cpu));
         let usable = usable.take(if cpu { SIFT_CPU } else { usize::MAX });
         let (sift, large) = if cpu { (TUNE_DIM, TUNE_DIM_LARGE) } else { (TUNE_DIM_GPU, TUNE_DIM_GPU) };
         let deadline = web_time::now() + BUDGET;
         let [sm, sn, sk] = [m, n, k].map(|d| d.min(sift));
-        let ranked = self.rank(Product { dtype, m: sm, n: sn, k: sk }, usable, deadline).await?;
+        let ranked = rank(gpu, Product { dtype, m: sm, n: sn, k: sk }, usable, deadline).await?;
         let [lm, ln, lk] = [m, n, k].map(|d| d.min(large));
         if [lm, ln, lk] == [sm, sn, sk] || past(deadline) {
             return Ok(ranked[0]);
@@ -281,104 +299,88 @@ impl Gpu {
         let best_tex = ranked.iter().find(|c| c.tex);
         let finalists: Vec<MatmulConfig> = ranked.iter().take(FINALISTS).chain(best_tex).copied().collect();
         let finalists = MatmulConfig::CANDIDATES.into_iter().filter(|c| finalists.contains(c));
-        Ok(self.rank(Product { dtype, m: lm, n: ln, k: lk }, finalists, deadline).await?[0])
-    }
-
-    /// `configs` fastest first (near ties, [`NEAR_TIE`], to the first
-    /// listed), each timed on zero-filled operands. Round
-    /// one compiles and times every candidate; rounds two and three time
-    /// again, in turn, those within twice the best, and each keeps its
-    /// fastest timing. Taking the rounds in turn rather than a candidate's
-    /// three timings together means a change of the machine's speed during
-    /// tuning (this machine's moves by up to 2×) slows every candidate
-    /// alike instead of ranking whichever it fell on last. A timing
-    /// covers as many submissions as take `MIN_TIMED`. Past `deadline`
-    /// (seconds on `web_time`) no new candidate is compiled; those already
-    /// compiled still take their rounds, which cost little beside compiling.
-    async fn rank(
-        &self,
-        product: Product,
-        configs: impl Iterator<Item = MatmulConfig>,
-        deadline: f64,
-    ) -> Result<Vec<MatmulConfig>> {
-        let Product { dtype, m, n, k } = product;
-        let (a, b) = (self.alloc("matmul", dtype, &[m, k])?, self.alloc("matmul", dtype, &[k, n])?);
-        let out = self.alloc("matmul", DType::F32, &[m, n])?;
-        let mut encoder = self.device.create_command_encoder(&Default::default());
-        encoder.clear_buffer(a.buffer(), 0, None);
-        encoder.clear_buffer(b.buffer(), 0, None);
-        self.queue.submit([encoder.finish()]);
-        let (la, lb) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
-        let args = crate::sched::lower::Args { buffers: vec![a, b], ..Default::default() };
-        let mut timed: Vec<Candidate> = Vec::new();
-        for config in configs {
-            if !timed.is_empty() && past(deadline) {
-                break;
-            }
-            let mut rec = Recording::default();
-            rec.matmul(self, Some(config), "matmul", &la, &lb, dtype, &[m, n], &out, None, args.clone())?;
-            self.submit_uncounted(&rec, None)?; // compiles and warms up
-            self.idle().await?;
-            let mut reps = 1;
-            let seconds = self.timing(&rec, &mut reps).await?;
-            timed.push(Candidate { seconds, config, rec, reps });
-        }
-        for _ in 1..ROUNDS {
-            let best = timed.iter().map(|c| c.seconds).fold(f64::INFINITY, f64::min);
-            for c in timed.iter_mut().filter(|c| c.seconds <= 2.0 * best) {
-                c.seconds = c.seconds.min(self.timing(&c.rec, &mut c.reps).await?);
-            }
-        }
-        let seconds: Vec<f64> = timed.iter().map(|c| c.seconds).collect();
-        Ok(fastest_first(&seconds).into_iter().map(|i| timed[i].config).collect())
-    }
-
-    /// Seconds per run of `rec`, timed over `reps` submissions, first raised
-    /// (×4, up to `MAX_REPS`) until they take `MIN_TIMED`.
-    async fn timing(&self, rec: &Recording, reps: &mut usize) -> Result<f64> {
-        loop {
-            let t = web_time::now();
-            for _ in 0..*reps {
-                self.submit_uncounted(rec, None)?;
-            }
-            self.idle().await?;
-            let seconds = web_time::now() - t;
-            if seconds >= MIN_TIMED || *reps >= MAX_REPS {
-                return Ok(seconds / *reps as f64);
-            }
-            *reps = (*reps * 4).min(MAX_REPS);
-        }
-    }
-
-    /// Resolves when the GPU has finished all work submitted so far.
-    async fn idle(&self) -> Result<()> {
-        #[cfg(not(target_arch = "wasm32"))]
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| crate::error::KilnError::Gpu(e.to_string()))?;
-        #[cfg(target_arch = "wasm32")]
-        {
-            let (sender, receiver) = super::readback::oneshot();
-            self.queue.on_submitted_work_done(move || sender.send(()));
-            receiver.await;
-        }
-        self.check_errors()
+        Ok(rank(gpu, Product { dtype, m: lm, n: ln, k: lk }, finalists, deadline).await?[0])
     }
 
     fn load_cache(&self) {
         let Some(path) = cache_path() else { return };
         let Ok(text) = std::fs::read_to_string(&path) else { return };
-        let key = self.tune_key();
-        let mut chosen = self.tuner.chosen.lock().unwrap();
+        let mut chosen = self.chosen.lock().unwrap();
         for line in text.lines() {
             let mut parts = line.split('\t');
             let (Some(k), Some(class), Some(cfg)) = (parts.next(), parts.next(), parts.next()) else { continue };
             let class = ShapeClass::parse(class);
             let usable = |c: &MatmulConfig| c.runs_on(&self.caps);
-            if let (true, Some(class), Some(cfg)) = (k == key, class, MatmulConfig::parse(cfg).filter(usable)) {
+            if let (true, Some(class), Some(cfg)) = (k == self.key, class, MatmulConfig::parse(cfg).filter(usable)) {
                 chosen.insert(class, cfg);
             }
         }
+    }
+}
+
+/// `configs` fastest first (near ties, [`NEAR_TIE`], to the first
+/// listed), each timed on zero-filled operands. Round
+/// one compiles and times every candidate; rounds two and three time
+/// again, in turn, those within twice the best, and each keeps its
+/// fastest timing. Taking the rounds in turn rather than a candidate's
+/// three timings together means a change of the machine's speed during
+/// tuning (this machine's moves by up to 2×) slows every candidate
+/// alike instead of ranking whichever it fell on last. A timing
+/// covers as many submissions as take `MIN_TIMED`. Past `deadline`
+/// (seconds on `web_time`) no new candidate is compiled; those already
+/// compiled still take their rounds, which cost little beside compiling.
+async fn rank(
+    gpu: &Gpu,
+    product: Product,
+    configs: impl Iterator<Item = MatmulConfig>,
+    deadline: f64,
+) -> Result<Vec<MatmulConfig>> {
+    let Product { dtype, m, n, k } = product;
+    let (a, b) = (gpu.resources.alloc("matmul", dtype, &[m, k])?, gpu.resources.alloc("matmul", dtype, &[k, n])?);
+    let out = gpu.resources.alloc("matmul", DType::F32, &[m, n])?;
+    let mut encoder = gpu.ctx.device.create_command_encoder(&Default::default());
+    encoder.clear_buffer(a.buffer(), 0, None);
+    encoder.clear_buffer(b.buffer(), 0, None);
+    gpu.ctx.queue.submit([encoder.finish()]);
+    let (la, lb) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
+    let args = crate::sched::lower::Args { buffers: vec![a, b], ..Default::default() };
+    let mut timed: Vec<Candidate> = Vec::new();
+    for config in configs {
+        if !timed.is_empty() && past(deadline) {
+            break;
+        }
+        let mut rec = Recording::default();
+        rec.matmul(gpu, Some(config), "matmul", &la, &lb, dtype, &[m, n], &out, None, args.clone())?;
+        gpu.submit_uncounted(&rec, None)?; // compiles and warms up
+        gpu.ctx.synchronize().await?;
+        let mut reps = 1;
+        let seconds = timing(gpu, &rec, &mut reps).await?;
+        timed.push(Candidate { seconds, config, rec, reps });
+    }
+    for _ in 1..ROUNDS {
+        let best = timed.iter().map(|c| c.seconds).fold(f64::INFINITY, f64::min);
+        for c in timed.iter_mut().filter(|c| c.seconds <= 2.0 * best) {
+            c.seconds = c.seconds.min(timing(gpu, &c.rec, &mut c.reps).await?);
+        }
+    }
+    let seconds: Vec<f64> = timed.iter().map(|c| c.seconds).collect();
+    Ok(fastest_first(&seconds).into_iter().map(|i| timed[i].config).collect())
+}
+
+/// Seconds per run of `rec`, timed over `reps` submissions, first raised
+/// (×4, up to `MAX_REPS`) until they take `MIN_TIMED`.
+async fn timing(gpu: &Gpu, rec: &Recording, reps: &mut usize) -> Result<f64> {
+    loop {
+        let t = web_time::now();
+        for _ in 0..*reps {
+            gpu.submit_uncounted(rec, None)?;
+        }
+        gpu.ctx.synchronize().await?;
+        let seconds = web_time::now() - t;
+        if seconds >= MIN_TIMED || *reps >= MAX_REPS {
+            return Ok(seconds / *reps as f64);
+        }
+        *reps = (*reps * 4).min(MAX_REPS);
     }
 }
 

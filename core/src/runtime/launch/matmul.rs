@@ -34,10 +34,11 @@ impl Recording {
         let (m, k, n) = product_dims(a, b);
         let config = match config {
             Some(c) => c,
-            None => gpu.matmul_config(operand_dtype, m, n, k)?,
+            None => gpu.tuner.config(gpu, operand_dtype, m, n, k)?,
         };
         let variants = gpu.variants();
-        let Some(plan) = launch::matmul(&gpu.caps, &variants, config, op, a, b, operand_dtype, shape, epilogue, &args)?
+        let Some(plan) =
+            launch::matmul(&gpu.ctx.caps, &variants, config, op, a, b, operand_dtype, shape, epilogue, &args)?
         else {
             return Ok(());
         };
@@ -45,14 +46,14 @@ impl Recording {
         match plan.operands {
             MatmulOperands::Buffers => {}
             MatmulOperands::Panels { shape } => {
-                let panels = gpu.alloc(op, DType::F32, &shape)?;
+                let panels = gpu.resources.alloc(op, DType::F32, &shape)?;
                 let copied = vec![Bound::Buffer(panels.clone()), buffers[1].clone()];
                 self.dispatch_binding(gpu, &plan.copies[0], copied)?;
                 buffers[1] = Bound::Buffer(panels);
             }
             MatmulOperands::Textures { a, b } => {
                 for (operand, (tex, copy)) in [a, b].into_iter().zip(&plan.copies).enumerate() {
-                    let texture = gpu.textures.get(tex.width, tex.height, tex.layers);
+                    let texture = gpu.resources.textures.get(tex.width, tex.height, tex.layers);
                     let copied = vec![buffers[operand].clone(), Bound::Texture(texture.clone())];
                     self.dispatch_binding(gpu, copy, copied)?;
                     buffers[operand] = Bound::Texture(texture);
