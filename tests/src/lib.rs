@@ -9,6 +9,7 @@ pub mod batch_check;
 pub mod bindings;
 pub mod browser;
 pub mod cases;
+pub mod cuda_kernels;
 pub mod golden;
 pub mod grad_cases;
 pub mod grad_check;

@@ -7,7 +7,7 @@
 use kiln::core::codegen::Caps;
 use kiln::core::{Node, Prim, kernels_for};
 use kiln::prelude::*;
-use kiln_conformance::golden;
+use kiln_conformance::{cuda_kernels, golden};
 
 use kiln_conformance::adapters::shared as devices;
 
@@ -56,6 +56,19 @@ fn check_golden(what: &str, root: &Node) {
     match golden::verdict("fusion", what, &sources) {
         Ok(line) => eprintln!("{line}"),
         Err(failure) => panic!("{failure}"),
+    }
+    check_cuda(what, root);
+}
+
+/// The graph's kernels for a CUDA device render as CUDA C++, which NVRTC
+/// and ptxas accept without a warning (where they are installed).
+fn check_cuda(what: &str, root: &Node) {
+    let keys = kernels_for(&Caps::cuda(), std::slice::from_ref(root)).unwrap();
+    let kernels: Vec<_> = keys.iter().map(|k| k.cuda().unwrap_or_else(|e| panic!("{what}: {e}"))).collect();
+    if cuda_kernels::cuda_tools()
+        && let Some(complaint) = cuda_kernels::compile(&kernels)
+    {
+        panic!("{what}: {complaint}");
     }
 }
 

@@ -4,6 +4,7 @@
 //! (`meta`), so a kernel's source depends only on its ops, dtypes, rank and
 //! which inputs are contiguous: one compiled pipeline serves every shape.
 
+pub mod cuda;
 pub mod fused;
 pub mod launch;
 pub mod math;
@@ -64,6 +65,26 @@ impl Caps {
             max_storage_buffers: 8,
             max_texture_side: 8192,
             max_texture_layers: 256,
+            max_workgroups_per_dimension: 65535,
+        }
+    }
+}
+
+impl Caps {
+    /// An NVIDIA GPU under CUDA: warps of 32 as subgroups, shared memory,
+    /// no textures (kernels take pointers, so bindings are many).
+    pub fn cuda() -> Caps {
+        Caps {
+            adapter: "cuda".into(),
+            backend: "cuda".into(),
+            cpu: false,
+            subgroups: true,
+            subgroup_size: Some(32),
+            workgroup_memory: true,
+            storage_textures: false,
+            max_storage_buffers: 16,
+            max_texture_side: 0,
+            max_texture_layers: 0,
             max_workgroups_per_dimension: 65535,
         }
     }

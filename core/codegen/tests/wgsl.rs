@@ -612,3 +612,24 @@ fn no_kernel_mixes_a_shift_with_other_operators_unparenthesized() {
     let bad: Vec<String> = kernels.iter().flat_map(|k| unparenthesized_shifts(k)).collect();
     assert!(bad.is_empty(), "shifts mixed with other operators (Tint rejects these):\n{}", bad.join("\n"));
 }
+
+#[test]
+fn every_kernel_kind_has_a_cuda_form_but_those_reading_textures() {
+    let kernels = catalog();
+    let mut rendered = 0;
+    for source in &kernels {
+        match kiln_codegen::cuda::from_wgsl(source) {
+            Ok(k) => {
+                assert!(k.body.contains(kiln_codegen::cuda::ENTRY));
+                if let Some(dir) = std::env::var_os("KILN_DUMP_CUDA") {
+                    std::fs::write(std::path::Path::new(&dir).join(format!("{rendered}.cu")), k.source()).unwrap();
+                }
+                rendered += 1;
+            }
+            Err(e) if source.contains("texture_") => assert!(e.to_string().contains("CUDA"), "{e}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    eprintln!("{rendered} of {} kernels rendered as CUDA C++", kernels.len());
+    assert!(rendered > 200);
+}

@@ -52,6 +52,12 @@ pub enum KilnError {
     #[error("kiln generated a shader that does not compile (a bug in kiln): {message}\n--- WGSL ---\n{wgsl}")]
     Shader { message: String, wgsl: String },
 
+    #[error("{what} is not available: {detail}")]
+    Unavailable { what: &'static str, detail: String },
+
+    #[error("kiln generated a CUDA kernel that {compiler} rejects (a bug in kiln): {log}\n--- CUDA C++ ---\n{code}")]
+    CudaCompile { compiler: &'static str, log: String, code: String },
+
     #[error("readback failed: {0}")]
     Readback(String),
 
