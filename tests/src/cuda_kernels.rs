@@ -55,7 +55,7 @@ pub fn collect() -> Collected {
 
 /// The value and gradients of a gradient case's output against its
 /// fixed cotangent.
-fn gradients(dev: &Device, c: &grad_cases::GradCase) -> Result<Vec<Tensor>> {
+pub fn gradients(dev: &Device, c: &grad_cases::GradCase) -> Result<Vec<Tensor>> {
     let primals = c.primals(dev)?;
     let out = (c.f)(&primals)?;
     let cot = grad_cases::cotangent(dev, out.shape(), out.dtype())?;

@@ -73,7 +73,7 @@ fn failed(msg: String) -> Outcome {
 }
 
 /// Compare per leaf; the outcome is the worst leaf's.
-fn check(got: &[HostArray], want: &[Vec<f64>], how: Check) -> Outcome {
+pub fn check(got: &[HostArray], want: &[Vec<f64>], how: Check) -> Outcome {
     let mut worst = Outcome { max_abs_err: 0.0, passed: true, failure: None };
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let o = match how {

@@ -3,8 +3,10 @@
 //! streams, reduction passes, matmul operands), its kernel key, its meta
 //! block and its grid. The runtime binds the buffers and records.
 
+mod bind;
 mod matmul;
 
+pub use bind::{Binder, BoundLaunch, bind};
 pub use matmul::{MatmulLaunch, MatmulOperands, matmul};
 
 use crate::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
@@ -17,7 +19,7 @@ use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::ReduceOp;
 use kiln_ir::shape::{Layout, numel};
 use kiln_sched::lower::{Access, Args, Op, Sig};
-use kiln_sched::schedule::{Item, Target, product_dims};
+use kiln_sched::schedule::{Item, Target};
 
 /// The choices of kernel variant that hang on the kind of adapter (and that
 /// tests pin, so that every variant runs on the adapters they have).
@@ -57,30 +59,22 @@ pub fn item_kernels(
     item: &Item,
     config: impl FnOnce(DType, (usize, usize, usize)) -> MatmulConfig,
 ) -> Result<Vec<KernelKey>> {
-    let dtypes = |outputs: &[(DType, _)]| outputs.iter().map(|o| o.0).collect::<Vec<_>>();
-    let launches = match item {
-        Item::Elementwise { sig, args, shape, outputs, region } => {
-            elementwise(caps, op, sig.clone(), args, shape, &dtypes(outputs), region.as_ref())?.into_iter().collect()
-        }
-        Item::Reduce { monoid, sig, args, view_shape, rows, .. } => {
-            let passes =
-                reduce(caps, variants.workgroup_reductions, op, *monoid, sig.clone(), args, view_shape, *rows)?;
-            passes.into_iter().map(|p| p.launch).collect()
-        }
-        Item::Row { sig, args, stages, shape, outputs, per_row } => {
-            let width = variants.subgroup_width;
-            let (sig, stages) = (sig.clone(), stages.clone());
-            row(caps, width, op, sig, args, stages, shape, &dtypes(outputs), *per_row)?.into_iter().collect()
-        }
-        Item::Matmul { a, b, operands, shape, epilogue, args, .. } => {
-            let config = config(*operands, product_dims(a, b));
-            let Some(m) = matmul(caps, variants, config, op, a, b, *operands, shape, epilogue.clone(), args)? else {
-                return Ok(Vec::new());
-            };
-            m.copies.into_iter().chain(m.launches).collect::<Vec<Launch>>()
-        }
-    };
-    Ok(launches.into_iter().map(|l| l.key).collect())
+    let bound = bind(caps, variants, op, item, |d, dims| Ok(config(d, dims)), &mut Unbound)?;
+    Ok(bound.into_iter().map(|b| b.launch.key).collect())
+}
+
+/// Binds nothing: for the kernels alone.
+struct Unbound;
+
+impl Binder for Unbound {
+    type Handle = ();
+    fn buffer(&mut self, _: &std::sync::Arc<dyn kiln_ir::ir::DeviceBuffer>) {}
+    fn scratch(&mut self, _: &'static str, _: DType, _: &[usize]) -> Result<()> {
+        Ok(())
+    }
+    fn texture(&mut self, _: &crate::operand_textures::OperandTexture) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// One launch of a kernel: which kernel, its parameters and its grid.

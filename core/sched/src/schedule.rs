@@ -164,6 +164,9 @@ pub struct Schedule {
     pub slots: Vec<SlotInfo>,
     /// The nodes the schedule computes, each with where its value lands.
     pub results: Vec<(Node, DeviceArray)>,
+    /// The inputs realized elsewhere that placeholder slots stand for
+    /// (schedules made without a device), each with its slot.
+    pub inputs: Vec<(usize, Node)>,
 }
 
 impl Schedule {

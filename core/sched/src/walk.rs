@@ -140,6 +140,7 @@ impl<'a> Scheduler<'a> {
             (Some(Realized::Gpu(a)), _) => Ok(leaf(a)),
             (Some(Realized::Host(_)), HostInputs::Placeholder) => {
                 let buffer = self.slot(n.prim().name(), n.dtype(), n.shape(), true);
+                self.schedule.inputs.push((self.schedule.slots.len() - 1, n.clone()));
                 Ok(leaf(DeviceArray { buffer, layout: Layout::contiguous(n.shape()), dtype: n.dtype() }))
             }
             _ => Err(KilnError::Invalid {

@@ -3,8 +3,6 @@
 //! [`Recording`] is submitted as one command encoder and one submit, and
 //! the jit replays one with other input buffers.
 
-mod matmul;
-
 use super::Gpu;
 use super::pipelines::Kernel;
 use super::pool::{Pooled, PooledBuffer};
@@ -13,13 +11,12 @@ use super::realize::ReadRequest;
 use super::textures::PooledTexture;
 use crate::codegen::META_WORDS;
 use crate::codegen::launch;
-use crate::codegen::reduce::Monoid;
+use crate::codegen::matmul::MatmulConfig;
+use crate::codegen::operand_textures::OperandTexture;
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::DeviceBuffer;
-use crate::ir::ReduceOp;
-use crate::sched::lower::{Args, Sig};
-use crate::shape::Layout;
+use crate::sched::schedule::Item;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -60,12 +57,7 @@ fn log_kernels() -> bool {
 }
 
 impl Recording {
-    /// Record `launch` binding `buffers` (after the meta block).
-    fn dispatch(&mut self, gpu: &Gpu, launch: &launch::Launch, buffers: Vec<Arc<dyn DeviceBuffer>>) -> Result<()> {
-        self.dispatch_binding(gpu, launch, buffers.into_iter().map(Bound::Buffer).collect())
-    }
-
-    /// [`Recording::dispatch`] binding textures too.
+    /// Record `launch` with its bindings (after the meta block).
     fn dispatch_binding(&mut self, gpu: &Gpu, launch: &launch::Launch, bindings: Vec<Bound>) -> Result<()> {
         let meta = &launch.meta.0;
         if meta.len() > META_WORDS {
@@ -82,86 +74,45 @@ impl Recording {
         Ok(())
     }
 
-    /// An elementwise kernel over `shape` writing body 0's roots to
-    /// `outputs` (contiguous), or its one root into `out_region` of
-    /// `outputs[0]`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn elementwise(
+    /// Record `item`'s launches, the schedule's buffers it names given by
+    /// `buffer`; a matmul takes `config`, or without one the tuner's.
+    pub fn item(
         &mut self,
         gpu: &Gpu,
         op: &'static str,
-        sig: Sig,
-        args: Args,
-        shape: &[usize],
-        outputs: &[(DType, Arc<dyn DeviceBuffer>)],
-        out_region: Option<&Layout>,
+        item: &Item,
+        buffer: impl Fn(&Arc<dyn DeviceBuffer>) -> Arc<dyn DeviceBuffer>,
+        config: Option<MatmulConfig>,
     ) -> Result<()> {
-        let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
-        let Some(l) = launch::elementwise(&gpu.ctx.caps, op, sig, &args, shape, &dtypes, out_region)? else {
-            return Ok(());
+        let config = |dtype, (m, k, n)| match config {
+            Some(c) => Ok(c),
+            None => gpu.tuner.config(gpu, dtype, m, n, k),
         };
-        let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        self.dispatch(gpu, &l, buffers)
-    }
-
-    /// A tree reduction of body 0 of `sig` over `[rows, len]` (the input seen
-    /// as kept axes then reduced axes) into `values` (and `indices` for arg
-    /// reductions), in as many passes as `len` needs; the passes between
-    /// leave their partials in scratch buffers.
-    #[allow(clippy::too_many_arguments)]
-    pub fn reduce(
-        &mut self,
-        gpu: &Gpu,
-        op: &'static str,
-        monoid: Monoid,
-        sig: Sig,
-        args: Args,
-        view_shape: &[usize],
-        rows: usize,
-        values: &Arc<dyn DeviceBuffer>,
-        indices: Option<&Arc<dyn DeviceBuffer>>,
-    ) -> Result<()> {
-        let value_dtype = launch::partials_dtype(&sig);
-        let workgroup = gpu.variants().workgroup_reductions;
-        let passes = launch::reduce(&gpu.ctx.caps, workgroup, op, monoid, sig, &args, view_shape, rows)?;
-        let mut inputs = args.buffers;
-        for pass in passes {
-            let (v_out, i_out) = if pass.partials == 1 {
-                (values.clone(), indices.cloned())
-            } else {
-                let part = |d| gpu.resources.alloc(op, d, &[rows * pass.partials]);
-                (part(value_dtype)?, indices.map(|_| part(DType::I32)).transpose()?)
-            };
-            let outputs = i_out.iter().cloned().chain([v_out.clone()]);
-            let buffers = outputs.chain(inputs).collect();
-            self.dispatch(gpu, &pass.launch, buffers)?;
-            inputs = std::iter::once(v_out).chain(i_out).collect();
+        let mut binder = GpuBinder { gpu, buffer };
+        for b in launch::bind(&gpu.ctx.caps, &gpu.variants(), op, item, config, &mut binder)? {
+            self.dispatch_binding(gpu, &b.launch, b.bindings)?;
         }
         Ok(())
     }
+}
 
-    /// The row kernel over `shape = [rows.., len]`: `stages` folded along
-    /// each row, then the last body written to `outputs` (per element, or
-    /// once per row with `per_row`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn row(
-        &mut self,
-        gpu: &Gpu,
-        op: &'static str,
-        sig: Sig,
-        args: Args,
-        stages: Vec<ReduceOp>,
-        shape: &[usize],
-        outputs: &[(DType, Arc<dyn DeviceBuffer>)],
-        per_row: bool,
-    ) -> Result<()> {
-        let dtypes: Vec<DType> = outputs.iter().map(|o| o.0).collect();
-        let width = gpu.variants().subgroup_width;
-        let Some(l) = launch::row(&gpu.ctx.caps, width, op, sig, &args, stages, shape, &dtypes, per_row)? else {
-            return Ok(());
-        };
-        let buffers = outputs.iter().map(|o| o.1.clone()).chain(args.buffers).collect();
-        self.dispatch(gpu, &l, buffers)
+/// Bindings on wgpu: the schedule's buffers as given, scratch buffers from
+/// the pool, operand textures from theirs.
+struct GpuBinder<'a, F> {
+    gpu: &'a Gpu,
+    buffer: F,
+}
+
+impl<F: Fn(&Arc<dyn DeviceBuffer>) -> Arc<dyn DeviceBuffer>> launch::Binder for GpuBinder<'_, F> {
+    type Handle = Bound;
+    fn buffer(&mut self, b: &Arc<dyn DeviceBuffer>) -> Bound {
+        Bound::Buffer((self.buffer)(b))
+    }
+    fn scratch(&mut self, op: &'static str, dtype: DType, shape: &[usize]) -> Result<Bound> {
+        Ok(Bound::Buffer(self.gpu.resources.alloc(op, dtype, shape)?))
+    }
+    fn texture(&mut self, t: &OperandTexture) -> Result<Bound> {
+        Ok(Bound::Texture(self.gpu.resources.textures.get(t.width, t.height, t.layers)))
     }
 }
 

@@ -93,6 +93,11 @@ pub fn kernels_for(caps: &Caps, roots: &[Node]) -> Result<Vec<KernelKey>> {
     Ok(keys)
 }
 
+/// `b`, or the buffer its slot was given.
+fn resolved(slot_buffers: &[Arc<dyn DeviceBuffer>], b: &Arc<dyn DeviceBuffer>) -> Arc<dyn DeviceBuffer> {
+    slot_of(b).map_or_else(|| b.clone(), |s| slot_buffers[s].clone())
+}
+
 impl<'a> Plan<'a> {
     /// Give `schedule`'s slots buffers and record its items.
     pub fn record(gpu: &'a Gpu, schedule: Schedule, purpose: Purpose) -> Result<Plan<'a>> {
@@ -119,43 +124,21 @@ impl<'a> Plan<'a> {
     }
 
     fn buffer(&self, b: &Arc<dyn DeviceBuffer>) -> Arc<dyn DeviceBuffer> {
-        slot_of(b).map_or_else(|| b.clone(), |s| self.buffers[s].clone())
+        resolved(&self.buffers, b)
     }
 
     fn item(&mut self, k: KernelItem, purpose: Purpose) -> Result<()> {
         let gpu = self.gpu;
-        let bufs = |p: &Self, bs: &[Arc<dyn DeviceBuffer>]| bs.iter().map(|b| p.buffer(b)).collect::<Vec<_>>();
-        let outs = |p: &Self, os: &[(crate::DType, Arc<dyn DeviceBuffer>)]| {
-            os.iter().map(|(d, b)| (*d, p.buffer(b))).collect::<Vec<_>>()
+        // Looking takes the config already chosen (or the default), untuned.
+        let config = match (&k.item, purpose) {
+            (Item::Matmul { a, b, operands, .. }, Purpose::Look) => {
+                let (m, k, n) = product_dims(a, b);
+                Some(gpu.tuner.chosen_config(*operands, m, n, k))
+            }
+            _ => None,
         };
-        let op = k.op;
-        match k.item {
-            Item::Elementwise { sig, mut args, shape, outputs, region } => {
-                args.buffers = bufs(self, &args.buffers);
-                let outputs = outs(self, &outputs);
-                self.rec.elementwise(gpu, op, sig, args, &shape, &outputs, region.as_ref())?;
-            }
-            Item::Reduce { monoid, sig, mut args, view_shape, rows, values, indices } => {
-                args.buffers = bufs(self, &args.buffers);
-                let (values, indices) = (self.buffer(&values), indices.map(|i| self.buffer(&i)));
-                self.rec.reduce(gpu, op, monoid, sig, args, &view_shape, rows, &values, indices.as_ref())?;
-            }
-            Item::Row { sig, mut args, stages, shape, outputs, per_row } => {
-                args.buffers = bufs(self, &args.buffers);
-                let outputs = outs(self, &outputs);
-                self.rec.row(gpu, op, sig, args, stages, &shape, &outputs, per_row)?;
-            }
-            Item::Matmul { a, b, operands, shape, out, epilogue, mut args } => {
-                args.buffers = bufs(self, &args.buffers);
-                let (m, k, n) = product_dims(&a, &b);
-                let config = match purpose {
-                    Purpose::Run => None,
-                    Purpose::Look => Some(gpu.tuner.chosen_config(operands, m, n, k)),
-                };
-                let out = self.buffer(&out);
-                self.rec.matmul(gpu, config, op, &a, &b, operands, &shape, &out, epilogue, args)?;
-            }
-        }
+        let buffers = &self.buffers;
+        self.rec.item(gpu, k.op, &k.item, |b| resolved(buffers, b), config)?;
         self.covers.resize(self.rec.dispatches.len(), k.covers);
         Ok(())
     }

@@ -30,7 +30,7 @@ use crate::error::Result;
 use crate::sched::schedule::{Item, Schedule, product_dims};
 use crate::shape::Layout;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Products smaller than this (m·n·k) use the default without tuning:
 /// they take microseconds whichever config runs.
@@ -344,13 +344,14 @@ async fn rank(
     gpu.ctx.queue.submit([encoder.finish()]);
     let (la, lb) = (Layout::contiguous(&[m, k]), Layout::contiguous(&[k, n]));
     let args = crate::sched::lower::Args { buffers: vec![a, b], ..Default::default() };
+    let item = Item::Matmul { a: la, b: lb, operands: dtype, shape: vec![m, n], out, epilogue: None, args };
     let mut timed: Vec<Candidate> = Vec::new();
     for config in configs {
         if !timed.is_empty() && past(deadline) {
             break;
         }
         let mut rec = Recording::default();
-        rec.matmul(gpu, Some(config), "matmul", &la, &lb, dtype, &[m, n], &out, None, args.clone())?;
+        rec.item(gpu, "matmul", &item, Arc::clone, Some(config))?;
         gpu.submit_uncounted(&rec, None)?; // compiles and warms up
         gpu.ctx.synchronize().await?;
         let mut reps = 1;

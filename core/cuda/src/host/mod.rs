@@ -1,0 +1,97 @@
+//! CUDA kernels run on the host, for the executed checks on machines
+//! without an NVIDIA GPU: the very source NVRTC compiles, built by the
+//! system's C++ compiler (env `CXX`, else `c++`) over `shim.h`, which gives
+//! CUDA's execution model on the CPU (each block's threads as fibers, warps
+//! of 32, barriers that wait for their group). Only the prelude's two f16
+//! conversions differ (PTX there, `_Float16` here). [`run`] runs a whole
+//! schedule this way.
+
+mod run;
+
+pub use run::{HostResult, run};
+
+use kiln_codegen::cuda::{CudaKernel, batch};
+use kiln_ir::error::{KilnError, Result};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// CUDA's execution model on the host.
+const SHIM: &str = include_str!("shim.h");
+
+/// Kernels built for the host as one shared library.
+pub struct HostModule {
+    library: libloading::Library,
+    /// Whether each kernel waits at barriers or shuffles (and so needs its
+    /// threads as fibers); the others run each thread to its end in turn.
+    synchronizes: Vec<bool>,
+    path: PathBuf,
+}
+
+type Launch = unsafe extern "C" fn(*const *mut u32, *const u32, *const u32, i32) -> i32;
+
+impl HostModule {
+    /// `kernels` built for the host.
+    pub fn build(kernels: &[CudaKernel]) -> Result<HostModule> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let stem = format!("kiln-host-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let dir = std::env::temp_dir();
+        let (source, path) = (dir.join(format!("{stem}.cpp")), dir.join(format!("{stem}.so")));
+        let mut text = format!("{SHIM}\n{}", batch(kernels));
+        for i in 0..kernels.len() {
+            text.push_str(&format!(
+                "extern \"C\" int kiln_launch_{i}(void* const* g, const unsigned* grid, const unsigned* size, int fibers) {{\n    \
+                 return kiln_host_run([](const void* p) {{ k{i}::kiln_main(*static_cast<const k{i}::Globals*>(p)); }}, \
+                 g, grid, size, fibers);\n}}\n"
+            ));
+        }
+        let fail = |log: String| KilnError::CudaCompile { compiler: "the host C++ compiler", log, code: text.clone() };
+        std::fs::write(&source, &text).map_err(|e| fail(format!("{}: {e}", source.display())))?;
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let out = Command::new(&cxx)
+            // No fortified longjmp: it refuses to jump between fibers' stacks.
+            .args(["-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-shared", "-fPIC", "-w", "-o"])
+            .arg(&path)
+            .arg(&source)
+            .output()
+            .map_err(|e| KilnError::Unavailable { what: "a C++ compiler", detail: format!("`{cxx}`: {e}") })?;
+        let _ = std::fs::remove_file(&source);
+        if !out.status.success() {
+            return Err(fail(String::from_utf8_lossy(&out.stderr).into_owned()));
+        }
+        // SAFETY: the library is what was just built from kiln's kernels;
+        // its initializers only set up thread-locals.
+        let library = unsafe { libloading::Library::new(&path) }.map_err(|e| fail(e.to_string()))?;
+        let synchronizes = kernels.iter().map(|k| synchronizes(&k.body)).collect();
+        Ok(HostModule { library, synchronizes, path })
+    }
+
+    /// Run kernel `index` over `grid` blocks of `block` threads, its
+    /// `Globals` pointing at `buffers` (in binding order).
+    ///
+    /// # Safety
+    /// Each buffer must hold every element the kernel reads or writes.
+    pub unsafe fn launch(&self, index: usize, buffers: &[*mut u32], grid: [u32; 3], block: [u32; 3]) -> Result<()> {
+        let name = format!("kiln_launch_{index}");
+        // SAFETY: every kernel's launcher has this signature (`build`).
+        let launch = unsafe { self.library.get::<Launch>(name.as_bytes()) }
+            .map_err(|e| KilnError::Gpu(format!("host kernel {index}: {e}")))?;
+        let fibers = self.synchronizes[index] as i32;
+        // SAFETY: the caller vouches for the buffers; grid and block are read.
+        match unsafe { launch(buffers.as_ptr(), grid.as_ptr(), block.as_ptr(), fibers) } {
+            0 => Ok(()),
+            _ => Err(KilnError::Gpu(format!("host kernel {index}: a barrier that not every thread reaches"))),
+        }
+    }
+}
+
+impl Drop for HostModule {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Whether a kernel's body waits at a barrier or exchanges within a warp.
+fn synchronizes(body: &str) -> bool {
+    ["__sync", "k_shuffle", "k_subgroup"].iter().any(|s| body.contains(s))
+}
