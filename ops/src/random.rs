@@ -93,14 +93,91 @@ fn u32s(dev: &Device, v: u32) -> Result<Tensor> {
     Tensor::scalar(dev, v as f64, DType::U32)
 }
 
+impl Key {
+    /// This key as a u32 tensor of shape `[2]`, for the draws to read on
+    /// the device ([`KeyArg`]).
+    pub fn to_tensor(&self, dev: &Device) -> Result<Tensor> {
+        Tensor::from_slice(dev, &self.words, &[2])
+    }
+}
+
+/// `keys` as a u32 tensor of shape `[n, 2]`: mapped over axis 0 by
+/// `vmap`, each example draws from its own key.
+pub fn keys(dev: &Device, keys: &[Key]) -> Result<Tensor> {
+    let words: Vec<u32> = keys.iter().flat_map(|k| k.words).collect();
+    Tensor::from_slice(dev, &words, &[keys.len(), 2])
+}
+
+/// What a draw takes as its key: a [`Key`], whose words become kernel
+/// parameters, or a key held in a u32 tensor of shape `[2]` ([`Key::to_tensor`]),
+/// whose words are read on the device. The two give the same numbers; a
+/// tensor of keys ([`keys`]) mapped over its first axis by `vmap` gives
+/// every example its own stream, as JAX's `vmap(random.normal)` does.
+pub trait KeyArg: sealed::Sealed {
+    #[doc(hidden)]
+    fn schedule(&self, op: &'static str, dev: &Device) -> Result<KeySchedule>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Key {}
+    impl Sealed for &crate::Tensor {}
+}
+
+/// Threefry's three key words: host constants, or device values.
+#[doc(hidden)]
+pub enum KeySchedule {
+    Host([u32; 3]),
+    Device([Tensor; 3]),
+}
+
+impl KeyArg for Key {
+    fn schedule(&self, _: &'static str, _: &Device) -> Result<KeySchedule> {
+        let [k0, k1] = self.words;
+        Ok(KeySchedule::Host([k0, k1, k0 ^ k1 ^ PARITY]))
+    }
+}
+
+impl KeyArg for &Tensor {
+    fn schedule(&self, op: &'static str, _: &Device) -> Result<KeySchedule> {
+        if self.dtype() != DType::U32 || self.shape() != [2] {
+            return Err(KilnError::Shape {
+                op,
+                detail: format!(
+                    "a key tensor is u32 [2] (Key::to_tensor; vmap a [n, 2] one from random::keys), got {} {:?}",
+                    self.dtype(),
+                    self.shape()
+                ),
+            });
+        }
+        let word = |i: usize| self.narrow(0, i, 1)?.reshape(&[]);
+        let (k0, k1) = (word(0)?, word(1)?);
+        let k2 = k0.bitwise_xor(&k1)?.bitwise_xor(&u32s(self.device(), PARITY)?)?;
+        Ok(KeySchedule::Device([k0, k1, k2]))
+    }
+}
+
+impl KeySchedule {
+    /// Key word `i` plus `plus`, as a tensor.
+    fn word(&self, dev: &Device, i: usize, plus: u32) -> Result<Tensor> {
+        match self {
+            KeySchedule::Host(ks) => u32s(dev, ks[i].wrapping_add(plus)),
+            KeySchedule::Device(ks) if plus == 0 => Ok(ks[i].clone()),
+            KeySchedule::Device(ks) => ks[i].add(&u32s(dev, plus)?),
+        }
+    }
+}
+
 /// Threefry-2x32 of counters `(hi, lo)` (u32 tensors that broadcast) as
 /// device ops; the key words are scalars, so they travel as kernel params.
 pub fn threefry2x32_tensors(key: Key, hi: &Tensor, lo: &Tensor) -> Result<[Tensor; 2]> {
+    threefry(&key.schedule("threefry2x32", hi.device())?, hi, lo)
+}
+
+fn threefry(ks: &KeySchedule, hi: &Tensor, lo: &Tensor) -> Result<[Tensor; 2]> {
     let dev = hi.device();
-    let [k0, k1] = key.words;
-    let ks = [k0, k1, k0 ^ k1 ^ PARITY];
-    let mut x0 = hi.add(&u32s(dev, ks[0])?)?;
-    let mut x1 = lo.add(&u32s(dev, ks[1])?)?;
+    let mut x0 = hi.add(&ks.word(dev, 0, 0)?)?;
+    let mut x1 = lo.add(&ks.word(dev, 1, 0)?)?;
     for r in 0..ROUNDS {
         x0 = x0.add(&x1)?;
         let rot = ROTATIONS[r % 8];
@@ -108,30 +185,35 @@ pub fn threefry2x32_tensors(key: Key, hi: &Tensor, lo: &Tensor) -> Result<[Tenso
         x1 = rotated.bitwise_xor(&x0)?;
         if r % 4 == 3 {
             let i = r / 4 + 1;
-            x0 = x0.add(&u32s(dev, ks[i % 3])?)?;
-            x1 = x1.add(&u32s(dev, ks[(i + 1) % 3].wrapping_add(i as u32))?)?;
+            x0 = x0.add(&ks.word(dev, i % 3, 0)?)?;
+            x1 = x1.add(&ks.word(dev, (i + 1) % 3, i as u32)?)?;
         }
     }
     Ok([x0, x1])
 }
 
 /// Both hash words of element `i`'s counter `(0, i)`, in `shape`.
-fn hash_words(dev: &Device, key: Key, shape: &[usize]) -> Result<[Tensor; 2]> {
+fn hash_words(op: &'static str, dev: &Device, key: impl KeyArg, shape: &[usize]) -> Result<[Tensor; 2]> {
     let n: usize = shape.iter().product();
     if n as u64 > u32::MAX as u64 {
         return Err(KilnError::Shape {
-            op: "random",
+            op,
             detail: format!("shape {shape:?} has more than 2^32 elements (counters are u32)"),
         });
     }
+    let ks = key.schedule(op, dev)?;
     let lo = Tensor::arange(dev, 0.0, n as f64, 1.0, DType::U32)?;
     let lo = lo.reshape(&shape.iter().map(|&s| s as isize).collect::<Vec<_>>())?;
-    threefry2x32_tensors(key, &u32s(dev, 0)?, &lo)
+    threefry(&ks, &u32s(dev, 0)?, &lo)
 }
 
 /// Uniform u32 bits of `shape` (element `i` as [`Key::random_bits_host`]).
-pub fn random_bits(dev: &Device, key: Key, shape: &[usize]) -> Result<Tensor> {
-    let [y0, y1] = hash_words(dev, key, shape)?;
+pub fn random_bits(dev: &Device, key: impl KeyArg, shape: &[usize]) -> Result<Tensor> {
+    bits("random_bits", dev, key, shape)
+}
+
+fn bits(op: &'static str, dev: &Device, key: impl KeyArg, shape: &[usize]) -> Result<Tensor> {
+    let [y0, y1] = hash_words(op, dev, key, shape)?;
     y0.bitwise_xor(&y1)
 }
 
@@ -152,7 +234,7 @@ fn float_dtype(op: &'static str, dtype: DType) -> Result<()> {
 }
 
 /// Uniform in `[low, high)` (up to the rounding of `low + u · (high − low)`).
-pub fn uniform(dev: &Device, key: Key, shape: &[usize], dtype: DType, low: f64, high: f64) -> Result<Tensor> {
+pub fn uniform(dev: &Device, key: impl KeyArg, shape: &[usize], dtype: DType, low: f64, high: f64) -> Result<Tensor> {
     float_dtype("uniform", dtype)?;
     if !(low.is_finite() && high.is_finite() && low < high) {
         return Err(KilnError::Invalid {
@@ -160,14 +242,14 @@ pub fn uniform(dev: &Device, key: Key, shape: &[usize], dtype: DType, low: f64, 
             detail: format!("needs finite low < high, got [{low}, {high})"),
         });
     }
-    let u = unit_float(&random_bits(dev, key, shape)?, 0.0)?;
+    let u = unit_float(&bits("uniform", dev, key, shape)?, 0.0)?;
     let u = if (low, high) == (0.0, 1.0) { u } else { u.mul_scalar(high - low)?.add_scalar(low)? };
     u.cast(dtype)
 }
 
 /// Normal with `mean` and `std`, by Box–Muller from the two hash words of
 /// each element (one hash per element, no rejection).
-pub fn normal(dev: &Device, key: Key, shape: &[usize], dtype: DType, mean: f64, std: f64) -> Result<Tensor> {
+pub fn normal(dev: &Device, key: impl KeyArg, shape: &[usize], dtype: DType, mean: f64, std: f64) -> Result<Tensor> {
     float_dtype("normal", dtype)?;
     if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
         return Err(KilnError::Invalid {
@@ -175,7 +257,7 @@ pub fn normal(dev: &Device, key: Key, shape: &[usize], dtype: DType, mean: f64, 
             detail: format!("needs finite mean and std ≥ 0, got {mean}, {std}"),
         });
     }
-    let [y0, y1] = hash_words(dev, key, shape)?;
+    let [y0, y1] = hash_words("normal", dev, key, shape)?;
     // u1 in (0, 1] keeps the log finite; the angle stays in [−π, π), where
     // WGSL bounds cos's error.
     let u1 = unit_float(&y0, 1.0)?;
@@ -186,7 +268,7 @@ pub fn normal(dev: &Device, key: Key, shape: &[usize], dtype: DType, mean: f64, 
 }
 
 /// `true` with probability `p` (bool tensor).
-pub fn bernoulli(dev: &Device, key: Key, p: f64, shape: &[usize]) -> Result<Tensor> {
+pub fn bernoulli(dev: &Device, key: impl KeyArg, p: f64, shape: &[usize]) -> Result<Tensor> {
     if !(0.0..=1.0).contains(&p) {
         return Err(KilnError::Invalid { op: "bernoulli", detail: format!("p = {p} is not in [0, 1]") });
     }
@@ -207,12 +289,12 @@ fn mul_hi(a: &Tensor, s: u32) -> Result<Tensor> {
 
 /// Integers uniform in `[low, high)` as i32, by Lemire's multiply-shift
 /// (bias at most (high − low) / 2^32).
-pub fn randint(dev: &Device, key: Key, shape: &[usize], low: i32, high: i32) -> Result<Tensor> {
+pub fn randint(dev: &Device, key: impl KeyArg, shape: &[usize], low: i32, high: i32) -> Result<Tensor> {
     if low >= high {
         return Err(KilnError::Invalid { op: "randint", detail: format!("needs low < high, got [{low}, {high})") });
     }
     let span = (high as i64 - low as i64) as u32;
-    let r = mul_hi(&random_bits(dev, key, shape)?, span)?.cast(DType::I32)?;
+    let r = mul_hi(&bits("randint", dev, key, shape)?, span)?.cast(DType::I32)?;
     r.add(&Tensor::scalar(dev, low as f64, DType::I32)?)
 }
 

@@ -274,3 +274,57 @@ fn bad_axes_are_errors_naming_the_leaf_and_its_shape() {
     let e = kiln::vmap(f, vec![Some(0)], vec![5])(&vec![a.clone(), a.clone()]).unwrap_err().to_string();
     assert!(e.contains("out_axes 5") && e.contains("[4, 3]"), "{e}");
 }
+
+/// A key tensor gives the numbers its `Key` gives, and `vmap` over a
+/// tensor of keys draws each example from its own key (JAX's
+/// `vmap(random.normal)`), bit for bit, in one batched graph.
+fn check_batched_keys(label: &str, dev: &Device) {
+    use kiln::random;
+    let keys = Key::new(42).split(5);
+    let draw = |key: &Tensor| -> Result<Vec<Tensor>> {
+        let dev = key.device();
+        let z = random::normal(dev, key, &[3, 4], DType::F32, 0.0, 1.0)?;
+        let u = random::uniform(dev, key, &[7], DType::F32, -1.0, 1.0)?;
+        let n = random::randint(dev, key, &[6], -3, 9)?.cast(DType::F32)?;
+        Ok(vec![z, u, n])
+    };
+    let mapped =
+        kiln::vmap(|k: &Vec<Tensor>| draw(&k[0]), vec![Some(0)], vec![0])(&vec![random::keys(dev, &keys).unwrap()])
+            .unwrap();
+    assert_eq!(mapped[0].shape(), [5, 3, 4], "{label}: the batch axis leads");
+    let bits = |t: &Tensor| values(t).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for (i, key) in keys.iter().enumerate() {
+        let from_key = [
+            random::normal(dev, *key, &[3, 4], DType::F32, 0.0, 1.0).unwrap(),
+            random::uniform(dev, *key, &[7], DType::F32, -1.0, 1.0).unwrap(),
+            random::randint(dev, *key, &[6], -3, 9).unwrap().cast(DType::F32).unwrap(),
+        ];
+        let from_tensor = draw(&key.to_tensor(dev).unwrap()).unwrap();
+        for (k, want) in from_key.iter().enumerate() {
+            assert_eq!(bits(&from_tensor[k]), bits(want), "{label}: draw {k} from key {i} as a tensor");
+            let got = mapped[k].narrow(0, i, 1).unwrap().squeeze(0).unwrap();
+            assert_eq!(bits(&got), bits(want), "{label}: draw {k} of example {i} under vmap");
+        }
+    }
+    assert_ne!(bits(&mapped[0].narrow(0, 0, 1).unwrap()), bits(&mapped[0].narrow(0, 1, 1).unwrap()));
+}
+
+#[test]
+fn vmap_over_keys_draws_each_example_from_its_own_key() {
+    check_batched_keys("cpu", &Device::cpu());
+    let adapters = kiln_conformance::adapters::shared();
+    for (label, dev) in adapters.iter() {
+        check_batched_keys(label, dev);
+    }
+}
+
+#[test]
+fn a_key_tensor_of_the_wrong_shape_is_an_error_naming_the_op() {
+    let dev = Device::cpu();
+    let bad = Tensor::from_slice(&dev, &[1u32, 2, 3], &[3]).unwrap();
+    let e = kiln::random::normal(&dev, &bad, &[4], DType::F32, 0.0, 1.0).unwrap_err().to_string();
+    assert!(e.contains("normal") && e.contains("[3]"), "{e}");
+    let floats = Tensor::from_slice(&dev, &[1.0f32, 2.0], &[2]).unwrap();
+    let e = kiln::random::uniform(&dev, &floats, &[4], DType::F32, 0.0, 1.0).unwrap_err().to_string();
+    assert!(e.contains("uniform") && e.contains("f32"), "{e}");
+}
