@@ -1,6 +1,6 @@
 //! Kernels as CUDA C++ for NVIDIA GPUs: each kernel's WGSL, validated by
-//! naga, is printed from naga's IR ([`writer`]) over a small prelude of
-//! WGSL's types and builtins ([`prelude`]). So every kernel kiln
+//! naga, is printed from naga's IR (`writer.rs`) over a small prelude of
+//! WGSL's types and builtins ([`PRELUDE`]). So every kernel kiln
 //! generates, whatever its variant, has a CUDA form with the same
 //! arithmetic, from the one generator; subgroup variants become warp
 //! shuffles and vec4 buffers 128-bit loads. Kernels that read textures
