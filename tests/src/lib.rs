@@ -9,6 +9,8 @@ pub mod batch_check;
 pub mod bindings;
 pub mod browser;
 pub mod cases;
+// The CUDA checks run natively only (the browser page builds this crate too).
+#[cfg(not(target_arch = "wasm32"))]
 pub mod cuda_kernels;
 pub mod golden;
 pub mod grad_cases;
