@@ -115,7 +115,7 @@ pub fn keys(dev: &Device, keys: &[Key]) -> Result<Tensor> {
 /// every example its own stream, as JAX's `vmap(random.normal)` does.
 pub trait KeyArg: sealed::Sealed {
     #[doc(hidden)]
-    fn schedule(&self, op: &'static str, dev: &Device) -> Result<KeySchedule>;
+    fn schedule(&self, op: &'static str) -> Result<KeySchedule>;
 }
 
 mod sealed {
@@ -132,14 +132,14 @@ pub enum KeySchedule {
 }
 
 impl KeyArg for Key {
-    fn schedule(&self, _: &'static str, _: &Device) -> Result<KeySchedule> {
+    fn schedule(&self, _: &'static str) -> Result<KeySchedule> {
         let [k0, k1] = self.words;
         Ok(KeySchedule::Host([k0, k1, k0 ^ k1 ^ PARITY]))
     }
 }
 
 impl KeyArg for &Tensor {
-    fn schedule(&self, op: &'static str, _: &Device) -> Result<KeySchedule> {
+    fn schedule(&self, op: &'static str) -> Result<KeySchedule> {
         if self.dtype() != DType::U32 || self.shape() != [2] {
             return Err(KilnError::Shape {
                 op,
@@ -171,7 +171,7 @@ impl KeySchedule {
 /// Threefry-2x32 of counters `(hi, lo)` (u32 tensors that broadcast) as
 /// device ops; the key words are scalars, so they travel as kernel params.
 pub fn threefry2x32_tensors(key: Key, hi: &Tensor, lo: &Tensor) -> Result<[Tensor; 2]> {
-    threefry(&key.schedule("threefry2x32", hi.device())?, hi, lo)
+    threefry(&key.schedule("threefry2x32")?, hi, lo)
 }
 
 fn threefry(ks: &KeySchedule, hi: &Tensor, lo: &Tensor) -> Result<[Tensor; 2]> {
@@ -201,7 +201,7 @@ fn hash_words(op: &'static str, dev: &Device, key: impl KeyArg, shape: &[usize])
             detail: format!("shape {shape:?} has more than 2^32 elements (counters are u32)"),
         });
     }
-    let ks = key.schedule(op, dev)?;
+    let ks = key.schedule(op)?;
     let lo = Tensor::arange(dev, 0.0, n as f64, 1.0, DType::U32)?;
     let lo = lo.reshape(&shape.iter().map(|&s| s as isize).collect::<Vec<_>>())?;
     threefry(&ks, &u32s(dev, 0)?, &lo)

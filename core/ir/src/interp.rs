@@ -24,7 +24,7 @@ impl HostArray {
     }
 
     /// Read the elements of `layout` (a view into this array's data).
-    fn view(&self, layout: &Layout) -> Vec<f64> {
+    pub fn view(&self, layout: &Layout) -> Vec<f64> {
         let mut out = Vec::with_capacity(layout.numel());
         for_each_coord(&layout.shape, |_, coords| {
             let at: isize = coords.iter().zip(&layout.strides).map(|(&c, &s)| c as isize * s).sum();

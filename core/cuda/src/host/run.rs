@@ -12,6 +12,7 @@ use kiln_codegen::operand_textures::OperandTexture;
 use kiln_codegen::{Caps, META_WORDS};
 use kiln_ir::dtype::{DType, pack_words, unpack_words};
 use kiln_ir::error::{KilnError, Result};
+use kiln_ir::interp::HostArray;
 use kiln_ir::ir::{DeviceBuffer, Node, Realized};
 use kiln_ir::shape::numel;
 use kiln_sched::schedule::{Schedule, slot_of};
@@ -160,28 +161,13 @@ fn execute<'a>(
     }
     let results = b.schedule.results.iter().map(|(node, array)| {
         let slot = slot_of(&array.buffer).expect("results land in slots");
-        let held = numel(&b.schedule.slots[slot].shape);
-        let all = unpack_words(array.dtype, &b.memory.buffers[slot], held);
-        HostResult { node: node.clone(), values: gather(&all, &array.layout) }
+        let elements = numel(&b.schedule.slots[slot].shape);
+        let held = HostArray {
+            dtype: array.dtype,
+            shape: vec![elements],
+            data: unpack_words(array.dtype, &b.memory.buffers[slot], elements),
+        };
+        HostResult { node: node.clone(), values: held.view(&array.layout) }
     });
     Ok(results.collect())
-}
-
-/// The elements of `layout` (a view of `all`), in row-major order.
-fn gather(all: &[f64], layout: &kiln_ir::shape::Layout) -> Vec<f64> {
-    let shape = &layout.shape;
-    let mut coords = vec![0usize; shape.len()];
-    let mut out = Vec::with_capacity(numel(shape));
-    for _ in 0..numel(shape) {
-        let at: isize = coords.iter().zip(&layout.strides).map(|(&c, &s)| c as isize * s).sum();
-        out.push(all[(layout.offset as isize + at) as usize]);
-        for d in (0..shape.len()).rev() {
-            coords[d] += 1;
-            if coords[d] < shape[d] {
-                break;
-            }
-            coords[d] = 0;
-        }
-    }
-    out
 }
