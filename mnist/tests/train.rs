@@ -137,3 +137,22 @@ fn predict_gives_probabilities_and_rejects_a_wrong_size() {
     let e = kiln::block_on(t.predict(&[0.5; 100])).unwrap_err().to_string();
     assert!(e.contains("100 pixels, expected 784"), "{e}");
 }
+
+/// The demo's training loop through the CUDA runtime, its kernels run on
+/// the host (`Device::cuda_on_host`): the same losses as a GPU adapter,
+/// and no allocation once the first steps have filled the pool.
+#[test]
+fn the_cuda_runtime_trains_as_the_adapters_do() {
+    let (_, gpu) = first_gpu(&lock_adapters());
+    let cuda = Device::cuda_on_host();
+    let mut t = Trainer::new(&cuda, data(), config(ModelKind::Mlp)).unwrap();
+    let first = losses(&mut t, 3);
+    let created = cuda.stats().pool.buffers_created;
+    let rest = losses(&mut t, 7);
+    assert_eq!(cuda.stats().pool.buffers_created, created, "steps 4 to 10 allocated");
+    let want = losses(&mut Trainer::new(&gpu, data(), config(ModelKind::Mlp)).unwrap(), 10);
+    let got = [first, rest].concat();
+    let worst = got.iter().zip(&want).map(|(x, y)| (x - y).abs() / y.abs().max(1e-6)).fold(0.0f32, f32::max);
+    eprintln!("CUDA runtime (host) vs {}: largest relative loss difference over 10 steps {worst:e}", gpu.info().name);
+    assert!(worst <= 1e-3, "{got:?} vs {want:?}");
+}

@@ -36,7 +36,7 @@ struct Args {
     /// Seed of the initial weights and of the batch order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// A backend (vulkan, gl, metal, dx12), `lavapipe`, or part of an adapter's name.
+    /// A backend (vulkan, gl, metal, dx12, cuda), `lavapipe`, or part of an adapter's name.
     #[arg(long)]
     adapter: Option<String>,
     /// Directory of MNIST IDX files (the bundled subset or the full set).

@@ -1,6 +1,6 @@
-//! The adapters the suite runs on: every Vulkan and GL adapter found, plus
-//! the ones this project expects on its CI machines, reported as skipped by
-//! name when absent.
+//! The adapters the suite runs on: every Vulkan and GL adapter found and
+//! a CUDA GPU, plus the ones this project expects on its CI machines,
+//! reported as skipped by name when absent.
 
 use kiln::prelude::*;
 
@@ -39,6 +39,12 @@ pub async fn discover() -> (Vec<Found>, Vec<String>) {
             Ok(device) => found.push(Found { label: label(&device), device }),
             Err(e) => skipped.push(format!("{name}: could not open ({e})")),
         }
+    }
+    // A CUDA GPU where there is one (natively); else skipped, saying why.
+    #[cfg(not(target_arch = "wasm32"))]
+    match Device::cuda() {
+        Ok(device) => found.push(Found { label: label(&device), device }),
+        Err(e) => skipped.push(format!("CUDA: {e}")),
     }
     for (name, pattern) in EXPECTED {
         if !found.iter().any(|f| matches(&f.device, pattern)) {

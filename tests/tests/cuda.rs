@@ -5,9 +5,7 @@
 //! by name, unless `KILN_REQUIRE_CUDA_TOOLS=1` (scripts/test sets it).
 
 use kiln::core::HostArray;
-use kiln::core::codegen::Caps;
 use kiln::core::codegen::cuda::{self, CudaKernel};
-use kiln::core::{Realized, schedule_for};
 use kiln::prelude::*;
 use kiln_conformance::cuda_kernels::{self, BATCH, compile, cuda_tools};
 use kiln_conformance::{Outcome, cases, compare, grad_cases, grad_check};
@@ -49,33 +47,45 @@ fn every_cuda_kernel_of_the_suite_compiles_with_nvrtc_and_ptxas_cleanly() {
 /// Judges the values of a graph's roots (each flat) against the reference's.
 type Judge = Box<dyn Fn(&[Vec<f64>], &[Vec<f64>]) -> Outcome>;
 
-/// A graph to run as CUDA on the host, and how to judge its values.
+/// A graph built on the CUDA device and on the reference, and how to judge
+/// its values.
 struct Checked {
     name: String,
     roots: Vec<Tensor>,
+    reference: Vec<Tensor>,
     judge: Judge,
 }
 
-/// Every conformance case and gradient check run as CUDA on the host
-/// (`kiln_cuda::host`: the same CUDA C++, built by the system's C++
-/// compiler over CUDA's execution model) matches the CPU reference within
-/// its tolerance.
+/// Every conformance case and gradient check run by the CUDA runtime
+/// (`Device::cuda_on_host`: the runtime `Device::cuda` runs, its kernels
+/// the same CUDA C++ built by the system's C++ compiler over CUDA's
+/// execution model) matches the CPU reference within its tolerance. All of
+/// them are realized at once: one launch list, its new kernels compiled as
+/// one module.
 #[test]
-fn the_cuda_kernels_compute_every_conformance_case_and_gradient_on_the_host() {
-    let cpu = Device::cpu();
-    let caps = Caps::cuda();
-    let mut checked = Vec::new();
+fn the_cuda_runtime_computes_every_conformance_case_and_gradient_on_the_host() {
+    let (cpu, dev) = (Device::cpu(), Device::cuda_on_host());
+    let (mut checked, mut failures) = (Vec::new(), Vec::new());
     for case in cases::all() {
         // Cases that check an error, and values that are inputs, run nothing.
-        let Ok(t) = (case.build)(&cpu) else { continue };
+        let (t, want) = match ((case.build)(&dev), (case.build)(&cpu)) {
+            (Ok(t), Ok(want)) => (t, want),
+            (Err(_), Err(_)) => continue,
+            (Err(e), Ok(_)) | (Ok(_), Err(e)) => {
+                failures.push(format!("{} ({}): only one device errs: {e}", case.op, case.detail));
+                continue;
+            }
+        };
         if t.node().realized_value().is_none() {
             let tol = case.tol;
             let judge = Box::new(move |got: &[Vec<f64>], want: &[Vec<f64>]| compare(&got[0], &want[0], tol));
-            checked.push(Checked { name: format!("{} ({})", case.op, case.detail), roots: vec![t], judge });
+            let name = format!("{} ({})", case.op, case.detail);
+            checked.push(Checked { name, roots: vec![t], reference: vec![want], judge });
         }
     }
     for case in grad_cases::all() {
-        let roots = cuda_kernels::gradients(&cpu, &case).unwrap();
+        let roots = cuda_kernels::gradients(&dev, &case).unwrap();
+        let reference = cuda_kernels::gradients(&cpu, &case).unwrap();
         let how = case.check;
         // The first root is the value; the gradients follow, as host arrays.
         let judge = Box::new(move |got: &[Vec<f64>], want: &[Vec<f64>]| {
@@ -85,40 +95,32 @@ fn the_cuda_kernels_compute_every_conformance_case_and_gradient_on_the_host() {
                 .collect();
             grad_check::check(&got, &want[1..], how)
         });
-        checked.push(Checked { name: format!("grad {} ({})", case.op, case.detail), roots, judge });
+        checked.push(Checked { name: format!("grad {} ({})", case.op, case.detail), roots, reference, judge });
     }
-    let nodes = |c: &Checked| c.roots.iter().map(|t| t.node().clone()).collect::<Vec<_>>();
-    let schedules = checked.iter().map(|c| schedule_for(&caps, &nodes(c)).unwrap()).collect();
-    let started = std::time::Instant::now();
-    let runs = kiln_cuda::host::run(schedules, &caps).unwrap();
-    eprintln!("{} graphs run as CUDA on the host in {:.1} s", runs.len(), started.elapsed().as_secs_f64());
-    let mut failures = Vec::new();
-    for (c, run) in checked.iter().zip(runs) {
-        let results = match run {
-            Ok(results) => results,
-            Err(e) => {
+    let (started, before) = (std::time::Instant::now(), dev.stats());
+    let all: Vec<&Tensor> = checked.iter().flat_map(|c| &c.roots).collect();
+    kiln::block_on(Tensor::realize_all(&all)).unwrap();
+    let stats = dev.stats();
+    // Some cases realize a little while they are built (random keys).
+    assert_eq!(stats.submits - before.submits, 1, "one realization, one launch list");
+    eprintln!(
+        "{} graphs realized by the CUDA runtime on the host in {:.1} s: {} launches, {} kernels",
+        checked.len(),
+        started.elapsed().as_secs_f64(),
+        stats.kernels_launched - before.kernels_launched,
+        stats.pipelines_compiled,
+    );
+    let values = |ts: &[Tensor]| -> kiln::Result<Vec<Vec<f64>>> {
+        ts.iter().map(|t| Ok(kiln::block_on(t.device().read(t.node()))?.data)).collect()
+    };
+    for c in &checked {
+        let (got, want) = match (values(&c.roots), values(&c.reference)) {
+            (Ok(got), Ok(want)) => (got, want),
+            (Err(e), _) | (_, Err(e)) => {
                 failures.push(format!("{}: {e}", c.name));
                 continue;
             }
         };
-        let roots = nodes(c);
-        // A root the schedule does not compute was an input already.
-        let got: Vec<Vec<f64>> = roots
-            .iter()
-            .map(|n| match (results.iter().find(|r| r.node.id() == n.id()), n.realized_value()) {
-                (Some(r), _) => r.values.clone(),
-                (None, Some(Realized::Host(h))) => h.data.clone(),
-                (None, _) => Vec::new(),
-            })
-            .collect();
-        kiln::block_on(cpu.realize(&roots)).unwrap();
-        let want: Vec<Vec<f64>> = roots
-            .iter()
-            .map(|n| match n.realized_value() {
-                Some(Realized::Host(h)) => h.data.clone(),
-                _ => unreachable!("realized on the CPU reference"),
-            })
-            .collect();
         let sizes = |vs: &[Vec<f64>]| vs.iter().map(Vec::len).collect::<Vec<_>>();
         if sizes(&got) != sizes(&want) {
             failures.push(format!("{}: {:?} elements, want {:?}", c.name, sizes(&got), sizes(&want)));
@@ -131,5 +133,5 @@ fn the_cuda_kernels_compute_every_conformance_case_and_gradient_on_the_host() {
     }
     let n = checked.len();
     assert!(failures.is_empty(), "{} of {n} graphs differ:\n{}", failures.len(), failures.join("\n"));
-    eprintln!("{n} conformance cases and gradient checks computed by the CUDA kernels on the host match the reference");
+    eprintln!("{n} conformance cases and gradient checks computed by the CUDA runtime on the host match the reference");
 }

@@ -28,6 +28,17 @@ pub fn available() -> Result<()> {
     })
 }
 
+/// NVRTC's version, as "13.0".
+pub fn version() -> Result<String> {
+    available()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: writes two ints.
+    unsafe { sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| KilnError::Unavailable { what: "NVRTC's version", detail: e.to_string() })?;
+    Ok(format!("{major}.{minor}"))
+}
+
 /// `source` (CUDA C++) compiled to PTX for `compute_{arch}` (80: Ampere).
 pub fn compile(source: &str, arch: u32) -> Result<Compiled> {
     available()?;

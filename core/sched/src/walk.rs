@@ -76,6 +76,13 @@ fn narrowed(a: DeviceArray, dtype: DType) -> Fused {
     if d == dtype { buf } else { node(dtype, Kind::Pointwise(Pointwise::Cast(buf))) }
 }
 
+/// A value to read back: its array, and the words of its buffer it spans.
+pub struct Readback {
+    pub array: DeviceArray,
+    pub first_word: u64,
+    pub words: u64,
+}
+
 impl<'a> Scheduler<'a> {
     pub fn new(target: &'a dyn Target, host: HostInputs) -> Scheduler<'a> {
         Scheduler {
@@ -166,6 +173,23 @@ impl<'a> Scheduler<'a> {
         if n.realized_value().is_none() && self.computed_ids.insert(n.id()) {
             self.schedule.results.push((n.clone(), a));
         }
+    }
+
+    /// `n` computed and laid out to be read back: contiguous, and starting
+    /// on a whole word (an f16 value at an odd offset is copied).
+    pub fn readback(&mut self, n: &Node) -> Result<Readback> {
+        self.run(std::slice::from_ref(n))?;
+        let mut array = self.array(n)?;
+        let word_aligned = array.dtype != DType::F16 || array.layout.offset % 2 == 0;
+        if !array.layout.is_contiguous() || !word_aligned {
+            array = self.contiguous(&array)?;
+        }
+        let first_word = match array.dtype {
+            DType::F16 => array.layout.offset / 2,
+            _ => array.layout.offset,
+        } as u64;
+        let words = array.dtype.storage_bytes(kiln_ir::shape::numel(&array.layout.shape)) / 4;
+        Ok(Readback { array, first_word, words })
     }
 
     /// A contiguous copy of `a`.

@@ -71,11 +71,15 @@ fn gpu_array(n: &Node) -> Option<GpuArray> {
 impl Device {
     /// Realize `outputs`, built from the realized `inputs`, and record how
     /// as a [`Program`] to replay on other inputs of the same shapes,
-    /// dtypes and layouts. `None` on the CPU reference (nothing to record).
+    /// dtypes and layouts. `None` on the CPU reference (nothing to record) and
+    /// on CUDA (replay there is to come).
     pub fn capture(&self, inputs: &[Node], outputs: &[Node]) -> Result<Option<Program>> {
-        let Backend::Gpu(gpu) = &*self.0 else {
-            crate::interp::realize(outputs)?;
-            return Ok(None);
+        let gpu = match &*self.0 {
+            Backend::Gpu(gpu) => gpu,
+            // Replay on CUDA is to come: each call runs as traced.
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => return c.realize(outputs).map(|()| None),
+            Backend::Cpu => return crate::interp::realize(outputs).map(|()| None),
         };
         let in_arrays = inputs
             .iter()

@@ -1,8 +1,11 @@
-//! Devices: the CPU reference, or a wgpu adapter with its buffer pool and
-//! pipeline cache. The backend is a runtime value; there is no global device.
+//! Devices: the CPU reference, a wgpu adapter with its buffer pool and
+//! pipeline cache, or (natively) a CUDA GPU. The backend is a runtime
+//! value; there is no global device.
 
 mod adapter;
 mod context;
+#[cfg(not(target_arch = "wasm32"))]
+mod cuda;
 mod jit;
 mod launch;
 mod oneshot;
@@ -45,7 +48,7 @@ pub type GpuArray = DeviceArray;
 #[derive(Debug, Clone)]
 pub struct DeviceInfo {
     pub name: String,
-    /// "cpu-reference", "vulkan", "gl", "metal", "dx12" or "webgpu".
+    /// "cpu-reference", "vulkan", "gl", "metal", "dx12", "webgpu" or "cuda".
     pub backend: String,
     pub device_type: String,
     pub driver: String,
@@ -72,6 +75,9 @@ impl DeviceInfo {
 
     /// What codegen may assume of this device.
     pub fn caps(&self) -> Caps {
+        if self.backend == "cuda" {
+            return Caps { adapter: self.name.clone(), ..Caps::cuda() };
+        }
         Caps {
             // On the web the adapter's name is often empty.
             adapter: if self.name.is_empty() { self.backend.clone() } else { self.name.clone() },
@@ -102,8 +108,9 @@ pub struct DeviceStats {
 /// How to pick a GPU adapter.
 #[derive(Debug, Clone)]
 pub struct DeviceOptions {
-    /// A backend name (`vulkan`, `gl`, `metal`, `dx12`, `webgpu`) or a piece
-    /// of the adapter's name; `None` reads env `KILN_ADAPTER`, and without
+    /// A backend name (`vulkan`, `gl`, `metal`, `dx12`, `webgpu`, `cuda`;
+    /// `cuda-host` runs CUDA's kernels on the CPU) or a piece of the
+    /// adapter's name; `None` reads env `KILN_ADAPTER`, and without
     /// it the fastest adapter is chosen.
     pub adapter: Option<String>,
     pub backends: wgpu::Backends,
@@ -133,6 +140,8 @@ pub(crate) struct Gpu {
 enum Backend {
     Cpu,
     Gpu(Box<Gpu>),
+    #[cfg(not(target_arch = "wasm32"))]
+    Cuda(Box<kiln_cuda::device::CudaDevice>),
 }
 
 /// A device tensors live on. Cheap to clone (shared).
@@ -170,10 +179,24 @@ impl Device {
 
     pub async fn with_options(options: DeviceOptions) -> Result<Device> {
         let selector = options.adapter.clone().or_else(|| std::env::var("KILN_ADAPTER").ok());
+        if let Some(cuda @ ("cuda" | "cuda-host")) = selector.as_deref() {
+            return Device::cuda_selected(cuda == "cuda-host");
+        }
         let instance = instance(options.backends);
         let adapters = instance.enumerate_adapters(options.backends).await;
         let adapter = adapter::choose(adapters, selector.as_deref(), options.backends)?;
         Device::from_adapter(adapter).await
+    }
+
+    /// `cuda`, or `cuda-host`: its runtime with the kernels run on the CPU.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn cuda_selected(on_host: bool) -> Result<Device> {
+        if on_host { Ok(Device::cuda_on_host()) } else { Device::cuda() }
+    }
+
+    #[cfg(target_arch = "wasm32")]
+    fn cuda_selected(_: bool) -> Result<Device> {
+        Err(KilnError::Unavailable { what: "CUDA", detail: "a browser has no CUDA; choose a WebGPU adapter".into() })
     }
 
     /// One device per adapter found on `backends` (each `Err` names its adapter).
@@ -236,11 +259,17 @@ impl Device {
     /// test or benchmark one member of the kernel family. No-op on the CPU.
     /// Errors when the device cannot run `config` ([`MatmulConfig::refusal`]).
     pub fn set_matmul_config(&self, config: Option<MatmulConfig>) -> Result<()> {
-        if let Backend::Gpu(g) = &*self.0 {
-            if let Some(detail) = config.and_then(|c| c.refusal(&g.ctx.caps)) {
-                return Err(KilnError::Invalid { op: "set_matmul_config", detail });
-            }
-            g.tuner.force(config);
+        if self.is_cpu() {
+            return Ok(());
+        }
+        if let Some(detail) = config.and_then(|c| c.refusal(&self.info().caps())) {
+            return Err(KilnError::Invalid { op: "set_matmul_config", detail });
+        }
+        match &*self.0 {
+            Backend::Cpu => {}
+            Backend::Gpu(g) => g.tuner.force(config),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => c.set_matmul_config(config),
         }
         Ok(())
     }
@@ -260,8 +289,8 @@ impl Device {
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     fn overrides(&self) -> Option<&overrides::Overrides> {
         match &*self.0 {
-            Backend::Cpu => None,
             Backend::Gpu(g) => Some(&g.overrides),
+            _ => None,
         }
     }
 
@@ -277,6 +306,11 @@ impl Device {
                 detail: "the CPU reference device launches no kernels".into(),
             }),
             Backend::Gpu(g) => g.profiler.set(&g.ctx, on),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(_) => Err(KilnError::Invalid {
+                op: "set_kernel_profiling",
+                detail: "kernel timing is not on the CUDA backend yet (use Nsight Systems)".into(),
+            }),
         }
     }
 
@@ -285,16 +319,16 @@ impl Device {
     /// device.
     pub async fn kernel_profile(&self) -> Result<Vec<KernelTiming>> {
         match &*self.0 {
-            Backend::Cpu => Ok(Vec::new()),
             Backend::Gpu(g) => g.profiler.take(&g.ctx).await,
+            _ => Ok(Vec::new()),
         }
     }
 
     /// The autotuner's choices so far: (shape class, config name).
     pub fn matmul_choices(&self) -> Vec<(String, String)> {
         match &*self.0 {
-            Backend::Cpu => Vec::new(),
             Backend::Gpu(g) => g.tuner.choices(),
+            _ => Vec::new(),
         }
     }
 
@@ -338,6 +372,8 @@ impl Device {
                 workgroup_memory: false,
             },
             Backend::Gpu(g) => g.ctx.info.clone(),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => cuda::info(c),
         }
     }
 
@@ -351,14 +387,19 @@ impl Device {
                 pool: g.resources.pool.stats(),
                 tuning: g.tuner.stats(),
             },
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => cuda::stats(c),
         }
     }
 
-    /// The WGSL of every kernel this device has compiled.
+    /// The source of every kernel this device has compiled: WGSL, or on
+    /// CUDA its CUDA C++.
     pub fn compiled_sources(&self) -> Vec<String> {
         match &*self.0 {
             Backend::Cpu => Vec::new(),
             Backend::Gpu(g) => g.resources.pipelines.sources(),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => c.sources(),
         }
     }
 
@@ -368,6 +409,8 @@ impl Device {
         let value = match &*self.0 {
             Backend::Cpu => Realized::Host(Arc::new(HostArray::new(dtype, shape.to_vec(), values.to_vec()))),
             Backend::Gpu(g) => Realized::Gpu(g.resources.upload(&g.ctx.queue, dtype, shape, values)?),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => Realized::Gpu(c.upload(dtype, shape, values)?),
         };
         Node::realized(prim, value)
     }
@@ -378,6 +421,8 @@ impl Device {
         match &*self.0 {
             Backend::Cpu => interp::realize(roots),
             Backend::Gpu(g) => g.realize(roots).await,
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => c.realize(roots),
         }
     }
 
@@ -391,6 +436,8 @@ impl Device {
         match &*self.0 {
             Backend::Cpu => Ok(()),
             Backend::Gpu(g) => g.ctx.synchronize().await,
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => c.synchronize(),
         }
     }
 
@@ -403,6 +450,10 @@ impl Device {
                 detail: "the CPU reference runs node by node; kernel plans need a GPU device".into(),
             }),
             Backend::Gpu(g) => g.plan_kernels(roots),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => {
+                Ok(c.plan(roots)?.into_iter().map(|k| PlannedKernel { name: k.name, nodes: k.nodes }).collect())
+            }
         }
     }
 
@@ -417,6 +468,8 @@ impl Device {
                 }
             }
             Backend::Gpu(g) => g.read(node).await,
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => c.read(node),
         }
     }
 }

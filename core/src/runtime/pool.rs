@@ -3,19 +3,10 @@
 //! loop stops allocating after its first steps.
 
 use crate::ir::DeviceBuffer;
+pub use crate::ir::{PoolStats, size_class};
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct PoolStats {
-    /// Bytes in buffers that tensors (or a running realization) hold.
-    pub bytes_in_use: u64,
-    /// Bytes in free buffers kept for reuse.
-    pub bytes_free: u64,
-    /// Buffers created since the pool began (misses of the free list).
-    pub buffers_created: u64,
-}
 
 #[derive(Debug, Default)]
 struct PoolState {
@@ -78,13 +69,6 @@ impl Drop for PooledBuffer {
         state.stats.bytes_free += self.class;
         state.free.entry((self.class, buffer.usage())).or_default().push(buffer);
     }
-}
-
-/// Round up to a size class: four classes per power of two (≤ 25% waste).
-pub fn size_class(bytes: u64) -> u64 {
-    let bytes = bytes.max(256);
-    let step = (1u64 << (63 - bytes.leading_zeros())) / 4;
-    bytes.div_ceil(step) * step
 }
 
 impl BufferPool {

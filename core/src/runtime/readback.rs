@@ -3,7 +3,7 @@
 
 use super::Gpu;
 use super::realize::{Plan, Purpose, ReadRequest};
-use crate::dtype::{DType, unpack_words};
+use crate::dtype::unpack_words;
 use crate::error::Result;
 use crate::interp::HostArray;
 use crate::ir::Node;
@@ -17,24 +17,16 @@ impl Gpu {
 
     pub(super) async fn read(&self, node: &Node) -> Result<HostArray> {
         let mut scheduler = self.scheduler();
-        scheduler.run(std::slice::from_ref(node))?;
-        let mut value = scheduler.array(node)?;
-        let word_aligned = value.dtype != DType::F16 || value.layout.offset % 2 == 0;
-        if !value.layout.is_contiguous() || !word_aligned {
-            value = scheduler.contiguous(&value)?;
-        }
+        let value = scheduler.readback(node)?;
         let plan = Plan::record(self, scheduler.finish(), Purpose::Run)?;
-        let value = plan.resolve(&value);
-        let n = numel(&value.layout.shape);
-        let dtype = value.dtype;
-        let shape = value.layout.shape.clone();
-        let words = dtype.storage_bytes(n) / 4;
-        let first_word = match dtype {
-            DType::F16 => value.layout.offset / 2,
-            _ => value.layout.offset,
-        } as u64;
-        let request =
-            (words > 0).then(|| ReadRequest { buffer: value.buffer.clone(), offset: first_word * 4, bytes: words * 4 });
+        let (words, array) = (value.words, plan.resolve(&value.array));
+        let (dtype, shape) = (array.dtype, array.layout.shape.clone());
+        let n = numel(&shape);
+        let request = (words > 0).then(|| ReadRequest {
+            buffer: array.buffer.clone(),
+            offset: value.first_word * 4,
+            bytes: words * 4,
+        });
         let Some(staging) = plan.submit(request)? else {
             return Ok(HostArray { dtype, shape, data: vec![] });
         };

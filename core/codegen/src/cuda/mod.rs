@@ -52,15 +52,21 @@ impl CudaKernel {
     }
 }
 
-/// Many kernels as one translation unit, for compile checks: NVRTC then
-/// reads the prelude once. Each kernel is in a namespace of its own
-/// (`k0`, `k1`, ...) and its entry point has C++ linkage there.
+/// Many kernels as one translation unit (NVRTC then reads the prelude
+/// once): each in a namespace of its own (`k0`, `k1`, ...), its entry point
+/// the C symbol [`entry_of`] names.
 pub fn batch(kernels: &[CudaKernel]) -> String {
-    let mut s = format!("#define KILN_ENTRY __global__\n{PRELUDE}");
+    let mut s = PRELUDE.to_string();
     for (i, k) in kernels.iter().enumerate() {
-        s.push_str(&format!("namespace k{i} {{\n{}}}\n", k.body));
+        let entry = entry_of(i);
+        s.push_str(&format!("#define {ENTRY} {entry}\nnamespace k{i} {{\n{}}}\n#undef {ENTRY}\n", k.body));
     }
     s
+}
+
+/// The C symbol of the `index`th kernel of a [`batch`].
+pub fn entry_of(index: usize) -> String {
+    format!("{ENTRY}_{index}")
 }
 
 impl KernelKey {

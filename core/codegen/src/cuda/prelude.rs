@@ -5,10 +5,8 @@
 
 /// The prelude's source.
 pub const PRELUDE: &str = r#"// kiln: WGSL's types and builtins for CUDA C++.
-// A kernel's entry point: one C symbol per module (`batch` redefines it).
-#ifndef KILN_ENTRY
+// A kernel's entry point, a C symbol (`batch` renames each one).
 #define KILN_ENTRY extern "C" __global__
-#endif
 typedef unsigned int u32;
 typedef int i32;
 typedef float f32;

@@ -3,18 +3,14 @@
 //! system's C++ compiler (env `CXX`, else `c++`) over `shim.h`, which gives
 //! CUDA's execution model on the CPU (each block's threads as fibers, warps
 //! of 32, barriers that wait for their group). Only the prelude's two f16
-//! conversions differ (PTX there, `_Float16` here). [`run`] runs a whole
-//! schedule this way.
+//! conversions differ (PTX there, `_Float16` here). The CUDA device's
+//! host engine (`crate::device`, `Device::cuda_on_host`) runs on this.
 
-mod run;
-
-pub use run::{HostResult, run};
-
-use kiln_codegen::cuda::{CudaKernel, batch};
+use kiln_codegen::cuda::{CudaKernel, batch, entry_of};
 use kiln_ir::error::{KilnError, Result};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// CUDA's execution model on the host.
 const SHIM: &str = include_str!("shim.h");
@@ -39,9 +35,10 @@ impl HostModule {
         let (source, path) = (dir.join(format!("{stem}.cpp")), dir.join(format!("{stem}.so")));
         let mut text = format!("{SHIM}\n{}", batch(kernels));
         for i in 0..kernels.len() {
+            let entry = entry_of(i);
             text.push_str(&format!(
                 "extern \"C\" int kiln_launch_{i}(void* const* g, const unsigned* grid, const unsigned* size, int fibers) {{\n    \
-                 return kiln_host_run([](const void* p) {{ k{i}::kiln_main(*static_cast<const k{i}::Globals*>(p)); }}, \
+                 return kiln_host_run([](const void* p) {{ k{i}::{entry}(*static_cast<const k{i}::Globals*>(p)); }}, \
                  g, grid, size, fibers);\n}}\n"
             ));
         }
@@ -50,7 +47,7 @@ impl HostModule {
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
         let out = Command::new(&cxx)
             // No fortified longjmp: it refuses to jump between fibers' stacks.
-            .args(["-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-shared", "-fPIC", "-w", "-o"])
+            .args(["-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-pthread", "-shared", "-fPIC", "-w", "-o"])
             .arg(&path)
             .arg(&source)
             .output()
@@ -88,6 +85,47 @@ impl HostModule {
 impl Drop for HostModule {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Kernels per host library: the libraries build in parallel.
+const PER_LIBRARY: usize = 32;
+
+/// Kernels built as a few libraries at once (the compiler uses one core).
+pub struct HostLibraries(Vec<HostModule>);
+
+impl HostLibraries {
+    pub fn build(kernels: &[CudaKernel]) -> Result<HostLibraries> {
+        let chunks: Vec<&[CudaKernel]> = kernels.chunks(PER_LIBRARY).collect();
+        let next = AtomicUsize::new(0);
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let mut built: Vec<(usize, Result<HostModule>)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..cores.min(chunks.len()))
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(chunk) = chunks.get(i) else { break };
+                            mine.push((i, HostModule::build(chunk)));
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            workers.into_iter().flat_map(|w| w.join().expect("a host compiler thread panicked")).collect()
+        });
+        built.sort_by_key(|(i, _)| *i);
+        Ok(HostLibraries(built.into_iter().map(|(_, m)| m).collect::<Result<Vec<_>>>()?))
+    }
+
+    /// [`HostModule::launch`] of kernel `index` of those built.
+    ///
+    /// # Safety
+    /// As for [`HostModule::launch`].
+    pub unsafe fn launch(&self, index: usize, buffers: &[*mut u32], grid: [u32; 3], block: [u32; 3]) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.0[index / PER_LIBRARY].launch(index % PER_LIBRARY, buffers, grid, block) }
     }
 }
 

@@ -3,14 +3,17 @@
 // threads are fibers on one OS thread, run in turn until each ends or
 // waits at a barrier: __syncthreads for the block, a shuffle or
 // __syncwarp for its warp of 32. A barrier opens when every thread of its
-// group that has not ended waits at it; blocks run one after another, on
-// the same fibers. A fiber starts on its own stack through ucontext and
+// group that has not ended waits at it. Blocks are shared among OS threads,
+// one per core, each running its blocks one after another on the same
+// fibers. A fiber starts on its own stack through ucontext and
 // switches with _setjmp/_longjmp, which, unlike swapcontext, make no
 // system call (the signal mask never changes here).
+#include <algorithm>
 #include <csetjmp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <ucontext.h>
 #include <vector>
 
@@ -18,7 +21,6 @@
 #define __global__
 #define __launch_bounds__(n)
 #define __shared__ thread_local
-#define KILN_ENTRY
 
 struct dim3 {
     unsigned x, y, z;
@@ -178,10 +180,11 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __clz(unsigned x) { return x == 0 ? 32 : __builtin_clz(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 
-// Runs `kernel` over the grid, its threads as fibers where it synchronizes
-// (else each to its end in turn); 0 when done, 1 on a deadlock.
-inline int kiln_host_run(void (*kernel)(const void*), const void* globals, const unsigned* grid, const unsigned* size,
-                         int fibers) {
+// Runs the blocks `first`, `first + step`, ... of a launch on this OS
+// thread, its threads as fibers where the kernel synchronizes (else each to
+// its end in turn); false on a deadlock.
+inline bool kiln_host_blocks(void (*kernel)(const void*), const void* globals, const unsigned* grid,
+                             const unsigned* size, int fibers, size_t first, size_t step) {
     kiln_host::Block b;
     size_t threads = (size_t)size[0] * size[1] * size[2];
     b.fibers.resize(threads);
@@ -204,23 +207,40 @@ inline int kiln_host_run(void (*kernel)(const void*), const void* globals, const
     }
     blockDim = dim3{size[0], size[1], size[2]};
     gridDim = dim3{grid[0], grid[1], grid[2]};
-    for (unsigned z = 0; z < grid[2]; z++)
-        for (unsigned y = 0; y < grid[1]; y++)
-            for (unsigned x = 0; x < grid[0]; x++) {
-                blockIdx = dim3{x, y, z};
-                if (!fibers) {
-                    for (size_t t = 0; t < threads; t++) {
-                        threadIdx = dim3{(unsigned)(t % size[0]), (unsigned)(t / size[0] % size[1]), (unsigned)(t / size[0] / size[1])};
-                        kernel(globals);
-                    }
-                    continue;
-                }
-                for (size_t t = 0; t < threads; t++) {
-                    kiln_host::Fiber& f = b.fibers[t];
-                    f.state = kiln_host::State::Ready;
-                    f.shuffles = 0;
-                }
-                if (!kiln_host::run_block()) return 1;
+    size_t blocks = (size_t)grid[0] * grid[1] * grid[2];
+    for (size_t i = first; i < blocks; i += step) {
+        blockIdx = dim3{(unsigned)(i % grid[0]), (unsigned)(i / grid[0] % grid[1]), (unsigned)(i / grid[0] / grid[1])};
+        if (!fibers) {
+            for (size_t t = 0; t < threads; t++) {
+                threadIdx = dim3{(unsigned)(t % size[0]), (unsigned)(t / size[0] % size[1]), (unsigned)(t / size[0] / size[1])};
+                kernel(globals);
             }
+            continue;
+        }
+        for (size_t t = 0; t < threads; t++) {
+            kiln_host::Fiber& f = b.fibers[t];
+            f.state = kiln_host::State::Ready;
+            f.shuffles = 0;
+        }
+        if (!kiln_host::run_block()) return false;
+    }
+    return true;
+}
+
+// Runs `kernel` over the grid, its blocks shared among the machine's cores
+// (blocks are independent, as on a GPU; each OS thread has its own shared
+// memory and fibers); 0 when done, 1 on a deadlock.
+inline int kiln_host_run(void (*kernel)(const void*), const void* globals, const unsigned* grid, const unsigned* size,
+                         int fibers) {
+    size_t blocks = (size_t)grid[0] * grid[1] * grid[2];
+    size_t workers = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), blocks);
+    if (workers <= 1) return kiln_host_blocks(kernel, globals, grid, size, fibers, 0, 1) ? 0 : 1;
+    std::vector<std::thread> pool;
+    std::vector<char> done(workers, 0);
+    for (size_t w = 0; w < workers; w++)
+        pool.emplace_back([&, w] { done[w] = kiln_host_blocks(kernel, globals, grid, size, fibers, w, workers); });
+    for (auto& t : pool) t.join();
+    for (char d : done)
+        if (!d) return 1;
     return 0;
 }

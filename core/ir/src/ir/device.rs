@@ -34,3 +34,22 @@ pub struct DeviceArray {
 pub fn buffer_id(buffer: &Arc<dyn DeviceBuffer>) -> *const () {
     Arc::as_ptr(buffer) as *const ()
 }
+
+/// A device's buffer pool, as `Device::stats` reports it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Bytes in buffers that tensors (or a running realization) hold.
+    pub bytes_in_use: u64,
+    /// Bytes in free buffers kept for reuse.
+    pub bytes_free: u64,
+    /// Buffers created since the pool began (misses of the free list).
+    pub buffers_created: u64,
+}
+
+/// A pool's size class for `bytes`: four classes per power of two (≤ 25%
+/// waste), so a training loop's buffers are reused whatever their sizes.
+pub fn size_class(bytes: u64) -> u64 {
+    let bytes = bytes.max(256);
+    let step = (1u64 << (63 - bytes.leading_zeros())) / 4;
+    bytes.div_ceil(step) * step
+}

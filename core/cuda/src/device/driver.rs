@@ -1,0 +1,176 @@
+//! The CUDA driver engine (through cudarc, loaded at run time): one context
+//! and one stream per device; memory allocated and freed in stream order;
+//! modules compiled by NVRTC for the GPU's own architecture, their PTX kept
+//! on disk ([`super::ptx_cache`]).
+
+use super::engine::{Engine, EngineInfo, Memory, Module};
+use super::ptx_cache;
+use crate::nvrtc;
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result, sys};
+use kiln_codegen::cuda::{CudaKernel, batch, entry_of};
+use kiln_ir::error::{KilnError, Result};
+use std::sync::Arc;
+
+fn driver_error(what: &str) -> impl Fn(result::DriverError) -> KilnError + '_ {
+    move |e| KilnError::Gpu(format!("CUDA driver: {what}: {e}"))
+}
+
+/// Whether the driver library can be loaded; the error says how to get it.
+pub fn available() -> Result<()> {
+    // SAFETY: only tries to dlopen the library's candidate names.
+    if unsafe { sys::is_culib_present() } {
+        return Ok(());
+    }
+    Err(KilnError::Unavailable {
+        what: "the CUDA driver (libcuda.so)",
+        detail: "install NVIDIA's GPU driver, version 580 or newer (CUDA 13); this machine has none".into(),
+    })
+}
+
+pub struct DriverEngine {
+    stream: Arc<CudaStream>,
+    info: EngineInfo,
+    /// NVRTC's target: compute_{arch}.
+    arch: u32,
+}
+
+impl DriverEngine {
+    /// The GPU numbered `ordinal`, with NVRTC to compile for it.
+    pub fn open(ordinal: usize) -> Result<DriverEngine> {
+        available()?;
+        nvrtc::available()?;
+        let no_gpu = |e: result::DriverError| KilnError::Unavailable {
+            what: "a CUDA GPU",
+            detail: format!("the driver loaded, but GPU {ordinal} did not open: {e}"),
+        };
+        let ctx = CudaContext::new(ordinal).map_err(no_gpu)?;
+        let (major, minor) = ctx.compute_capability().map_err(driver_error("compute capability"))?;
+        let name = ctx.name().map_err(driver_error("device name"))?;
+        let mut version = 0;
+        // SAFETY: writes one int.
+        unsafe { sys::cuDriverGetVersion(&mut version) }.result().map_err(driver_error("driver version"))?;
+        let info = EngineInfo {
+            name,
+            compute_capability: (major as u32, minor as u32),
+            driver: format!("{}.{}", version / 1000, version % 1000 / 10),
+            nvrtc: nvrtc::version()?,
+        };
+        Ok(DriverEngine {
+            stream: ctx.new_stream().map_err(driver_error("stream"))?,
+            info,
+            arch: (major * 10 + minor) as u32,
+        })
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.stream.context().bind_to_thread().map_err(driver_error("binding the context"))
+    }
+}
+
+/// Device memory, freed in stream order.
+#[derive(Debug)]
+struct DeviceMemory {
+    address: sys::CUdeviceptr,
+    stream: Arc<CudaStream>,
+}
+
+impl Memory for DeviceMemory {
+    fn address(&self) -> u64 {
+        self.address
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        let ctx = self.stream.context();
+        ctx.record_err(ctx.bind_to_thread());
+        // SAFETY: allocated on this stream, freed once, after the work
+        // enqueued before this point.
+        ctx.record_err(unsafe { result::free_async(self.address, self.stream.cu_stream()) });
+    }
+}
+
+/// A kernel's `Globals`, passed by value: a pointer per field. Larger than
+/// any kernel's (the driver copies the size the kernel declares).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Globals([u64; 32]);
+
+// SAFETY: plain words, as the kernel's struct of pointers is.
+unsafe impl DeviceRepr for Globals {}
+
+struct DriverModule {
+    functions: Vec<CudaFunction>,
+    stream: Arc<CudaStream>,
+}
+
+impl Module for DriverModule {
+    unsafe fn launch(&self, index: usize, pointers: &[u64], grid: [u32; 3], block: [u32; 3]) -> Result<()> {
+        let mut globals = Globals([0; 32]);
+        globals
+            .0
+            .get_mut(..pointers.len())
+            .ok_or_else(|| KilnError::Gpu("too many bindings".into()))?
+            .copy_from_slice(pointers);
+        let config = LaunchConfig {
+            grid_dim: (grid[0], grid[1], grid[2]),
+            block_dim: (block[0], block[1], block[2]),
+            shared_mem_bytes: 0,
+        };
+        let mut args = self.stream.launch_builder(&self.functions[index]);
+        args.arg(&globals);
+        // SAFETY: the caller vouches for the memory behind the pointers;
+        // the driver copies `globals` when the launch is enqueued.
+        unsafe { args.launch(config) }.map(|_| ()).map_err(driver_error("launch"))
+    }
+}
+
+impl Engine for DriverEngine {
+    fn info(&self) -> EngineInfo {
+        self.info.clone()
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<Box<dyn Memory>> {
+        self.bind()?;
+        // SAFETY: a fresh allocation on this engine's stream.
+        let address = unsafe { result::malloc_async(self.stream.cu_stream(), bytes.max(16) as usize) }
+            .map_err(|e| KilnError::OutOfMemory(format!("{bytes} bytes on {}: {e}", self.info.name)))?;
+        Ok(Box::new(DeviceMemory { address, stream: self.stream.clone() }))
+    }
+
+    fn write(&self, to: &dyn Memory, words: &[u32]) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `to` holds at least `words` (the device sizes it); the
+        // driver stages pageable memory before returning.
+        unsafe { result::memcpy_htod_async(to.address(), words, self.stream.cu_stream()) }
+            .map_err(driver_error("upload"))
+    }
+
+    fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Vec<u32>> {
+        self.bind()?;
+        let mut out = vec![0u32; words];
+        // SAFETY: `from` holds the range (the device asks only for what a
+        // value spans); the stream is synchronized before `out` is read.
+        unsafe { result::memcpy_dtoh_async(&mut out, from.address() + offset, self.stream.cu_stream()) }
+            .map_err(driver_error("readback"))?;
+        self.synchronize()?;
+        Ok(out)
+    }
+
+    fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>> {
+        let ptx = ptx_cache::ptx(&batch(kernels), self.arch)?;
+        let module = self
+            .stream
+            .context()
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(driver_error("loading a module"))?;
+        let functions = (0..kernels.len())
+            .map(|i| module.load_function(&entry_of(i)).map_err(driver_error("finding a kernel")))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Box::new(DriverModule { functions, stream: self.stream.clone() }))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(driver_error("synchronize"))
+    }
+}

@@ -1,0 +1,94 @@
+//! The host engine: CUDA's execution model on the CPU (`crate::host`), each
+//! call run at once, in order. It is how the CUDA runtime is tested on
+//! machines without an NVIDIA GPU, and a way to debug a kernel with the
+//! host's tools.
+
+use super::engine::{Engine, EngineInfo, Memory, Module};
+use crate::host::HostLibraries;
+use kiln_codegen::cuda::CudaKernel;
+use kiln_ir::error::{KilnError, Result};
+use std::cell::UnsafeCell;
+
+/// Host memory in whole words (vec4-aligned, as kernels load it).
+#[derive(Debug)]
+struct HostMemory(Box<[UnsafeCell<u128>]>);
+
+// SAFETY: the engine's calls run one at a time (the device serializes
+// them), as a stream's would.
+unsafe impl Sync for HostMemory {}
+unsafe impl Send for HostMemory {}
+
+impl Memory for HostMemory {
+    fn address(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
+}
+
+impl HostMemory {
+    fn words(&self) -> usize {
+        self.0.len() * 4
+    }
+}
+
+fn host(m: &dyn Memory) -> Result<&HostMemory> {
+    (m as &dyn std::any::Any)
+        .downcast_ref()
+        .ok_or_else(|| KilnError::Gpu("the host CUDA engine was given another engine's memory".into()))
+}
+
+impl Module for HostLibraries {
+    unsafe fn launch(&self, index: usize, pointers: &[u64], grid: [u32; 3], block: [u32; 3]) -> Result<()> {
+        let pointers: Vec<*mut u32> = pointers.iter().map(|&p| p as *mut u32).collect();
+        // SAFETY: the caller vouches for the memory behind the pointers.
+        unsafe { HostLibraries::launch(self, index, &pointers, grid, block) }
+    }
+}
+
+/// Runs kernels built by the host's C++ compiler.
+pub struct HostEngine;
+
+impl Engine for HostEngine {
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            name: "CUDA on the host (emulated)".into(),
+            compute_capability: (0, 0),
+            driver: "none".into(),
+            nvrtc: "none (the host C++ compiler)".into(),
+        }
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<Box<dyn Memory>> {
+        let vec4s = (bytes as usize).div_ceil(16).max(1);
+        Ok(Box::new(HostMemory((0..vec4s).map(|_| UnsafeCell::new(0)).collect())))
+    }
+
+    fn write(&self, to: &dyn Memory, words: &[u32]) -> Result<()> {
+        let to = host(to)?;
+        if words.len() > to.words() {
+            return Err(KilnError::Gpu(format!("a write of {} words into {}", words.len(), to.words())));
+        }
+        // SAFETY: in bounds (checked), and no kernel runs meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(words.as_ptr(), to.address() as *mut u32, words.len()) };
+        Ok(())
+    }
+
+    fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Vec<u32>> {
+        let from = host(from)?;
+        let first = (offset / 4) as usize;
+        if !offset.is_multiple_of(4) || first + words > from.words() {
+            return Err(KilnError::Readback(format!("{words} words at byte {offset} of {}", from.words() * 4)));
+        }
+        let mut out = vec![0u32; words];
+        // SAFETY: in bounds (checked), and no kernel runs meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping((from.address() as *const u32).add(first), out.as_mut_ptr(), words) };
+        Ok(out)
+    }
+
+    fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>> {
+        Ok(Box::new(HostLibraries::build(kernels)?))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}

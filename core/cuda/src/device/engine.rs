@@ -1,0 +1,51 @@
+//! What a CUDA device runs on: memory, modules and launches in one stream
+//! order. The driver ([`super::driver`]) is the real one; the host engine
+//! ([`super::emulated`]) runs the same kernels on the CPU, so that the whole
+//! runtime above it is tested on machines without an NVIDIA GPU.
+
+use kiln_codegen::cuda::CudaKernel;
+use kiln_ir::error::Result;
+
+/// An allocation, by the address kernels see it at.
+pub trait Memory: std::any::Any + Send + Sync + std::fmt::Debug {
+    fn address(&self) -> u64;
+}
+
+/// A module of kernels (a [`kiln_codegen::cuda::batch`]), loaded.
+pub trait Module: Send + Sync {
+    /// Enqueue kernel `index` over `grid` blocks of `block` threads, its
+    /// `Globals` holding `pointers` (in field order).
+    ///
+    /// # Safety
+    /// Each pointer must address memory holding every element the kernel
+    /// reads or writes there, alive until the launch has run.
+    unsafe fn launch(&self, index: usize, pointers: &[u64], grid: [u32; 3], block: [u32; 3]) -> Result<()>;
+}
+
+/// What a device is, for `Device::info`.
+#[derive(Debug, Clone)]
+pub struct EngineInfo {
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (u32, u32),
+    /// The driver's CUDA version, as "13.0".
+    pub driver: String,
+    /// NVRTC's version, as "13.0".
+    pub nvrtc: String,
+}
+
+/// One device and its stream: every call is enqueued behind the previous
+/// ones, so kernels see the writes before them.
+pub trait Engine: Send + Sync {
+    fn info(&self) -> EngineInfo;
+    fn alloc(&self, bytes: u64) -> Result<Box<dyn Memory>>;
+    /// Write `words` at the start of `to`.
+    fn write(&self, to: &dyn Memory, words: &[u32]) -> Result<()>;
+    /// `words` words from `offset` bytes into `from`, once all enqueued
+    /// work has run.
+    fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Vec<u32>>;
+    /// `kernels` compiled and loaded as one module.
+    fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>>;
+    /// Wait for everything enqueued.
+    fn synchronize(&self) -> Result<()>;
+}

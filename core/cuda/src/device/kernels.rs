@@ -1,0 +1,74 @@
+//! The CUDA device's compiled kernels, cached by structural key. A
+//! realization's kernels not seen before are rendered as CUDA C++ and
+//! compiled together, as one module (one NVRTC run, or one host build).
+//! `KILN_DUMP_CUDA=dir` writes each new kernel's whole source to a file.
+
+use super::engine::{Engine, Module};
+use kiln_codegen::KernelKey;
+use kiln_codegen::cuda::{CudaKernel, from_wgsl};
+use kiln_ir::error::Result;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A kernel ready to launch: its module, its place there, and its form.
+pub struct Loaded {
+    pub module: Arc<dyn Module>,
+    pub index: usize,
+    pub kernel: CudaKernel,
+}
+
+#[derive(Default)]
+pub struct Kernels {
+    cache: Mutex<HashMap<KernelKey, Arc<Loaded>>>,
+}
+
+impl Kernels {
+    /// The loaded kernel of each key, compiling the new ones as one module.
+    pub fn get(&self, engine: &dyn Engine, keys: &[&KernelKey]) -> Result<Vec<Arc<Loaded>>> {
+        let mut cache = self.cache.lock().unwrap();
+        let mut new: Vec<KernelKey> = Vec::new();
+        for &key in keys {
+            if !cache.contains_key(key) && !new.contains(key) {
+                new.push(key.clone());
+            }
+        }
+        if !new.is_empty() {
+            let kernels = new
+                .iter()
+                .map(|key| {
+                    let kernel = from_wgsl(&key.wgsl())?;
+                    dump(&key.name(), &kernel.source());
+                    Ok(kernel)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let module: Arc<dyn Module> = Arc::from(engine.load(&kernels)?);
+            for (index, (key, kernel)) in new.into_iter().zip(kernels).enumerate() {
+                cache.insert(key, Arc::new(Loaded { module: module.clone(), index, kernel }));
+            }
+        }
+        Ok(keys.iter().map(|key| cache[*key].clone()).collect())
+    }
+
+    /// Kernels compiled so far.
+    pub fn len(&self) -> usize {
+        self.cache.lock().unwrap().len()
+    }
+
+    /// The CUDA C++ of every kernel compiled so far.
+    pub fn sources(&self) -> Vec<String> {
+        self.cache.lock().unwrap().values().map(|l| l.kernel.source()).collect()
+    }
+}
+
+/// Write a new kernel to `$KILN_DUMP_CUDA/<name>-<hash>.cu`.
+fn dump(name: &str, source: &str) {
+    if let Some(dir) = std::env::var_os("KILN_DUMP_CUDA") {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        source.hash(&mut h);
+        let path = std::path::Path::new(&dir).join(format!("{name}-{:016x}.cu", h.finish()));
+        if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, source)) {
+            log::warn!("KILN_DUMP_CUDA: cannot write {}: {e}", path.display());
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! A CUDA device: schedules from `kiln_sched` run on one stream. Each
+//! realization gives its slots pooled buffers, binds its items' launches
+//! (`kiln_codegen::launch::bind`, as wgpu does), compiles the kernels it
+//! has not seen as one module, writes every launch's meta block with one
+//! copy and enqueues the launches in order; reading waits for the stream.
+//! The engine under it is the driver, or the host ([`CudaDevice::on_host`]).
+
+mod driver;
+mod emulated;
+mod engine;
+mod kernels;
+pub mod pool;
+pub mod ptx_cache;
+
+pub use driver::available as driver_available;
+pub use engine::EngineInfo;
+
+use engine::Engine;
+use kernels::Kernels;
+use kiln_codegen::launch::{self, Binder, Variants};
+use kiln_codegen::matmul::MatmulConfig;
+use kiln_codegen::operand_textures::OperandTexture;
+use kiln_codegen::{Caps, KernelKey, META_WORDS};
+use kiln_ir::dtype::{DType, pack_words, unpack_words};
+use kiln_ir::error::{KilnError, Result};
+use kiln_ir::interp::HostArray;
+use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, PoolStats, Realized};
+use kiln_ir::shape::{Layout, numel};
+use kiln_sched::schedule::{Schedule, slot_of};
+use kiln_sched::walk::{HostInputs, Scheduler};
+use pool::{CudaBuffer, Pool};
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Counters that tests and benchmarks read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CudaStats {
+    pub kernels_launched: u64,
+    /// Realizations that launched something (each one launch list).
+    pub submits: u64,
+    pub kernels_compiled: u64,
+    pub pool: PoolStats,
+}
+
+/// One kernel that realizing some nodes launches, with the IR nodes it
+/// computes.
+#[derive(Debug, Clone)]
+pub struct PlannedLaunch {
+    pub name: String,
+    pub nodes: Vec<u64>,
+}
+
+pub struct CudaDevice {
+    engine: Box<dyn Engine>,
+    caps: Caps,
+    id: usize,
+    pool: Pool,
+    kernels: Kernels,
+    /// Held while a realization enqueues, so that its launches stay together.
+    enqueue: Mutex<()>,
+    /// Pinned by `set_matmul_config`; else each device's default.
+    matmul: Mutex<Option<MatmulConfig>>,
+    kernels_launched: AtomicU64,
+    submits: AtomicU64,
+}
+
+impl CudaDevice {
+    /// The NVIDIA GPU numbered `ordinal`; an error naming what is missing
+    /// (the driver, a GPU, NVRTC) where it cannot run.
+    pub fn open(ordinal: usize) -> Result<CudaDevice> {
+        Ok(CudaDevice::with_engine(Box::new(driver::DriverEngine::open(ordinal)?)))
+    }
+
+    /// CUDA kernels run on the CPU, built by the host's C++ compiler (env
+    /// `CXX`, else `c++`): the same runtime and kernels as on a GPU,
+    /// slowly. For tests and debugging on machines without one.
+    pub fn on_host() -> CudaDevice {
+        CudaDevice::with_engine(Box::new(emulated::HostEngine))
+    }
+
+    fn with_engine(engine: Box<dyn Engine>) -> CudaDevice {
+        static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+        CudaDevice {
+            caps: Caps { adapter: engine.info().name, ..Caps::cuda() },
+            engine,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            pool: Pool::default(),
+            kernels: Kernels::default(),
+            enqueue: Mutex::new(()),
+            matmul: Mutex::new(None),
+            kernels_launched: AtomicU64::new(0),
+            submits: AtomicU64::new(0),
+        }
+    }
+
+    pub fn info(&self) -> EngineInfo {
+        self.engine.info()
+    }
+
+    pub fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    pub fn stats(&self) -> CudaStats {
+        CudaStats {
+            kernels_launched: self.kernels_launched.load(Ordering::Relaxed),
+            submits: self.submits.load(Ordering::Relaxed),
+            kernels_compiled: self.kernels.len() as u64,
+            pool: self.pool.stats(),
+        }
+    }
+
+    /// The CUDA C++ of every kernel compiled so far.
+    pub fn sources(&self) -> Vec<String> {
+        self.kernels.sources()
+    }
+
+    /// Make every matmul use `config` (`None`: the default).
+    pub fn set_matmul_config(&self, config: Option<MatmulConfig>) {
+        *self.matmul.lock().unwrap() = config;
+    }
+
+    fn matmul_config(&self) -> MatmulConfig {
+        self.matmul.lock().unwrap().unwrap_or_else(|| MatmulConfig::default_for(&self.caps))
+    }
+
+    fn buffer(&self, op: &'static str, dtype: DType, shape: &[usize]) -> Result<Arc<CudaBuffer>> {
+        let bytes = dtype.storage_bytes(numel(shape));
+        self.pool.get(&*self.engine, bytes, self.id).map_err(|e| match e {
+            KilnError::OutOfMemory(detail) => KilnError::OutOfMemory(format!("{op}: {dtype:?} {shape:?}: {detail}")),
+            other => other,
+        })
+    }
+
+    /// `values` in a new buffer on this device.
+    pub fn upload(&self, dtype: DType, shape: &[usize], values: &[f64]) -> Result<DeviceArray> {
+        let buffer = self.buffer("upload", dtype, shape)?;
+        let words = pack_words(dtype, values);
+        if !words.is_empty() {
+            let _order = self.enqueue.lock().unwrap();
+            self.engine.write(buffer.memory(), &words)?;
+        }
+        Ok(DeviceArray { buffer, layout: Layout::contiguous(shape), dtype })
+    }
+
+    fn scheduler(&self) -> Scheduler<'_> {
+        Scheduler::new(&self.caps, HostInputs::Refuse)
+    }
+
+    /// Compute every node of `roots` not computed yet: one launch list.
+    pub fn realize(&self, roots: &[Node]) -> Result<()> {
+        let mut scheduler = self.scheduler();
+        scheduler.run(roots)?;
+        self.run(scheduler.finish()).map(drop)
+    }
+
+    /// The kernels realizing `roots` would launch; nothing is launched.
+    pub fn plan(&self, roots: &[Node]) -> Result<Vec<PlannedLaunch>> {
+        let mut scheduler = self.scheduler();
+        scheduler.run(roots)?;
+        let variants = Variants::of(&self.caps);
+        let mut planned = Vec::new();
+        for k in scheduler.finish().items {
+            for key in launch::item_kernels(&self.caps, &variants, k.op, &k.item, |_, _| self.matmul_config())? {
+                planned.push(PlannedLaunch { name: key.name(), nodes: k.covers.clone() });
+            }
+        }
+        Ok(planned)
+    }
+
+    /// Realize `node` and read it back as a contiguous host array.
+    pub fn read(&self, node: &Node) -> Result<HostArray> {
+        let mut scheduler = self.scheduler();
+        let value = scheduler.readback(node)?;
+        let slots = self.run(scheduler.finish())?;
+        let held = resolved(&slots, &value.array.buffer);
+        let buffer = self.own(&held)?;
+        let (dtype, shape) = (value.array.dtype, value.array.layout.shape);
+        let data = if value.words == 0 {
+            Vec::new()
+        } else {
+            let _order = self.enqueue.lock().unwrap();
+            let words = self.engine.read(buffer.memory(), value.first_word * 4, value.words as usize)?;
+            unpack_words(dtype, &words, numel(&shape))
+        };
+        Ok(HostArray { dtype, shape, data })
+    }
+
+    /// Wait for everything enqueued so far.
+    pub fn synchronize(&self) -> Result<()> {
+        self.engine.synchronize()
+    }
+
+    /// `buffer` as one of this device's own.
+    fn own<'b>(&self, buffer: &'b Arc<dyn DeviceBuffer>) -> Result<&'b CudaBuffer> {
+        let any: &dyn Any = buffer.as_ref();
+        match any.downcast_ref::<CudaBuffer>() {
+            Some(b) if b.owner == self.id => Ok(b),
+            _ => Err(KilnError::DeviceMismatch {
+                op: "realize",
+                left: format!("CUDA device {:?}", self.caps.adapter),
+                right: "a tensor realized on another device".into(),
+            }),
+        }
+    }
+
+    /// Enqueue `schedule` and store its results in their nodes; the
+    /// buffer each slot was given.
+    fn run(&self, schedule: Schedule) -> Result<Vec<Arc<dyn DeviceBuffer>>> {
+        let slots = schedule
+            .slots
+            .iter()
+            .map(|s| Ok(self.buffer(s.op, s.dtype, &s.shape)? as Arc<dyn DeviceBuffer>))
+            .collect::<Result<Vec<_>>>()?;
+        let variants = Variants::of(&self.caps);
+        let mut binder = CudaBinder { device: self, slots: &slots, held: Vec::new(), refused: None };
+        let mut launches = Vec::new();
+        for k in &schedule.items {
+            let config = |_, _| Ok(self.matmul_config());
+            launches.extend(launch::bind(&self.caps, &variants, k.op, &k.item, config, &mut binder)?);
+        }
+        if let Some(e) = binder.refused {
+            return Err(e);
+        }
+        let keys: Vec<&KernelKey> = launches.iter().map(|l| &l.launch.key).collect();
+        let loaded = self.kernels.get(&*self.engine, &keys)?;
+        let mut meta = Vec::with_capacity(launches.len() * META_WORDS);
+        for l in &launches {
+            if l.launch.meta.0.len() > META_WORDS {
+                return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({META_WORDS} words)")));
+            }
+            meta.extend(&l.launch.meta.0);
+            meta.resize(meta.len().next_multiple_of(META_WORDS), 0);
+        }
+        let order = self.enqueue.lock().unwrap();
+        if !launches.is_empty() {
+            let block = self.buffer("meta", DType::U32, &[meta.len()])?;
+            self.engine.write(block.memory(), &meta)?;
+            for (i, (l, k)) in launches.iter().zip(&loaded).enumerate() {
+                let pointers: Vec<u64> = k
+                    .kernel
+                    .bindings
+                    .iter()
+                    .map(|b| match b.binding {
+                        0 => block.address() + (i * META_WORDS * 4) as u64,
+                        n => l.bindings[n as usize - 1],
+                    })
+                    .collect();
+                // SAFETY: every buffer is as large as its slot (or scratch)
+                // asks, which is what the kernel was generated to index;
+                // `slots`, `binder.held` and `block` go back to the pool
+                // only after these launches are enqueued, and any later use
+                // is enqueued behind them.
+                unsafe { k.module.launch(k.index, &pointers, l.launch.groups, k.kernel.workgroup_size)? };
+            }
+            self.submits.fetch_add(1, Ordering::Relaxed);
+            self.kernels_launched.fetch_add(launches.len() as u64, Ordering::Relaxed);
+        }
+        drop(order);
+        for (node, array) in schedule.results {
+            node.set_realized(Realized::Gpu(DeviceArray { buffer: resolved(&slots, &array.buffer), ..array }));
+        }
+        Ok(slots)
+    }
+}
+
+/// `b`, or the buffer its slot was given.
+fn resolved(slots: &[Arc<dyn DeviceBuffer>], b: &Arc<dyn DeviceBuffer>) -> Arc<dyn DeviceBuffer> {
+    slot_of(b).map_or_else(|| b.clone(), |s| slots[s].clone())
+}
+
+/// Bindings on a CUDA device: addresses of slot buffers, of this device's
+/// tensors, and of pooled scratch buffers (held until launches are enqueued).
+struct CudaBinder<'a> {
+    device: &'a CudaDevice,
+    slots: &'a [Arc<dyn DeviceBuffer>],
+    held: Vec<Arc<CudaBuffer>>,
+    /// The first buffer that is not this device's.
+    refused: Option<KilnError>,
+}
+
+impl Binder for CudaBinder<'_> {
+    type Handle = u64;
+    fn buffer(&mut self, b: &Arc<dyn DeviceBuffer>) -> u64 {
+        match self.device.own(&resolved(self.slots, b)) {
+            Ok(buffer) => buffer.address(),
+            Err(e) => {
+                self.refused.get_or_insert(e);
+                0
+            }
+        }
+    }
+    fn scratch(&mut self, op: &'static str, dtype: DType, shape: &[usize]) -> Result<u64> {
+        let buffer = self.device.buffer(op, dtype, shape)?;
+        self.held.push(buffer.clone());
+        Ok(buffer.address())
+    }
+    fn texture(&mut self, _: &OperandTexture) -> Result<u64> {
+        Err(KilnError::Gpu("CUDA has no operand textures (Caps::cuda() offers none)".into()))
+    }
+}

@@ -1,0 +1,73 @@
+//! `Device::cuda`: a clear error where there is no CUDA, a described GPU
+//! where there is one; the runtime's PTX cache. (What the runtime computes
+//! is checked in `cuda.rs`, on the host engine, and by the MNIST trainer.)
+
+use kiln::prelude::*;
+use kiln_conformance::cuda_kernels::cuda_tools;
+
+/// Without a driver (these CI machines) `Device::cuda` is an error naming
+/// what is missing and how to get it; with a GPU it is a CUDA device that
+/// says which GPU, driver and NVRTC it has. Asking for it by selector is
+/// the same.
+#[test]
+fn device_cuda_opens_a_gpu_or_says_what_is_missing() {
+    let opened = [
+        Device::cuda(),
+        kiln::block_on(Device::with_options(DeviceOptions { adapter: Some("cuda".into()), ..Default::default() })),
+    ];
+    for device in opened {
+        match device {
+            Ok(dev) => {
+                let info = dev.info();
+                assert_eq!(info.backend, "cuda");
+                assert!(info.driver.starts_with("CUDA driver "), "{info:?}");
+                assert!(info.driver_info.contains("compute capability") && info.driver_info.contains("NVRTC"));
+                eprintln!("CUDA: {} ({}, {})", info.name, info.driver, info.driver_info);
+            }
+            Err(e) => {
+                let message = e.to_string();
+                assert!(matches!(e, KilnError::Unavailable { .. }), "{message}");
+                let named = ["CUDA driver", "CUDA GPU", "NVRTC"].iter().any(|what| message.contains(what));
+                assert!(named, "the error names nothing missing: {message}");
+                eprintln!("skipped: CUDA GPU: {message}");
+            }
+        }
+    }
+}
+
+/// The host engine describes itself as CUDA, and what its kernels assume
+/// is what a CUDA GPU offers.
+#[test]
+fn the_host_engine_is_described_as_cuda() {
+    let info = Device::cuda_on_host().info();
+    assert_eq!(info.backend, "cuda");
+    let caps = info.caps();
+    assert_eq!((caps.subgroup_size, caps.workgroup_memory, caps.storage_textures), (Some(32), true, false));
+}
+
+/// NVRTC's PTX is kept on disk by source and architecture: the second ask
+/// reads the file the first one wrote.
+#[test]
+fn compiled_ptx_is_kept_on_disk() {
+    use kiln_cuda::device::ptx_cache;
+    if !cuda_tools() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kiln-ptx-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let caps = kiln::core::codegen::Caps::cuda();
+    let cpu = Device::cpu();
+    let x = Tensor::ones(&cpu, &[4, 8], DType::F32).unwrap().exp().unwrap().sum(&[1], false).unwrap();
+    let keys = kiln::core::kernels_for(&caps, &[x.node().clone()]).unwrap();
+    let kernels: Vec<_> = keys.iter().map(|k| k.cuda().unwrap()).collect();
+    let source = kiln::core::codegen::cuda::batch(&kernels);
+    let path = ptx_cache::path_in(&dir, &source, 80).unwrap();
+    assert!(!path.exists());
+    let first = ptx_cache::ptx_in(Some(&dir), &source, 80).unwrap();
+    assert!(first.contains(".entry kiln_main_0"), "{first}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), first);
+    std::fs::write(&path, format!("{first}// read from the cache\n")).unwrap();
+    assert!(ptx_cache::ptx_in(Some(&dir), &source, 80).unwrap().ends_with("// read from the cache\n"));
+    assert_ne!(ptx_cache::path_in(&dir, &source, 90).unwrap(), path, "another architecture, another file");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
