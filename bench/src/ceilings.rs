@@ -190,6 +190,26 @@ pub fn measure(adapter: &wgpu::Adapter, reps: Reps, elements: usize) -> Result<C
     })
 }
 
+/// A CUDA GPU's ceilings: a copy kernel over `bytes` and cuBLAS sgemm at
+/// 4096³ (the "FMA" figure there: what the matmul goals compare with).
+pub fn measure_cuda(reps: Reps, bytes: usize) -> Result<Ceilings, String> {
+    let copy_run = kiln_cuda::ceilings::copy(bytes).map_err(|e| e.to_string())?;
+    let copy = time(reps, &copy_run)?;
+    let fma_run = kiln_cuda::ceilings::sgemm(CUBLAS_SIDE).map_err(|e| e.to_string())?;
+    let fma = time(reps, &fma_run)?;
+    Ok(Ceilings {
+        copy,
+        copy_bytes: 2.0 * bytes as f64,
+        fma,
+        fma_flops: 2.0 * (CUBLAS_SIDE as f64).powi(3),
+        copy_run,
+        fma_run,
+    })
+}
+
+/// The side of cuBLAS's sgemm ceiling.
+pub const CUBLAS_SIDE: usize = 4096;
+
 #[cfg(test)]
 mod tests {
     use super::*;

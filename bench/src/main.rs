@@ -20,7 +20,8 @@ use std::time::Instant;
 #[derive(Parser, Debug)]
 #[command(about = "kiln benchmarks")]
 struct Args {
-    /// Only adapters whose name or backend contains this (e.g. `lavapipe`, `gl`, `swiftshader`).
+    /// Only adapters whose name or backend contains this (e.g. `lavapipe`, `gl`, `swiftshader`);
+    /// `cuda`: the first CUDA GPU.
     #[arg(long)]
     adapter: Option<String>,
     /// Fewer repetitions, no per-config matmul table, docs left alone.
@@ -113,6 +114,14 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let mut records: Vec<Record> = Vec::new();
     let load_before = load();
     let started = Instant::now();
+    let mut out = |r: Record| {
+        println!("{}", r.line());
+        if let Some(f) = json.as_mut() {
+            use std::io::Write;
+            let _ = writeln!(f, "{}", r.json());
+        }
+        records.push(r);
+    };
     for adapter in adapters {
         let info = adapter.get_info();
         let name = label(&info);
@@ -124,14 +133,6 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             continue;
         }
         println!("{name}: {} ({})", info.name, info.driver_info);
-        let mut out = |r: Record| {
-            println!("{}", r.line());
-            if let Some(f) = json.as_mut() {
-                use std::io::Write;
-                let _ = writeln!(f, "{}", r.json());
-            }
-            records.push(r);
-        };
         let c = ceilings::measure(&adapter, reps, 1 << 24)?;
         out(Record::rate("ceiling: copy", &name, c.copy, c.copy_bytes / 1e9, "GB/s"));
         out(Record::rate("ceiling: FMA", &name, c.fma, c.fma_flops / 1e9, "GFLOP/s"));
@@ -168,6 +169,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         })?;
         out(Record::duration("cold start (process → first result)", &name, t, 1e3, "ms"));
     }
+    if args.adapter.as_deref() == Some("cuda") {
+        cuda_figures(&args, reps, &mut out)?;
+    }
     let docs = args.docs.clone().or_else(|| {
         (args.adapter.is_none() && args.only.is_none() && !args.quick).then(|| "docs/BENCHMARKS.md".into())
     });
@@ -188,6 +192,25 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         let _ = std::fs::remove_file(path); // absent when nothing was tuned
     }
     Ok(())
+}
+
+/// The figures on the first CUDA GPU (`--adapter cuda`), against its own
+/// ceilings: a copy kernel, and cuBLAS sgemm.
+fn cuda_figures(
+    args: &Args,
+    reps: Reps,
+    out: &mut dyn FnMut(Record),
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let dev = Device::cuda()?;
+    let info = dev.info();
+    let name = format!("{} (CUDA)", info.name);
+    println!("{name}: {}, {}", info.driver, info.driver_info);
+    let c = ceilings::measure_cuda(reps, 1 << 30)?;
+    out(Record::rate("ceiling: copy", &name, c.copy, c.copy_bytes / 1e9, "GB/s"));
+    let side = ceilings::CUBLAS_SIDE;
+    out(Record::rate(&format!("ceiling: cuBLAS sgemm {side}³"), &name, c.fma, c.fma_flops / 1e9, "GFLOP/s"));
+    let cx = suites::Ctx { dev: &dev, adapter: &name, reps, ceilings: &c, only: args.only.as_deref(), profile: false };
+    Ok(suites::run(&cx, args.quick, out)?)
 }
 
 /// `YYYY-MM-DD HH:MM` from the system clock (civil-from-days, no deps).

@@ -170,6 +170,10 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
             out(cx.matmul(bench, m, k, n, None)?);
         }
     }
+    // Too slow for the CPU adapters; the size cuBLAS is measured at.
+    if cx.wants("matmul 4096³") && !cx.dev.info().is_cpu_adapter() {
+        out(cx.matmul("matmul 4096³", 4096, 4096, 4096, None)?);
+    }
     // Every kernel version at one size, so progress is visible.
     if !quick {
         let info = cx.dev.info();

@@ -6,6 +6,7 @@
 //! builds and runs where there is no CUDA: asking for one that is missing
 //! is an error naming it, never a panic.
 
+pub mod ceilings;
 pub mod device;
 pub mod host;
 pub mod nvrtc;

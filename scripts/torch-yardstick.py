@@ -1,0 +1,56 @@
+"""PyTorch on the same GPU as the yardstick for kiln-bench's CUDA figures
+(scripts/device-check runs it): matmul 4096^3 f32 (TF32 off, as kiln's
+f32 is exact), softmax and layer norm over [4096, 1024] f32 (8 bytes per
+element, as kiln-bench counts), and the demo MLP's training step (784-512-10,
+batch 64, cross-entropy, Adam). Prints one JSON line per figure: the median
+of 7 timed repetitions after a warm-up, each synchronized."""
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+dev = torch.device("cuda")
+
+
+def median_seconds(run, reps=7):
+    run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def emit(bench, seconds, work, unit):
+    print(json.dumps({"bench": bench, "adapter": f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}",
+                      "median": work / seconds, "unit": unit, "ms": seconds * 1e3}))
+
+
+n = 4096
+a, b = torch.rand(n, n, device=dev), torch.rand(n, n, device=dev)
+emit("matmul 4096³", median_seconds(lambda: a @ b), 2 * n**3 / 1e9, "GFLOP/s")
+x = torch.rand(4096, 1024, device=dev)
+emit("softmax [4096,1024]", median_seconds(lambda: torch.softmax(x, -1)), 8 * x.numel() / 1e9, "GB/s")
+emit("layer norm [4096,1024]", median_seconds(lambda: F.layer_norm(x, (1024,), eps=1e-5)), 8 * x.numel() / 1e9,
+     "GB/s")
+
+model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).to(dev)
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+images, labels = torch.rand(64, 784, device=dev), torch.randint(0, 10, (64,), device=dev)
+
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(model(images), labels).backward()
+    opt.step()
+
+
+seconds = median_seconds(step)
+print(json.dumps({"bench": "mlp train step (batch 64)", "adapter": f"PyTorch {torch.__version__}", "ms": seconds * 1e3}))
