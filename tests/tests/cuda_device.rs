@@ -71,3 +71,38 @@ fn compiled_ptx_is_kept_on_disk() {
     assert_ne!(ptx_cache::path_in(&dir, &source, 90).unwrap(), path, "another architecture, another file");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Raw f32 matmuls (batched, transposed or broadcast operands too) go to
+/// cuBLAS (on the host engine, its sgemm as a loop), those with an
+/// epilogue or a pinned kiln config to kiln's kernels; each matches the
+/// reference.
+#[test]
+fn raw_matmuls_run_through_cublas_and_match_the_reference() {
+    let (cpu, dev) = (Device::cpu(), Device::cuda_on_host());
+    let input =
+        |d: &Device, shape: &[usize], seed: u64| kiln_conformance::cases::input(d, seed, shape, DType::F32, -1.0, 1.0);
+    type Product = fn(&Tensor, &Tensor) -> kiln::Result<Tensor>;
+    /// What it checks, A's and B's shapes, the product, its kernel's name.
+    type Case<'a> = (&'a str, &'a [usize], &'a [usize], Product, &'a str);
+    let products: [Case; 4] = [
+        ("plain", &[33, 20], &[20, 17], |a, b| a.matmul(b), "cublas_sgemm"),
+        ("batched, B transposed", &[3, 9, 8], &[3, 5, 8], |a, b| a.matmul(&b.transpose(-1, -2)?), "cublas_sgemm"),
+        ("broadcast B", &[4, 6, 8], &[8, 5], |a, b| a.matmul(b), "cublas_sgemm"),
+        ("with an epilogue", &[16, 8], &[8, 12], |a, b| a.matmul(b)?.relu(), "matmul"),
+    ];
+    for (what, sa, sb, product, kernel) in products {
+        let on = |d: &Device| product(&input(d, sa, 1).unwrap(), &input(d, sb, 2).unwrap()).unwrap();
+        let (got, want) = (on(&dev), on(&cpu));
+        let planned = dev.plan_kernels(&[got.node().clone()]).unwrap();
+        assert!(planned.iter().any(|k| k.name.starts_with(kernel)), "{what}: {planned:?}");
+        let got = kiln::block_on(dev.read(got.node())).unwrap().data;
+        let want = kiln::block_on(cpu.read(want.node())).unwrap().data;
+        let outcome = kiln_conformance::compare(&got, &want, kiln_conformance::Tol::F32);
+        assert!(outcome.passed, "{what}: {:?}", outcome.failure);
+    }
+    let default = kiln::core::codegen::matmul::MatmulConfig::default_for(&dev.info().caps());
+    dev.set_matmul_config(Some(default)).unwrap();
+    let pinned = input(&dev, &[8, 8], 3).unwrap().matmul(&input(&dev, &[8, 8], 4).unwrap()).unwrap();
+    let planned = dev.plan_kernels(&[pinned.node().clone()]).unwrap();
+    assert!(planned.iter().all(|k| !k.name.starts_with("cublas")), "a pinned config: {planned:?}");
+}

@@ -3,9 +3,11 @@
 //! modules compiled by NVRTC for the GPU's own architecture, their PTX kept
 //! on disk ([`super::ptx_cache`]).
 
+use super::blas::Gemm;
 use super::engine::{Engine, EngineInfo, Memory, Module};
 use super::ptx_cache;
 use crate::nvrtc;
+use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result, sys};
 use kiln_codegen::cuda::{CudaKernel, batch, entry_of};
 use kiln_ir::error::{KilnError, Result};
@@ -29,6 +31,8 @@ pub fn available() -> Result<()> {
 
 pub struct DriverEngine {
     stream: Arc<CudaStream>,
+    /// cuBLAS on the stream, where the library is found.
+    blas: Option<CudaBlas>,
     info: EngineInfo,
     /// NVRTC's target: compute_{arch}.
     arch: u32,
@@ -55,11 +59,15 @@ impl DriverEngine {
             driver: format!("{}.{}", version / 1000, version % 1000 / 10),
             nvrtc: nvrtc::version()?,
         };
-        Ok(DriverEngine {
-            stream: ctx.new_stream().map_err(driver_error("stream"))?,
-            info,
-            arch: (major * 10 + minor) as u32,
-        })
+        let stream = ctx.new_stream().map_err(driver_error("stream"))?;
+        // SAFETY: only tries to dlopen the library's candidate names.
+        let blas = if unsafe { blas_sys::is_culib_present() } {
+            Some(CudaBlas::new(stream.clone()).map_err(|e| KilnError::Gpu(format!("cuBLAS: {e}")))?)
+        } else {
+            log::warn!("cuBLAS (libcublas.so.13) not found: matmuls run kiln's own kernels");
+            None
+        };
+        Ok(DriverEngine { stream, blas, info, arch: (major * 10 + minor) as u32 })
     }
 
     fn bind(&self) -> Result<()> {
@@ -172,5 +180,43 @@ impl Engine for DriverEngine {
 
     fn synchronize(&self) -> Result<()> {
         self.stream.synchronize().map_err(driver_error("synchronize"))
+    }
+
+    fn has_blas(&self) -> bool {
+        self.blas.is_some()
+    }
+
+    unsafe fn gemm(&self, g: &Gemm) -> Result<()> {
+        let blas_handle = self.blas.as_ref().ok_or_else(|| KilnError::Gpu("cuBLAS is not loaded".into()))?;
+        let op = |t: bool| {
+            if t { blas_sys::cublasOperation_t::CUBLAS_OP_T } else { blas_sys::cublasOperation_t::CUBLAS_OP_N }
+        };
+        let (alpha, beta) = (1f32, 0f32);
+        self.bind()?;
+        // SAFETY: the caller vouches for the operands; cuBLAS runs on
+        // this engine's stream, behind the launches before it.
+        unsafe {
+            blas::sgemm_strided_batched(
+                *blas_handle.handle(),
+                op(g.trans_a),
+                op(g.trans_b),
+                g.m as i32,
+                g.n as i32,
+                g.k as i32,
+                &alpha,
+                g.a as *const f32,
+                g.lda as i32,
+                g.stride_a as i64,
+                g.b as *const f32,
+                g.ldb as i32,
+                g.stride_b as i64,
+                &beta,
+                g.c as *mut f32,
+                g.ldc as i32,
+                g.stride_c as i64,
+                g.batch as i32,
+            )
+        }
+        .map_err(|e| KilnError::Gpu(format!("cuBLAS sgemm: {e}")))
     }
 }

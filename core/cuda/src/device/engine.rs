@@ -3,6 +3,7 @@
 //! ([`super::emulated`]) runs the same kernels on the CPU, so that the whole
 //! runtime above it is tested on machines without an NVIDIA GPU.
 
+use super::blas::Gemm;
 use kiln_codegen::cuda::CudaKernel;
 use kiln_ir::error::Result;
 
@@ -48,4 +49,11 @@ pub trait Engine: Send + Sync {
     fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>>;
     /// Wait for everything enqueued.
     fn synchronize(&self) -> Result<()>;
+    /// Whether [`Engine::gemm`] runs (cuBLAS was found).
+    fn has_blas(&self) -> bool;
+    /// Enqueue a cuBLAS sgemm.
+    ///
+    /// # Safety
+    /// The addresses must hold every element `g` reads and writes.
+    unsafe fn gemm(&self, g: &Gemm) -> Result<()>;
 }

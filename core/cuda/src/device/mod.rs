@@ -5,6 +5,7 @@
 //! copy and enqueues the launches in order; reading waits for the stream.
 //! The engine under it is the driver, or the host ([`CudaDevice::on_host`]).
 
+mod blas;
 mod driver;
 mod emulated;
 mod engine;
@@ -15,6 +16,7 @@ pub mod ptx_cache;
 pub use driver::available as driver_available;
 pub use engine::EngineInfo;
 
+use blas::Gemm;
 use engine::Engine;
 use kernels::Kernels;
 use kiln_codegen::launch::{self, Binder, Variants};
@@ -26,7 +28,7 @@ use kiln_ir::error::{KilnError, Result};
 use kiln_ir::interp::HostArray;
 use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, PoolStats, Realized};
 use kiln_ir::shape::{Layout, numel};
-use kiln_sched::schedule::{Schedule, slot_of};
+use kiln_sched::schedule::{Item, Schedule, slot_of};
 use kiln_sched::walk::{HostInputs, Scheduler};
 use pool::{CudaBuffer, Pool};
 use std::any::Any;
@@ -162,6 +164,10 @@ impl CudaDevice {
         let variants = Variants::of(&self.caps);
         let mut planned = Vec::new();
         for k in scheduler.finish().items {
+            if self.routes_to_blas(&k.item) {
+                planned.push(PlannedLaunch { name: "cublas_sgemm".into(), nodes: k.covers.clone() });
+                continue;
+            }
             for key in launch::item_kernels(&self.caps, &variants, k.op, &k.item, |_, _| self.matmul_config())? {
                 planned.push(PlannedLaunch { name: key.name(), nodes: k.covers.clone() });
             }
@@ -205,6 +211,31 @@ impl CudaDevice {
         }
     }
 
+    /// Whether `item` is a raw f32 product that cuBLAS runs here: cuBLAS
+    /// was found, no test pinned a kiln matmul config, and the operands lie
+    /// as cuBLAS reads them (`blas::plan`).
+    fn routes_to_blas(&self, item: &Item) -> bool {
+        self.gemm_plan(item, [0; 3]).is_some()
+    }
+
+    fn gemm_plan(&self, item: &Item, addresses: [u64; 3]) -> Option<Gemm> {
+        let Item::Matmul { a, b, operands: DType::F32, shape, epilogue: None, .. } = item else { return None };
+        if !self.engine.has_blas() || self.matmul.lock().unwrap().is_some() {
+            return None;
+        }
+        blas::plan(a, b, shape, addresses)
+    }
+
+    /// `item` as one cuBLAS call, its buffers bound through `binder`.
+    fn gemm(&self, item: &Item, binder: &mut CudaBinder) -> Option<Gemm> {
+        let Item::Matmul { out, args, .. } = item else { return None };
+        if !self.routes_to_blas(item) {
+            return None;
+        }
+        let addresses = [binder.buffer(&args.buffers[0]), binder.buffer(&args.buffers[1]), binder.buffer(out)];
+        self.gemm_plan(item, addresses)
+    }
+
     /// Enqueue `schedule` and store its results in their nodes; the
     /// buffer each slot was given.
     fn run(&self, schedule: Schedule) -> Result<Vec<Arc<dyn DeviceBuffer>>> {
@@ -215,10 +246,17 @@ impl CudaDevice {
             .collect::<Result<Vec<_>>>()?;
         let variants = Variants::of(&self.caps);
         let mut binder = CudaBinder { device: self, slots: &slots, held: Vec::new(), refused: None };
-        let mut launches = Vec::new();
+        let (mut launches, mut steps) = (Vec::new(), Vec::new());
         for k in &schedule.items {
+            if let Some(gemm) = self.gemm(&k.item, &mut binder) {
+                steps.push(Step::Gemm(gemm));
+                continue;
+            }
             let config = |_, _| Ok(self.matmul_config());
-            launches.extend(launch::bind(&self.caps, &variants, k.op, &k.item, config, &mut binder)?);
+            for l in launch::bind(&self.caps, &variants, k.op, &k.item, config, &mut binder)? {
+                steps.push(Step::Launch(launches.len()));
+                launches.push(l);
+            }
         }
         if let Some(e) = binder.refused {
             return Err(e);
@@ -234,28 +272,39 @@ impl CudaDevice {
             meta.resize(meta.len().next_multiple_of(META_WORDS), 0);
         }
         let order = self.enqueue.lock().unwrap();
-        if !launches.is_empty() {
-            let block = self.buffer("meta", DType::U32, &[meta.len()])?;
+        let block = if launches.is_empty() { None } else { Some(self.buffer("meta", DType::U32, &[meta.len()])?) };
+        if let Some(block) = &block {
             self.engine.write(block.memory(), &meta)?;
-            for (i, (l, k)) in launches.iter().zip(&loaded).enumerate() {
-                let pointers: Vec<u64> = k
-                    .kernel
-                    .bindings
-                    .iter()
-                    .map(|b| match b.binding {
-                        0 => block.address() + (i * META_WORDS * 4) as u64,
-                        n => l.bindings[n as usize - 1],
-                    })
-                    .collect();
-                // SAFETY: every buffer is as large as its slot (or scratch)
-                // asks, which is what the kernel was generated to index;
-                // `slots`, `binder.held` and `block` go back to the pool
-                // only after these launches are enqueued, and any later use
-                // is enqueued behind them.
-                unsafe { k.module.launch(k.index, &pointers, l.launch.groups, k.kernel.workgroup_size)? };
+        }
+        for step in &steps {
+            match *step {
+                // SAFETY: `blas::plan` sized the product from the layouts
+                // of the operands and the output, which their buffers hold.
+                Step::Gemm(g) => unsafe { self.engine.gemm(&g)? },
+                Step::Launch(i) => {
+                    let (l, k) = (&launches[i], &loaded[i]);
+                    let meta = block.as_ref().expect("launches have a meta block").address();
+                    let pointers: Vec<u64> = k
+                        .kernel
+                        .bindings
+                        .iter()
+                        .map(|b| match b.binding {
+                            0 => meta + (i * META_WORDS * 4) as u64,
+                            n => l.bindings[n as usize - 1],
+                        })
+                        .collect();
+                    // SAFETY: every buffer is as large as its slot (or
+                    // scratch) asks, which is what the kernel was generated
+                    // to index; `slots`, `binder.held` and `block` go back to
+                    // the pool only after these launches are enqueued, and
+                    // any later use is enqueued behind them.
+                    unsafe { k.module.launch(k.index, &pointers, l.launch.groups, k.kernel.workgroup_size)? };
+                }
             }
+        }
+        if !steps.is_empty() {
             self.submits.fetch_add(1, Ordering::Relaxed);
-            self.kernels_launched.fetch_add(launches.len() as u64, Ordering::Relaxed);
+            self.kernels_launched.fetch_add(steps.len() as u64, Ordering::Relaxed);
         }
         drop(order);
         for (node, array) in schedule.results {
@@ -263,6 +312,13 @@ impl CudaDevice {
         }
         Ok(slots)
     }
+}
+
+/// One entry of a realization's launch list.
+enum Step {
+    /// The launch of that index.
+    Launch(usize),
+    Gemm(Gemm),
 }
 
 /// `b`, or the buffer its slot was given.

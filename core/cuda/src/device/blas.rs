@@ -1,0 +1,193 @@
+//! Raw matmul items through cuBLAS: kiln's row-major `out = a @ b` (A
+//! `[.., m, k]`, B `[.., k, n]`, any strides; out contiguous) as one
+//! strided batched sgemm in cuBLAS's column-major terms. cuBLAS sees the
+//! row-major C as its transpose, so it computes Cᵀ = Bᵀ·Aᵀ: B comes first.
+//! A layout cuBLAS cannot read (no unit stride in the last two dims,
+//! batch dims that do not flatten to one stride) keeps kiln's own kernel.
+
+use kiln_ir::shape::Layout;
+
+/// One `cublasSgemmStridedBatched` call (column-major; addresses in bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gemm {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: u64,
+    pub lda: usize,
+    pub stride_a: usize,
+    pub b: u64,
+    pub ldb: usize,
+    pub stride_b: usize,
+    pub c: u64,
+    pub ldc: usize,
+    pub stride_c: usize,
+    pub batch: usize,
+}
+
+/// How cuBLAS reads a row-major-indexed matrix X[r, c] (strides `sr`,
+/// `sc`) as the column-major c×r matrix Xᵀ: (transposed, leading
+/// dimension), or `None`.
+fn operand(r: usize, c: usize, sr: isize, sc: isize) -> Option<(bool, usize)> {
+    if (sc == 1 || c == 1) && (r == 1 || sr >= c as isize) {
+        // Stored as Xᵀ already: element (j, i) of the c×r matrix at i·ld + j.
+        return Some((false, if r == 1 { c.max(1) } else { sr as usize }));
+    }
+    if (sr == 1 || r == 1) && (c == 1 || sc >= r as isize) {
+        // Stored as X (r×c, column-major): cuBLAS transposes it.
+        return Some((true, if c == 1 { r.max(1) } else { sc as usize }));
+    }
+    None
+}
+
+/// The one stride over the flattened batch index that `strides` amount
+/// to over `dims`, if there is one (0: broadcast).
+fn batch_stride(dims: &[usize], strides: &[isize]) -> Option<usize> {
+    let mut unit: Option<isize> = None;
+    // Steps of the flattened batch index per step along this dim.
+    let mut inner = 1isize;
+    for (&d, &s) in dims.iter().zip(strides).rev() {
+        if d > 1 {
+            // The innermost dim that is not 1 sets the unit (`inner` is 1 there).
+            let u = *unit.get_or_insert(s);
+            if s < 0 || s != u * inner {
+                return None;
+            }
+        }
+        inner *= d as isize;
+    }
+    Some(unit.unwrap_or(0) as usize)
+}
+
+/// The cuBLAS call computing the raw f32 product of `a` and `b` into the
+/// contiguous `out` of `shape`, given each buffer's address; `None` where
+/// cuBLAS cannot read the operands as they lie (or there is nothing to do).
+pub fn plan(a: &Layout, b: &Layout, shape: &[usize], addresses: [u64; 3]) -> Option<Gemm> {
+    let rank = shape.len();
+    let (m, n, k) = (a.shape[rank - 2], b.shape[rank - 1], a.shape[rank - 1]);
+    let batch_dims = &shape[..rank - 2];
+    let batch: usize = batch_dims.iter().product();
+    let fits = |x: usize| x <= i32::MAX as usize;
+    if m == 0 || n == 0 || k == 0 || batch == 0 || ![m, n, k, batch].into_iter().all(fits) {
+        return None;
+    }
+    // cuBLAS's first operand is Bᵀ (n×k), its second Aᵀ (k×m).
+    let (trans_a, lda) = operand(k, n, b.strides[rank - 2], b.strides[rank - 1])?;
+    let (trans_b, ldb) = operand(m, k, a.strides[rank - 2], a.strides[rank - 1])?;
+    let stride_a = batch_stride(batch_dims, &b.strides[..rank - 2])?;
+    let stride_b = batch_stride(batch_dims, &a.strides[..rank - 2])?;
+    if ![lda, ldb, stride_a, stride_b].into_iter().all(fits) {
+        return None;
+    }
+    Some(Gemm {
+        trans_a,
+        trans_b,
+        m: n,
+        n: m,
+        k,
+        a: addresses[1] + 4 * b.offset as u64,
+        lda,
+        stride_a,
+        b: addresses[0] + 4 * a.offset as u64,
+        ldb,
+        stride_b,
+        c: addresses[2],
+        ldc: n,
+        stride_c: m * n,
+        batch,
+    })
+}
+
+/// What cuBLAS computes for `g`, on the host (the host engine's cuBLAS).
+///
+/// # Safety
+/// The addresses must hold every element `g` reads and writes, as f32.
+pub unsafe fn host_sgemm(g: &Gemm) {
+    let at = |base: u64, i: usize| base as *mut f32 as usize + 4 * i;
+    for p in 0..g.batch {
+        for j in 0..g.n {
+            for i in 0..g.m {
+                let mut acc = 0f32;
+                for l in 0..g.k {
+                    // op(A)[i, l] and op(B)[l, j], column-major.
+                    let a = if g.trans_a { l + i * g.lda } else { i + l * g.lda };
+                    let b = if g.trans_b { j + l * g.ldb } else { l + j * g.ldb };
+                    // SAFETY: the caller vouches for the operands' extent.
+                    let (x, y) = unsafe {
+                        (*(at(g.a, p * g.stride_a + a) as *const f32), *(at(g.b, p * g.stride_b + b) as *const f32))
+                    };
+                    acc += x * y;
+                }
+                // SAFETY: as above, for the output.
+                unsafe { *(at(g.c, p * g.stride_c + i + j * g.ldc) as *mut f32) = acc };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(shape: &[usize], strides: &[isize]) -> Layout {
+        Layout { shape: shape.to_vec(), strides: strides.to_vec(), offset: 0 }
+    }
+
+    /// `a @ b` through `plan` and `host_sgemm`, against a direct loop over
+    /// the row-major layouts.
+    fn check(a: &Layout, b: &Layout, shape: &[usize]) {
+        let len = |l: &Layout| {
+            l.offset + l.shape.iter().zip(&l.strides).map(|(&d, &s)| (d.max(1) - 1) * s as usize).sum::<usize>() + 1
+        };
+        let xs: Vec<f32> = (0..len(a)).map(|i| (i % 7) as f32 - 3.0).collect();
+        let ys: Vec<f32> = (0..len(b)).map(|i| (i % 5) as f32 * 0.5).collect();
+        let total: usize = shape.iter().product();
+        let mut out = vec![0f32; total];
+        let g = plan(a, b, shape, [xs.as_ptr() as u64, ys.as_ptr() as u64, out.as_mut_ptr() as u64]).expect("planned");
+        // SAFETY: the buffers span the layouts.
+        unsafe { host_sgemm(&g) };
+        let rank = shape.len();
+        let (m, n, k) = (shape[rank - 2], shape[rank - 1], a.shape[rank - 1]);
+        for (index, got) in out.iter().enumerate() {
+            let (batch, i, j) = (index / (m * n), index / n % m, index % n);
+            let mut rest = batch;
+            let (mut oa, mut ob) = (a.offset as isize, b.offset as isize);
+            for d in (0..rank - 2).rev() {
+                let at = rest % shape[d];
+                rest /= shape[d];
+                oa += at as isize * a.strides[d];
+                ob += at as isize * b.strides[d];
+            }
+            let want: f32 = (0..k)
+                .map(|l| {
+                    xs[(oa + i as isize * a.strides[rank - 2] + l as isize * a.strides[rank - 1]) as usize]
+                        * ys[(ob + l as isize * b.strides[rank - 2] + j as isize * b.strides[rank - 1]) as usize]
+                })
+                .sum();
+            assert_eq!(*got, want, "element {index} of {shape:?}");
+        }
+    }
+
+    #[test]
+    fn row_major_transposed_batched_and_broadcast_operands_are_read_as_they_lie() {
+        check(&layout(&[3, 4], &[4, 1]), &layout(&[4, 5], &[5, 1]), &[3, 5]);
+        check(&layout(&[3, 4], &[1, 3]), &layout(&[4, 5], &[1, 4]), &[3, 5]);
+        check(&layout(&[2, 3, 4], &[12, 4, 1]), &layout(&[2, 4, 5], &[0, 5, 1]), &[2, 3, 5]);
+        check(&layout(&[2, 2, 3, 4], &[24, 12, 4, 1]), &layout(&[2, 2, 4, 5], &[40, 20, 1, 4]), &[2, 2, 3, 5]);
+        check(&layout(&[1, 4], &[4, 1]), &layout(&[4, 1], &[1, 1]), &[1, 1]);
+        let mut offset = layout(&[3, 4], &[6, 1]);
+        offset.offset = 2;
+        check(&offset, &layout(&[4, 5], &[5, 1]), &[3, 5]);
+    }
+
+    #[test]
+    fn layouts_cublas_cannot_read_keep_kiln_s_kernel() {
+        let b = layout(&[4, 5], &[5, 1]);
+        assert_eq!(plan(&layout(&[3, 4], &[8, 2]), &b, &[3, 5], [0; 3]), None, "no unit stride");
+        let batched = layout(&[2, 3, 3, 4], &[100, 12, 4, 1]);
+        assert_eq!(plan(&batched, &layout(&[2, 3, 4, 5], &[60, 20, 5, 1]), &[2, 3, 3, 5], [0; 3]), None, "two strides");
+        assert_eq!(plan(&layout(&[3, 0], &[0, 1]), &layout(&[0, 5], &[5, 1]), &[3, 5], [0; 3]), None, "k = 0");
+    }
+}
