@@ -22,4 +22,4 @@ pub use kiln_core::Result;
 pub use kiln_ops::Tensor;
 pub use transforms::{Vjp, grad, stop_gradient, value_and_grad, vjp};
 pub use tree::{Leaves, Path, Structure, Tree};
-pub use vmap::vmap;
+pub use vmap::{VmapJit, vmap};

@@ -10,7 +10,7 @@ use crate::tree::Tree;
 use kiln_core::ir::Node;
 use kiln_core::shape::normalize_axis;
 use kiln_core::{KilnError, Prim, Result};
-use kiln_ops::Tensor;
+use kiln_ops::{Jit, Tensor, jit};
 use std::collections::HashMap;
 
 /// `f` mapped over a batch: `in_axes` gives each input leaf's batch axis
@@ -24,6 +24,21 @@ pub fn vmap<P: Tree, O: Tree>(
     out_axes: Vec<isize>,
 ) -> impl Fn(&P) -> Result<O> {
     move |xs: &P| mapped(&f, &in_axes, &out_axes, xs)
+}
+
+/// `vmap` of a jit'd function, as JAX's `vmap(jit(f))`: the batched
+/// function is itself jit'd, so its graph is traced (through the inner
+/// function's trace), batched and captured once per input signature, then
+/// replayed with one submit. `kiln::jit(f).vmap(in_axes, out_axes)`.
+pub trait VmapJit {
+    /// The batched function (axes as for [`vmap`](fn@vmap)), jit'd.
+    fn vmap(self, in_axes: Vec<Option<isize>>, out_axes: Vec<isize>) -> Jit<impl Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
+}
+
+impl<F: Fn(&[Tensor]) -> Result<Vec<Tensor>>> VmapJit for Jit<F> {
+    fn vmap(self, in_axes: Vec<Option<isize>>, out_axes: Vec<isize>) -> Jit<impl Fn(&[Tensor]) -> Result<Vec<Tensor>>> {
+        jit(move |xs: &[Tensor]| mapped(&|x: &Vec<Tensor>| self.trace(x), &in_axes, &out_axes, &xs.to_vec()))
+    }
 }
 
 fn invalid(detail: String) -> KilnError {

@@ -33,7 +33,7 @@
 //! # Ok(()) }
 //! ```
 
-pub use kiln_autodiff::{Tree, Vjp, grad, stop_gradient, tree, value_and_grad, vjp, vmap};
+pub use kiln_autodiff::{Tree, Vjp, VmapJit, grad, stop_gradient, tree, value_and_grad, vjp, vmap};
 pub use kiln_core::{
     self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KernelTiming, KilnError, Result,
     TuningStats,
@@ -50,7 +50,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 pub mod prelude {
     pub use crate::{
-        DType, Device, DeviceOptions, Key, KilnError, Result, Tensor, Tree, grad, jit, stop_gradient, value_and_grad,
-        vjp, vmap,
+        DType, Device, DeviceOptions, Key, KilnError, Result, Tensor, Tree, VmapJit, grad, jit, stop_gradient,
+        value_and_grad, vjp, vmap,
     };
 }

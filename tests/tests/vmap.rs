@@ -224,6 +224,31 @@ fn a_jitted_vmap_captures_once_on_every_adapter() {
     }
 }
 
+/// `jit(f).vmap(..)`, JAX's `vmap(jit(f))`: the batched function is
+/// captured once and replayed, and equals `jit(f)` called on each example,
+/// stacked; on every adapter.
+#[test]
+fn a_vmapped_jit_captures_once_and_equals_the_jit_per_example() {
+    let adapters = kiln_conformance::adapters::shared();
+    let f = |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1])?.tanh()?.sum(&[-1], false)?]);
+    for (label, dev) in adapters.iter() {
+        let (per_example, batched) = (kiln::jit(f), kiln::jit(f).vmap(vec![Some(0), None], vec![0]));
+        let w = kiln_conformance::rng::tensor(dev, &[8, 6], 7, -1.0, 1.0);
+        for seed in 0..3 {
+            let xs = kiln_conformance::rng::tensor(dev, &[5, 3, 8], seed, -1.0, 1.0);
+            let out = kiln::block_on(batched.call(&[xs.clone(), w.clone()])).unwrap();
+            let each: Vec<Tensor> = (0..5)
+                .map(|i| {
+                    let x = xs.narrow(0, i, 1).unwrap().squeeze(0).unwrap();
+                    kiln::block_on(per_example.call(&[x, w.clone()])).unwrap().remove(0)
+                })
+                .collect();
+            assert_close(label, &out[0], &Tensor::stack(&each.iter().collect::<Vec<_>>(), 0).unwrap());
+        }
+        assert_eq!(batched.captures(), 1, "{label}: the batched function is captured once");
+    }
+}
+
 #[test]
 fn a_jitted_function_maps_through_its_trace() {
     let dev = Device::cpu();
