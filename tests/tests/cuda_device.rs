@@ -106,3 +106,35 @@ fn raw_matmuls_run_through_cublas_and_match_the_reference() {
     let planned = dev.plan_kernels(&[pinned.node().clone()]).unwrap();
     assert!(planned.iter().all(|k| !k.name.starts_with("cublas")), "a pinned config: {planned:?}");
 }
+
+/// `kiln::jit` on the CUDA runtime: the first call captures, the next
+/// ones replay its launch list (one list per call, nothing compiled) and
+/// equal the function run as traced.
+#[test]
+fn jit_replays_its_launch_list_on_the_cuda_runtime() {
+    let dev = Device::cuda_on_host();
+    let input =
+        |shape: &[usize], seed| kiln_conformance::cases::input(&dev, seed, shape, DType::F32, -1.0, 1.0).unwrap();
+    // A matmul with an epilogue (kiln's kernel), a raw one (cuBLAS) and a reduction.
+    let f = |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1])?.relu()?.sum(&[-1], false)?, x[0].matmul(&x[1])?]);
+    let step = kiln::jit(f);
+    let w = input(&[8, 6], 9);
+    for seed in 0..3 {
+        let x = input(&[5, 8], seed);
+        let before = dev.stats();
+        let out = kiln::block_on(step.call(&[x.clone(), w.clone()])).unwrap();
+        let after = dev.stats();
+        if seed > 0 {
+            assert_eq!(after.submits - before.submits, 1, "a replay is one launch list");
+            assert_eq!(after.pipelines_compiled, before.pipelines_compiled, "a replay compiles nothing");
+        }
+        let want = f(&[x, w.clone()]).unwrap();
+        for (got, want) in out.iter().zip(&want) {
+            let got = kiln::block_on(dev.read(got.node())).unwrap().data;
+            let want = kiln::block_on(dev.read(want.node())).unwrap().data;
+            let outcome = kiln_conformance::compare(&got, &want, kiln_conformance::Tol::F32);
+            assert!(outcome.passed, "call {seed}: {:?}", outcome.failure);
+        }
+    }
+    assert_eq!(step.captures(), 1);
+}

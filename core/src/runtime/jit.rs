@@ -48,6 +48,17 @@ struct OutputSpec {
 /// A captured realization of `outputs` from `inputs`.
 pub struct Program {
     device: Device,
+    recorded: Recorded,
+}
+
+enum Recorded {
+    Wgpu(WgpuProgram),
+    #[cfg(not(target_arch = "wasm32"))]
+    Cuda(kiln_cuda::device::CudaProgram),
+}
+
+/// A recording on wgpu: its launches, and where its outputs live.
+struct WgpuProgram {
     launches: Vec<Launch>,
     meta: Option<Arc<PooledBuffer>>,
     /// Size of each output buffer the launches write.
@@ -57,7 +68,7 @@ pub struct Program {
 
 impl std::fmt::Debug for Program {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Program({} launches, {} outputs)", self.launches.len(), self.outputs.len())
+        write!(f, "Program({} launches on {})", self.kernels(), self.device.info().name)
     }
 }
 
@@ -74,13 +85,9 @@ impl Device {
     /// dtypes and layouts. `None` on the CPU reference (nothing to record) and
     /// on CUDA (replay there is to come).
     pub fn capture(&self, inputs: &[Node], outputs: &[Node]) -> Result<Option<Program>> {
-        let gpu = match &*self.0 {
-            Backend::Gpu(gpu) => gpu,
-            // Replay on CUDA is to come: each call runs as traced.
-            #[cfg(not(target_arch = "wasm32"))]
-            Backend::Cuda(c) => return c.realize(outputs).map(|()| None),
-            Backend::Cpu => return crate::interp::realize(outputs).map(|()| None),
-        };
+        if self.is_cpu() {
+            return crate::interp::realize(outputs).map(|()| None);
+        }
         let in_arrays = inputs
             .iter()
             .map(|n| {
@@ -90,6 +97,15 @@ impl Device {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let gpu = match &*self.0 {
+            Backend::Gpu(gpu) => gpu,
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => {
+                let recorded = Recorded::Cuda(c.capture(&in_arrays, outputs)?);
+                return Ok(Some(Program { device: self.clone(), recorded }));
+            }
+            Backend::Cpu => unreachable!("the CPU reference returned above"),
+        };
         let mut scheduler = gpu.scheduler();
         scheduler.run(outputs)?;
         let out_arrays = outputs.iter().map(|n| scheduler.array(n)).collect::<Result<Vec<_>>>()?;
@@ -140,28 +156,46 @@ impl Program {
             .map(|o| OutputSpec { slot: slot_of(&o.buffer), layout: o.layout.clone(), dtype: o.dtype })
             .collect();
         let meta = (!rec.meta.is_empty()).then(|| gpu.resources.meta(&gpu.ctx.queue, &rec.meta));
-        Program {
-            device: device.clone(),
+        let recorded = Recorded::Wgpu(WgpuProgram {
             launches,
             meta,
             output_sizes: written.iter().map(|b| b.size()).collect(),
             outputs,
-        }
+        });
+        Program { device: device.clone(), recorded }
     }
 
     /// Kernels one replay launches.
     pub fn kernels(&self) -> usize {
-        self.launches.len()
+        match &self.recorded {
+            Recorded::Wgpu(p) => p.launches.len(),
+            #[cfg(not(target_arch = "wasm32"))]
+            Recorded::Cuda(p) => p.launches(),
+        }
     }
 
     /// Run the program on `inputs` (realized, shaped and laid out as at
-    /// capture); returns the outputs as realized nodes. One submit.
+    /// capture); returns the outputs as realized nodes. One submit (on
+    /// CUDA, one launch list).
     pub fn replay(&self, inputs: &[Node]) -> Result<Vec<Node>> {
-        let Backend::Gpu(gpu) = &*self.device.0 else { unreachable!("programs are captured on GPUs") };
         let in_arrays = inputs
             .iter()
             .map(|n| gpu_array(n).ok_or(KilnError::Invalid { op: "jit", detail: "replay input not realized".into() }))
             .collect::<Result<Vec<_>>>()?;
+        let realized = |a: GpuArray| {
+            Node::realized(Prim::Input { shape: a.layout.shape.clone(), dtype: a.dtype }, Realized::Gpu(a))
+        };
+        match (&self.recorded, &*self.device.0) {
+            (Recorded::Wgpu(p), Backend::Gpu(gpu)) => p.replay(gpu, &in_arrays)?.into_iter().map(realized).collect(),
+            #[cfg(not(target_arch = "wasm32"))]
+            (Recorded::Cuda(p), Backend::Cuda(c)) => c.replay(p, &in_arrays)?.into_iter().map(realized).collect(),
+            _ => unreachable!("a program is replayed on the device that captured it"),
+        }
+    }
+}
+
+impl WgpuProgram {
+    fn replay(&self, gpu: &Gpu, in_arrays: &[GpuArray]) -> Result<Vec<GpuArray>> {
         let fresh: Vec<Arc<dyn DeviceBuffer>> = self
             .output_sizes
             .iter()
@@ -192,13 +226,13 @@ impl Program {
         gpu.submits.fetch_add(1, Ordering::Relaxed);
         gpu.kernels_launched.fetch_add(self.launches.len() as u64, Ordering::Relaxed);
         gpu.ctx.check_errors()?;
-        self.outputs
+        Ok(self
+            .outputs
             .iter()
             .map(|o| {
                 let Bound::Buffer(buffer) = bound(&o.slot) else { unreachable!("outputs are buffers") };
-                let value = GpuArray { buffer, layout: o.layout.clone(), dtype: o.dtype };
-                Node::realized(Prim::Input { shape: o.layout.shape.clone(), dtype: o.dtype }, Realized::Gpu(value))
+                GpuArray { buffer, layout: o.layout.clone(), dtype: o.dtype }
             })
-            .collect()
+            .collect())
     }
 }

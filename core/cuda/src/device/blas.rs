@@ -62,9 +62,10 @@ fn batch_stride(dims: &[usize], strides: &[isize]) -> Option<usize> {
 }
 
 /// The cuBLAS call computing the raw f32 product of `a` and `b` into the
-/// contiguous `out` of `shape`, given each buffer's address; `None` where
-/// cuBLAS cannot read the operands as they lie (or there is nothing to do).
-pub fn plan(a: &Layout, b: &Layout, shape: &[usize], addresses: [u64; 3]) -> Option<Gemm> {
+/// contiguous `out` of `shape`, its addresses the offsets into the buffers
+/// ([`Gemm::located`] adds the buffers'); `None` where cuBLAS cannot read
+/// the operands as they lie (or there is nothing to do).
+pub fn plan(a: &Layout, b: &Layout, shape: &[usize]) -> Option<Gemm> {
     let rank = shape.len();
     let (m, n, k) = (a.shape[rank - 2], b.shape[rank - 1], a.shape[rank - 1]);
     let batch_dims = &shape[..rank - 2];
@@ -87,17 +88,25 @@ pub fn plan(a: &Layout, b: &Layout, shape: &[usize], addresses: [u64; 3]) -> Opt
         m: n,
         n: m,
         k,
-        a: addresses[1] + 4 * b.offset as u64,
+        a: 4 * b.offset as u64,
         lda,
         stride_a,
-        b: addresses[0] + 4 * a.offset as u64,
+        b: 4 * a.offset as u64,
         ldb,
         stride_b,
-        c: addresses[2],
+        c: 0,
         ldc: n,
         stride_c: m * n,
         batch,
     })
+}
+
+impl Gemm {
+    /// The call over buffers at these addresses: kiln's A, B and out (cuBLAS
+    /// reads B as its first operand).
+    pub fn located(self, a: u64, b: u64, out: u64) -> Gemm {
+        Gemm { a: self.a + b, b: self.b + a, c: self.c + out, ..self }
+    }
 }
 
 /// What cuBLAS computes for `g`, on the host (the host engine's cuBLAS).
@@ -145,7 +154,11 @@ mod tests {
         let ys: Vec<f32> = (0..len(b)).map(|i| (i % 5) as f32 * 0.5).collect();
         let total: usize = shape.iter().product();
         let mut out = vec![0f32; total];
-        let g = plan(a, b, shape, [xs.as_ptr() as u64, ys.as_ptr() as u64, out.as_mut_ptr() as u64]).expect("planned");
+        let g = plan(a, b, shape).expect("planned").located(
+            xs.as_ptr() as u64,
+            ys.as_ptr() as u64,
+            out.as_mut_ptr() as u64,
+        );
         // SAFETY: the buffers span the layouts.
         unsafe { host_sgemm(&g) };
         let rank = shape.len();
@@ -185,9 +198,9 @@ mod tests {
     #[test]
     fn layouts_cublas_cannot_read_keep_kiln_s_kernel() {
         let b = layout(&[4, 5], &[5, 1]);
-        assert_eq!(plan(&layout(&[3, 4], &[8, 2]), &b, &[3, 5], [0; 3]), None, "no unit stride");
+        assert_eq!(plan(&layout(&[3, 4], &[8, 2]), &b, &[3, 5]), None, "no unit stride");
         let batched = layout(&[2, 3, 3, 4], &[100, 12, 4, 1]);
-        assert_eq!(plan(&batched, &layout(&[2, 3, 4, 5], &[60, 20, 5, 1]), &[2, 3, 3, 5], [0; 3]), None, "two strides");
-        assert_eq!(plan(&layout(&[3, 0], &[0, 1]), &layout(&[0, 5], &[5, 1]), &[3, 5], [0; 3]), None, "k = 0");
+        assert_eq!(plan(&batched, &layout(&[2, 3, 4, 5], &[60, 20, 5, 1]), &[2, 3, 3, 5]), None, "two strides");
+        assert_eq!(plan(&layout(&[3, 0], &[0, 1]), &layout(&[0, 5], &[5, 1]), &[3, 5]), None, "k = 0");
     }
 }

@@ -10,19 +10,21 @@ mod driver;
 mod emulated;
 mod engine;
 mod kernels;
+mod launch_list;
 pub mod pool;
+mod program;
 pub mod ptx_cache;
 
 pub use driver::available as driver_available;
 pub use engine::EngineInfo;
+pub use program::CudaProgram;
 
 use blas::Gemm;
 use engine::Engine;
 use kernels::Kernels;
-use kiln_codegen::launch::{self, Binder, Variants};
+use kiln_codegen::launch::{self, Variants};
 use kiln_codegen::matmul::MatmulConfig;
-use kiln_codegen::operand_textures::OperandTexture;
-use kiln_codegen::{Caps, KernelKey, META_WORDS};
+use kiln_codegen::Caps;
 use kiln_ir::dtype::{DType, pack_words, unpack_words};
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::interp::HostArray;
@@ -60,7 +62,7 @@ pub struct CudaDevice {
     pool: Pool,
     kernels: Kernels,
     /// Held while a realization enqueues, so that its launches stay together.
-    enqueue: Mutex<()>,
+    enqueue_lock: Mutex<()>,
     /// Pinned by `set_matmul_config`; else each device's default.
     matmul: Mutex<Option<MatmulConfig>>,
     kernels_launched: AtomicU64,
@@ -89,7 +91,7 @@ impl CudaDevice {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             pool: Pool::default(),
             kernels: Kernels::default(),
-            enqueue: Mutex::new(()),
+            enqueue_lock: Mutex::new(()),
             matmul: Mutex::new(None),
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
@@ -140,7 +142,7 @@ impl CudaDevice {
         let buffer = self.buffer("upload", dtype, shape)?;
         let words = pack_words(dtype, values);
         if !words.is_empty() {
-            let _order = self.enqueue.lock().unwrap();
+            let _order = self.enqueue_lock.lock().unwrap();
             self.engine.write(buffer.memory(), &words)?;
         }
         Ok(DeviceArray { buffer, layout: Layout::contiguous(shape), dtype })
@@ -186,7 +188,7 @@ impl CudaDevice {
         let data = if value.words == 0 {
             Vec::new()
         } else {
-            let _order = self.enqueue.lock().unwrap();
+            let _order = self.enqueue_lock.lock().unwrap();
             let words = self.engine.read(buffer.memory(), value.first_word * 4, value.words as usize)?;
             unpack_words(dtype, &words, numel(&shape))
         };
@@ -215,144 +217,36 @@ impl CudaDevice {
     /// was found, no test pinned a kiln matmul config, and the operands lie
     /// as cuBLAS reads them (`blas::plan`).
     fn routes_to_blas(&self, item: &Item) -> bool {
-        self.gemm_plan(item, [0; 3]).is_some()
+        self.gemm_plan(item).is_some()
     }
 
-    fn gemm_plan(&self, item: &Item, addresses: [u64; 3]) -> Option<Gemm> {
+    /// `item` as one cuBLAS call, where it is one (`routes_to_blas`).
+    fn gemm_plan(&self, item: &Item) -> Option<Gemm> {
         let Item::Matmul { a, b, operands: DType::F32, shape, epilogue: None, .. } = item else { return None };
         if !self.engine.has_blas() || self.matmul.lock().unwrap().is_some() {
             return None;
         }
-        blas::plan(a, b, shape, addresses)
-    }
-
-    /// `item` as one cuBLAS call, its buffers bound through `binder`.
-    fn gemm(&self, item: &Item, binder: &mut CudaBinder) -> Option<Gemm> {
-        let Item::Matmul { out, args, .. } = item else { return None };
-        if !self.routes_to_blas(item) {
-            return None;
-        }
-        let addresses = [binder.buffer(&args.buffers[0]), binder.buffer(&args.buffers[1]), binder.buffer(out)];
-        self.gemm_plan(item, addresses)
+        blas::plan(a, b, shape)
     }
 
     /// Enqueue `schedule` and store its results in their nodes; the
     /// buffer each slot was given.
     fn run(&self, schedule: Schedule) -> Result<Vec<Arc<dyn DeviceBuffer>>> {
-        let slots = schedule
-            .slots
-            .iter()
-            .map(|s| Ok(self.buffer(s.op, s.dtype, &s.shape)? as Arc<dyn DeviceBuffer>))
-            .collect::<Result<Vec<_>>>()?;
-        let variants = Variants::of(&self.caps);
-        let mut binder = CudaBinder { device: self, slots: &slots, held: Vec::new(), refused: None };
-        let (mut launches, mut steps) = (Vec::new(), Vec::new());
-        for k in &schedule.items {
-            if let Some(gemm) = self.gemm(&k.item, &mut binder) {
-                steps.push(Step::Gemm(gemm));
-                continue;
-            }
-            let config = |_, _| Ok(self.matmul_config());
-            for l in launch::bind(&self.caps, &variants, k.op, &k.item, config, &mut binder)? {
-                steps.push(Step::Launch(launches.len()));
-                launches.push(l);
-            }
-        }
-        if let Some(e) = binder.refused {
-            return Err(e);
-        }
-        let keys: Vec<&KernelKey> = launches.iter().map(|l| &l.launch.key).collect();
-        let loaded = self.kernels.get(&*self.engine, &keys)?;
-        let mut meta = Vec::with_capacity(launches.len() * META_WORDS);
-        for l in &launches {
-            if l.launch.meta.0.len() > META_WORDS {
-                return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({META_WORDS} words)")));
-            }
-            meta.extend(&l.launch.meta.0);
-            meta.resize(meta.len().next_multiple_of(META_WORDS), 0);
-        }
-        let order = self.enqueue.lock().unwrap();
-        let block = if launches.is_empty() { None } else { Some(self.buffer("meta", DType::U32, &[meta.len()])?) };
-        if let Some(block) = &block {
-            self.engine.write(block.memory(), &meta)?;
-        }
-        for step in &steps {
-            match *step {
-                // SAFETY: `blas::plan` sized the product from the layouts
-                // of the operands and the output, which their buffers hold.
-                Step::Gemm(g) => unsafe { self.engine.gemm(&g)? },
-                Step::Launch(i) => {
-                    let (l, k) = (&launches[i], &loaded[i]);
-                    let meta = block.as_ref().expect("launches have a meta block").address();
-                    let pointers: Vec<u64> = k
-                        .kernel
-                        .bindings
-                        .iter()
-                        .map(|b| match b.binding {
-                            0 => meta + (i * META_WORDS * 4) as u64,
-                            n => l.bindings[n as usize - 1],
-                        })
-                        .collect();
-                    // SAFETY: every buffer is as large as its slot (or
-                    // scratch) asks, which is what the kernel was generated
-                    // to index; `slots`, `binder.held` and `block` go back to
-                    // the pool only after these launches are enqueued, and
-                    // any later use is enqueued behind them.
-                    unsafe { k.module.launch(k.index, &pointers, l.launch.groups, k.kernel.workgroup_size)? };
-                }
-            }
-        }
-        if !steps.is_empty() {
-            self.submits.fetch_add(1, Ordering::Relaxed);
-            self.kernels_launched.fetch_add(steps.len() as u64, Ordering::Relaxed);
-        }
-        drop(order);
-        for (node, array) in schedule.results {
-            node.set_realized(Realized::Gpu(DeviceArray { buffer: resolved(&slots, &array.buffer), ..array }));
-        }
+        let (list, slots) = self.record(&schedule)?;
+        self.enqueue(&list, |b| Ok(self.own(b)?.address()))?;
+        store(schedule.results, &slots);
         Ok(slots)
     }
 }
 
-/// One entry of a realization's launch list.
-enum Step {
-    /// The launch of that index.
-    Launch(usize),
-    Gemm(Gemm),
+/// The values a schedule computed, stored in their nodes.
+fn store(results: Vec<(Node, DeviceArray)>, slots: &[Arc<dyn DeviceBuffer>]) {
+    for (node, array) in results {
+        node.set_realized(Realized::Gpu(DeviceArray { buffer: resolved(slots, &array.buffer), ..array }));
+    }
 }
 
 /// `b`, or the buffer its slot was given.
 fn resolved(slots: &[Arc<dyn DeviceBuffer>], b: &Arc<dyn DeviceBuffer>) -> Arc<dyn DeviceBuffer> {
     slot_of(b).map_or_else(|| b.clone(), |s| slots[s].clone())
-}
-
-/// Bindings on a CUDA device: addresses of slot buffers, of this device's
-/// tensors, and of pooled scratch buffers (held until launches are enqueued).
-struct CudaBinder<'a> {
-    device: &'a CudaDevice,
-    slots: &'a [Arc<dyn DeviceBuffer>],
-    held: Vec<Arc<CudaBuffer>>,
-    /// The first buffer that is not this device's.
-    refused: Option<KilnError>,
-}
-
-impl Binder for CudaBinder<'_> {
-    type Handle = u64;
-    fn buffer(&mut self, b: &Arc<dyn DeviceBuffer>) -> u64 {
-        match self.device.own(&resolved(self.slots, b)) {
-            Ok(buffer) => buffer.address(),
-            Err(e) => {
-                self.refused.get_or_insert(e);
-                0
-            }
-        }
-    }
-    fn scratch(&mut self, op: &'static str, dtype: DType, shape: &[usize]) -> Result<u64> {
-        let buffer = self.device.buffer(op, dtype, shape)?;
-        self.held.push(buffer.clone());
-        Ok(buffer.address())
-    }
-    fn texture(&mut self, _: &OperandTexture) -> Result<u64> {
-        Err(KilnError::Gpu("CUDA has no operand textures (Caps::cuda() offers none)".into()))
-    }
 }
