@@ -7,6 +7,7 @@
 //! have nothing to batch.
 
 use crate::adapters::Found;
+use crate::browser::Browser;
 use crate::{Case, Outcome, Tol, cases, compare};
 use kiln::core::Prim;
 use kiln::core::ir::Node;
@@ -62,9 +63,10 @@ fn failed(msg: String) -> Outcome {
 }
 
 /// The case batched on `dev`: `vmap` of its replay against the replays
-/// stacked. The two compute in different kernels, so each may round as the
-/// case's tolerance allows against the reference: twice that between them.
-async fn check(case: &Case, dev: &Device) -> Option<Outcome> {
+/// stacked (`None` for a case without inputs). The two compute in
+/// different kernels, so each may round as the case's tolerance allows
+/// against the reference: twice that between them.
+pub async fn check(case: &Case, dev: &Device) -> Option<Outcome> {
     let out = match (case.build)(dev) {
         Ok(t) => t,
         Err(e) => return Some(failed(e.to_string())),
@@ -136,18 +138,28 @@ pub fn counts(rows: &[BatchRow]) -> (usize, usize) {
     (passed, all.len() - passed)
 }
 
-/// The "Batching (vmap)" section of docs/CONFORMANCE.md: one row per op.
-pub fn markdown(rows: &[BatchRow], columns: &[String]) -> String {
+/// The op the browser's results name a case's batching check by.
+pub fn browser_op(op: &str) -> String {
+    format!("vmap: {op}")
+}
+
+/// The "Batching (vmap)" section of docs/CONFORMANCE.md: one row per op,
+/// with the browser's column where its results are at hand.
+pub fn markdown(rows: &[BatchRow], columns: &[String], browser: Option<&Browser>) -> String {
     let (passed, failed) = counts(rows);
     let mut s = String::from("\n## Batching (vmap)\n\n");
     s += &format!(
         "Every case above under `kiln::vmap`: its inputs batched as two examples (each input, and its elements \
          in reverse order), `vmap` of the case against the case on each example stacked, on the same device, \
-         each element within twice the case's tolerance. Creation cases read no input (—). Not yet run in the \
-         browser.\n\n{passed} passed, {failed} failed.\n\n| op | cases |"
+         each element within twice the case's tolerance. Creation cases read no input (—).\n\n{passed} \
+         passed, {failed} failed{}.\n\n| op | cases |",
+        browser.map_or(String::new(), |b| {
+            let (bp, bf) = b.counts_of(|op| op.starts_with("vmap: "));
+            format!(" natively; in the browser (WebGPU on {}), {bp} passed, {bf} failed", b.label)
+        })
     );
     let mut line = String::from("|---|---|");
-    for c in columns {
+    for c in columns.iter().map(String::as_str).chain(browser.map(|_| "browser (WebGPU)")) {
         s += &format!(" {c} |");
         line += "---|";
     }
@@ -166,6 +178,13 @@ pub fn markdown(rows: &[BatchRow], columns: &[String]) -> String {
             s += &match outcomes.is_empty() {
                 true => " — |".to_string(),
                 false => format!(" {} |", crate::report::cell(&crate::report::worst_of(&outcomes))),
+            };
+        }
+        if let Some(b) = browser {
+            let got: Vec<&Outcome> = of.iter().filter_map(|r| b.get(&browser_op(r.op), &r.detail)).collect();
+            s += &match got.is_empty() {
+                true => " — |".to_string(),
+                false => format!(" {} |", crate::report::cell(&crate::report::worst_of(&got))),
             };
         }
         s += "\n";

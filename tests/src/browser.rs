@@ -2,7 +2,7 @@
 //! page's results, saved by the web end-to-end test (web/e2e) as
 //! docs/conformance-browser.tsv: a line `adapter<TAB>label`, then one line
 //! per case `op<TAB>detail<TAB>passed (0/1)<TAB>max abs err<TAB>failure`
-//! (gradient cases have op `gradient: <op>`).
+//! (gradient cases have op `gradient: <op>`, batching checks `vmap: <op>`).
 
 use crate::Outcome;
 use std::collections::HashMap;
@@ -42,10 +42,16 @@ impl Browser {
         self.cells.get(&(op.to_string(), detail.to_string()))
     }
 
-    /// (passed, failed) over the cases the browser ran.
+    /// (passed, failed) over the op and gradient cases the browser ran.
     pub fn counts(&self) -> (usize, usize) {
-        let passed = self.cells.values().filter(|o| o.passed).count();
-        (passed, self.cells.len() - passed)
+        self.counts_of(|op| !op.starts_with("vmap: "))
+    }
+
+    /// (passed, failed) over the cases whose op `which` picks.
+    pub fn counts_of(&self, which: impl Fn(&str) -> bool) -> (usize, usize) {
+        let of: Vec<&Outcome> = self.cells.iter().filter(|((op, _), _)| which(op)).map(|(_, o)| o).collect();
+        let passed = of.iter().filter(|o| o.passed).count();
+        (passed, of.len() - passed)
     }
 }
 

@@ -230,7 +230,7 @@ pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
         s += "\n";
     }
     s += &grad_check::markdown(&run.grads, &run.adapter_labels(), browser);
-    s += &batch_check::markdown(&run.batching, &run.batching_columns());
+    s += &batch_check::markdown(&run.batching, &run.batching_columns(), browser);
     let failures = run.failures();
     if !failures.is_empty() {
         s += "\n## Failures\n\n";

@@ -4,7 +4,7 @@
 use js_sys::Promise;
 use kiln::{Device, DeviceOptions};
 use kiln_conformance::grad_cases::{self, GradCase};
-use kiln_conformance::{Case, Outcome, cases, grad_check, matmul_family, report};
+use kiln_conformance::{Case, Outcome, batch_check, cases, grad_check, matmul_family, report};
 use kiln_mnist::{Config, ModelKind};
 use kiln_nn::data::Mnist;
 use std::cell::{Cell, RefCell};
@@ -231,12 +231,22 @@ fn mean(values: &[f32]) -> f32 {
 
 /// The conformance suite's cases (kiln-conformance's own lists): the op
 /// cases, then the gradient cases (named "gradient: op"), each run on the
-/// WebGPU device against the CPU reference compiled to wasm.
+/// WebGPU device against the CPU reference compiled to wasm, then every op
+/// case's batching check (named "vmap: op"), `vmap` against the stacked
+/// examples on the WebGPU device.
 #[wasm_bindgen]
 pub struct Conformance {
     cases: Rc<Vec<Case>>,
     grads: Rc<Vec<GradCase>>,
     gpu: Device,
+}
+
+/// Where a conformance page case comes from.
+#[derive(Clone, Copy)]
+enum Entry {
+    Op(usize),
+    Gradient(usize),
+    Batching(usize),
 }
 
 /// One case's outcome as JSON.
@@ -255,38 +265,60 @@ impl Conformance {
 
     #[wasm_bindgen(getter)]
     pub fn len(&self) -> usize {
-        self.cases.len() + self.grads.len()
+        2 * self.cases.len() + self.grads.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The op of case `i` ("gradient: op" for gradient cases).
+    /// Which list case `i` is in, and its place there.
+    fn locate(&self, i: usize) -> Option<Entry> {
+        let (n, g) = (self.cases.len(), self.grads.len());
+        match i {
+            _ if i < n => Some(Entry::Op(i)),
+            _ if i < n + g => Some(Entry::Gradient(i - n)),
+            _ if i < 2 * n + g => Some(Entry::Batching(i - n - g)),
+            _ => None,
+        }
+    }
+
+    /// The op of case `i` ("gradient: op" and "vmap: op" for the
+    /// gradient and batching checks).
     pub fn op(&self, i: usize) -> String {
-        match self.grads.get(i.wrapping_sub(self.cases.len())) {
-            Some(g) => format!("gradient: {}", g.op),
-            None => self.cases.get(i).map_or_else(String::new, |c| c.op.to_string()),
+        match self.locate(i) {
+            Some(Entry::Op(k)) => self.cases[k].op.to_string(),
+            Some(Entry::Gradient(k)) => format!("gradient: {}", self.grads[k].op),
+            Some(Entry::Batching(k)) => batch_check::browser_op(self.cases[k].op),
+            None => String::new(),
         }
     }
 
     pub fn detail(&self, i: usize) -> String {
-        match self.grads.get(i.wrapping_sub(self.cases.len())) {
-            Some(g) => g.detail.clone(),
-            None => self.cases.get(i).map_or_else(String::new, |c| c.detail.clone()),
+        match self.locate(i) {
+            Some(Entry::Op(k) | Entry::Batching(k)) => self.cases[k].detail.clone(),
+            Some(Entry::Gradient(k)) => self.grads[k].detail.clone(),
+            None => String::new(),
         }
     }
 
-    /// Resolves to `{"passed": bool, "max_abs_err": number|null, "failure": string|null}`.
+    /// Resolves to `{"passed": bool, "max_abs_err": number|null, "failure":
+    /// string|null}`, or `{"skipped": reason}` for a batching check of a
+    /// case without inputs.
     pub fn run(&self, i: usize) -> Promise {
         let (cases, grads, gpu) = (self.cases.clone(), self.grads.clone(), self.gpu.clone());
+        let entry = self.locate(i);
         future_to_promise(async move {
             let cpu = Device::cpu();
-            let outcome = if let Some(case) = cases.get(i) {
-                report::check(case, &report::reference(case, &cpu).await, &gpu).await
-            } else {
-                let case = grads.get(i - cases.len()).ok_or_else(|| js_err(format!("no case {i}")))?;
-                grad_check::check_device(case, &grad_check::reference(case, &cpu).await, &gpu).await
+            let outcome = match entry.ok_or_else(|| js_err(format!("no case {i}")))? {
+                Entry::Op(k) => report::check(&cases[k], &report::reference(&cases[k], &cpu).await, &gpu).await,
+                Entry::Gradient(k) => {
+                    grad_check::check_device(&grads[k], &grad_check::reference(&grads[k], &cpu).await, &gpu).await
+                }
+                Entry::Batching(k) => match batch_check::check(&cases[k], &gpu).await {
+                    Some(outcome) => outcome,
+                    None => return Ok("{\"skipped\":\"no input to batch\"}".into()),
+                },
             };
             Ok(outcome_json(&outcome).into())
         })

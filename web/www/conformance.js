@@ -1,12 +1,13 @@
-// Runs kiln-conformance's op cases on this browser's WebGPU adapter against
-// the f64 CPU reference compiled to wasm, one case at a time, and publishes
+// Runs kiln-conformance's op cases, gradient checks and batching (vmap)
+// checks on this browser's WebGPU adapter against the f64 CPU reference
+// compiled to wasm, one case at a time, and publishes
 // the results as a table and as JSON (window.conformance, #summary).
 import init, { Gpu, Conformance } from './pkg/kiln_web.js';
 import { describeAdapter } from './adapter.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
-const summary = { done: false, adapter: null, passed: 0, failed: 0, cases: [] };
+const summary = { done: false, adapter: null, passed: 0, failed: 0, skipped: [], cases: [] };
 window.conformance = summary;
 
 function publish() {
@@ -26,6 +27,10 @@ async function main() {
     if (filter && !op.includes(filter)) continue;
     $('status').textContent = `running ${i + 1} of ${suite.len}: ${op} [${detail}]`;
     const r = JSON.parse(await suite.run(i));
+    if (r.skipped) {
+      summary.skipped.push(`${op} [${detail}]: ${r.skipped}`);
+      continue;
+    }
     summary.cases.push({ op, detail, ...r });
     r.passed ? summary.passed++ : summary.failed++;
     const tr = document.createElement('tr');
