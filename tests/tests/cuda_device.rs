@@ -138,3 +138,29 @@ fn jit_replays_its_launch_list_on_the_cuda_runtime() {
     }
     assert_eq!(step.captures(), 1);
 }
+
+/// TF32 is an opt-in: off, cuBLAS's products are exact f32; on, operands
+/// round to 10-bit mantissas (the host engine does as tensor cores do), so
+/// the product moves off the exact one by about TF32's precision. Other
+/// devices refuse it by name.
+#[test]
+fn tf32_is_an_opt_in_that_costs_precision() {
+    let (cpu, dev) = (Device::cpu(), Device::cuda_on_host());
+    let product = |d: &Device| {
+        let input =
+            |shape: &[usize], seed| kiln_conformance::cases::input(d, seed, shape, DType::F32, -1.0, 1.0).unwrap();
+        input(&[32, 64], 1).matmul(&input(&[64, 16], 2)).unwrap()
+    };
+    let values = |d: &Device, t: Tensor| kiln::block_on(d.read(t.node())).unwrap().data;
+    let want = values(&cpu, product(&cpu));
+    let exact = values(&dev, product(&dev));
+    dev.set_matmul_tf32(true).unwrap();
+    let tf32 = values(&dev, product(&dev));
+    let worst = |got: &[f64]| got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0, f64::max);
+    let (exact_err, tf32_err) = (worst(&exact), worst(&tf32));
+    eprintln!("largest error of a 32×64×16 product: exact f32 {exact_err:e}, TF32 {tf32_err:e}");
+    assert!(exact_err < 1e-5, "exact f32: {exact_err:e}");
+    assert!(tf32_err > 10.0 * exact_err && tf32_err < 2e-2, "TF32: {tf32_err:e} (exact {exact_err:e})");
+    let refused = Device::cpu().set_matmul_tf32(true).unwrap_err().to_string();
+    assert!(refused.contains("set_matmul_tf32") && refused.contains("CUDA"), "{refused}");
+}

@@ -274,6 +274,24 @@ impl Device {
         Ok(())
     }
 
+    /// On CUDA, let cuBLAS's f32 matmuls round their operands to TF32 on
+    /// tensor cores (much faster; about 3 significant digits per product,
+    /// docs/SHARP_EDGES.md), or keep them exact f32, the default. An error
+    /// on other devices, which have no TF32.
+    pub fn set_matmul_tf32(&self, on: bool) -> Result<()> {
+        match &*self.0 {
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => {
+                c.set_matmul_tf32(on);
+                Ok(())
+            }
+            _ => Err(KilnError::Invalid {
+                op: "set_matmul_tf32",
+                detail: format!("TF32 is a CUDA mode; this device is {} ({})", self.info().name, self.info().backend),
+            }),
+        }
+    }
+
     /// Turn the matmul autotuner on or off for this device (`None`: the
     /// default, on natively unless env `KILN_TUNE=off`, and in a browser on
     /// for GPUs but off for CPU adapters, where each page load would spend

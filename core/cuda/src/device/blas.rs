@@ -25,6 +25,9 @@ pub struct Gemm {
     pub ldc: usize,
     pub stride_c: usize,
     pub batch: usize,
+    /// Products from operands rounded to TF32 (10-bit mantissas) on tensor
+    /// cores, as `Device::set_matmul_tf32` asks; else exact f32.
+    pub tf32: bool,
 }
 
 /// How cuBLAS reads a row-major-indexed matrix X[r, c] (strides `sr`,
@@ -98,6 +101,7 @@ pub fn plan(a: &Layout, b: &Layout, shape: &[usize]) -> Option<Gemm> {
         ldc: n,
         stride_c: m * n,
         batch,
+        tf32: false,
     })
 }
 
@@ -107,6 +111,16 @@ impl Gemm {
     pub fn located(self, a: u64, b: u64, out: u64) -> Gemm {
         Gemm { a: self.a + b, b: self.b + a, c: self.c + out, ..self }
     }
+}
+
+/// `x` rounded to TF32 (the nearest value with a 10-bit mantissa, ties to
+/// even), as tensor cores read f32 operands in TF32 mode.
+pub fn to_tf32(x: f32) -> f32 {
+    if !x.is_finite() {
+        return x;
+    }
+    let bits = x.to_bits();
+    f32::from_bits(bits.wrapping_add(0x0fff + ((bits >> 13) & 1)) & !0x1fff)
 }
 
 /// What cuBLAS computes for `g`, on the host (the host engine's cuBLAS).
@@ -127,7 +141,7 @@ pub unsafe fn host_sgemm(g: &Gemm) {
                     let (x, y) = unsafe {
                         (*(at(g.a, p * g.stride_a + a) as *const f32), *(at(g.b, p * g.stride_b + b) as *const f32))
                     };
-                    acc += x * y;
+                    acc += if g.tf32 { to_tf32(x) * to_tf32(y) } else { x * y };
                 }
                 // SAFETY: as above, for the output.
                 unsafe { *(at(g.c, p * g.stride_c + i + j * g.ldc) as *mut f32) = acc };
@@ -193,6 +207,17 @@ mod tests {
         let mut offset = layout(&[3, 4], &[6, 1]);
         offset.offset = 2;
         check(&offset, &layout(&[4, 5], &[5, 1]), &[3, 5]);
+    }
+
+    #[test]
+    fn tf32_keeps_ten_mantissa_bits_rounding_to_nearest() {
+        assert_eq!(to_tf32(1.0), 1.0);
+        assert_eq!(to_tf32(1.0 + 2f32.powi(-10)), 1.0 + 2f32.powi(-10), "representable");
+        assert_eq!(to_tf32(1.0 + 2f32.powi(-12)), 1.0, "below half an ulp: down");
+        assert_eq!(to_tf32(1.0 + 3.0 * 2f32.powi(-12)), 1.0 + 2f32.powi(-10), "above half an ulp: up");
+        assert_eq!(to_tf32(1.0 + 2f32.powi(-11)), 1.0, "a tie goes to even");
+        assert_eq!(to_tf32(-1.0 - 3.0 * 2f32.powi(-12)), -1.0 - 2f32.powi(-10));
+        assert!(to_tf32(f32::NAN).is_nan());
     }
 
     #[test]

@@ -193,6 +193,14 @@ impl Engine for DriverEngine {
         };
         let (alpha, beta) = (1f32, 0f32);
         self.bind()?;
+        let mode = match g.tf32 {
+            true => blas_sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+            false => blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH,
+        };
+        // SAFETY: the handle is live; the mode is one of cuBLAS's.
+        unsafe { blas_sys::cublasSetMathMode(*blas_handle.handle(), mode) }
+            .result()
+            .map_err(|e| KilnError::Gpu(format!("cuBLAS math mode: {e}")))?;
         // SAFETY: the caller vouches for the operands; cuBLAS runs on
         // this engine's stream, behind the launches before it.
         unsafe {

@@ -22,9 +22,9 @@ pub use program::CudaProgram;
 use blas::Gemm;
 use engine::Engine;
 use kernels::Kernels;
+use kiln_codegen::Caps;
 use kiln_codegen::launch::{self, Variants};
 use kiln_codegen::matmul::MatmulConfig;
-use kiln_codegen::Caps;
 use kiln_ir::dtype::{DType, pack_words, unpack_words};
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::interp::HostArray;
@@ -34,7 +34,7 @@ use kiln_sched::schedule::{Item, Schedule, slot_of};
 use kiln_sched::walk::{HostInputs, Scheduler};
 use pool::{CudaBuffer, Pool};
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Counters that tests and benchmarks read.
@@ -65,6 +65,8 @@ pub struct CudaDevice {
     enqueue_lock: Mutex<()>,
     /// Pinned by `set_matmul_config`; else each device's default.
     matmul: Mutex<Option<MatmulConfig>>,
+    /// cuBLAS products in TF32 (`set_matmul_tf32`).
+    tf32: AtomicBool,
     kernels_launched: AtomicU64,
     submits: AtomicU64,
 }
@@ -93,6 +95,7 @@ impl CudaDevice {
             kernels: Kernels::default(),
             enqueue_lock: Mutex::new(()),
             matmul: Mutex::new(None),
+            tf32: AtomicBool::new(false),
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
         }
@@ -123,6 +126,14 @@ impl CudaDevice {
     /// Make every matmul use `config` (`None`: the default).
     pub fn set_matmul_config(&self, config: Option<MatmulConfig>) {
         *self.matmul.lock().unwrap() = config;
+    }
+
+    /// Let cuBLAS's f32 products round their operands to TF32 on tensor
+    /// cores (faster, about 3 significant digits; docs/SHARP_EDGES.md), or
+    /// keep them exact (the default). A jit'd function keeps the setting of
+    /// its capture.
+    pub fn set_matmul_tf32(&self, on: bool) {
+        self.tf32.store(on, Ordering::Relaxed);
     }
 
     fn matmul_config(&self) -> MatmulConfig {
@@ -226,7 +237,8 @@ impl CudaDevice {
         if !self.engine.has_blas() || self.matmul.lock().unwrap().is_some() {
             return None;
         }
-        blas::plan(a, b, shape)
+        let tf32 = self.tf32.load(Ordering::Relaxed);
+        blas::plan(a, b, shape).map(|g| Gemm { tf32, ..g })
     }
 
     /// Enqueue `schedule` and store its results in their nodes; the
