@@ -72,8 +72,8 @@ fn compiled_ptx_is_kept_on_disk() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Raw f32 matmuls (batched, transposed or broadcast operands too) go to
-/// cuBLAS (on the host engine, its sgemm as a loop), those with an
+/// Raw f32 and f16 matmuls (batched, transposed or broadcast operands too)
+/// go to cuBLAS (on the host engine, its products as loops), those with an
 /// epilogue or a pinned kiln config to kiln's kernels; each matches the
 /// reference.
 #[test]
@@ -84,8 +84,15 @@ fn raw_matmuls_run_through_cublas_and_match_the_reference() {
     type Product = fn(&Tensor, &Tensor) -> kiln::Result<Tensor>;
     /// What it checks, A's and B's shapes, the product, its kernel's name.
     type Case<'a> = (&'a str, &'a [usize], &'a [usize], Product, &'a str);
-    let products: [Case; 4] = [
+    let products: [Case; 5] = [
         ("plain", &[33, 20], &[20, 17], |a, b| a.matmul(b), "cublas_sgemm"),
+        (
+            "f16 operands",
+            &[9, 16],
+            &[16, 7],
+            |a, b| a.cast(DType::F16)?.matmul(&b.cast(DType::F16)?),
+            "cublas_gemm_ex_f16",
+        ),
         ("batched, B transposed", &[3, 9, 8], &[3, 5, 8], |a, b| a.matmul(&b.transpose(-1, -2)?), "cublas_sgemm"),
         ("broadcast B", &[4, 6, 8], &[8, 5], |a, b| a.matmul(b), "cublas_sgemm"),
         ("with an epilogue", &[16, 8], &[8, 12], |a, b| a.matmul(b)?.relu(), "matmul"),
@@ -95,9 +102,10 @@ fn raw_matmuls_run_through_cublas_and_match_the_reference() {
         let (got, want) = (on(&dev), on(&cpu));
         let planned = dev.plan_kernels(&[got.node().clone()]).unwrap();
         assert!(planned.iter().any(|k| k.name.starts_with(kernel)), "{what}: {planned:?}");
+        let tol = if got.dtype() == DType::F16 { kiln_conformance::Tol::F16 } else { kiln_conformance::Tol::F32 };
         let got = kiln::block_on(dev.read(got.node())).unwrap().data;
         let want = kiln::block_on(cpu.read(want.node())).unwrap().data;
-        let outcome = kiln_conformance::compare(&got, &want, kiln_conformance::Tol::F32);
+        let outcome = kiln_conformance::compare(&got, &want, tol);
         assert!(outcome.passed, "{what}: {:?}", outcome.failure);
     }
     let default = kiln::core::codegen::matmul::MatmulConfig::default_for(&dev.info().caps());

@@ -5,11 +5,16 @@
 //! A layout cuBLAS cannot read (no unit stride in the last two dims,
 //! batch dims that do not flatten to one stride) keeps kiln's own kernel.
 
+use kiln_ir::dtype::DType;
 use kiln_ir::shape::Layout;
 
-/// One `cublasSgemmStridedBatched` call (column-major; addresses in bytes).
+/// One strided batched cuBLAS product (column-major; addresses in bytes):
+/// `cublasSgemmStridedBatched` for f32 operands, `cublasGemmStridedBatchedEx`
+/// for f16 ones (accumulating and writing f32).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gemm {
+    /// f32 or f16: A's and B's dtype (C is f32).
+    pub operands: DType,
     pub trans_a: bool,
     pub trans_b: bool,
     pub m: usize,
@@ -68,7 +73,12 @@ fn batch_stride(dims: &[usize], strides: &[isize]) -> Option<usize> {
 /// contiguous `out` of `shape`, its addresses the offsets into the buffers
 /// ([`Gemm::located`] adds the buffers'); `None` where cuBLAS cannot read
 /// the operands as they lie (or there is nothing to do).
-pub fn plan(a: &Layout, b: &Layout, shape: &[usize]) -> Option<Gemm> {
+pub fn plan(a: &Layout, b: &Layout, shape: &[usize], operands: DType) -> Option<Gemm> {
+    let size = match operands {
+        DType::F32 => 4,
+        DType::F16 => 2,
+        _ => return None,
+    };
     let rank = shape.len();
     let (m, n, k) = (a.shape[rank - 2], b.shape[rank - 1], a.shape[rank - 1]);
     let batch_dims = &shape[..rank - 2];
@@ -86,15 +96,16 @@ pub fn plan(a: &Layout, b: &Layout, shape: &[usize]) -> Option<Gemm> {
         return None;
     }
     Some(Gemm {
+        operands,
         trans_a,
         trans_b,
         m: n,
         n: m,
         k,
-        a: 4 * b.offset as u64,
+        a: size * b.offset as u64,
         lda,
         stride_a,
-        b: 4 * a.offset as u64,
+        b: size * a.offset as u64,
         ldb,
         stride_b,
         c: 0,
@@ -106,6 +117,14 @@ pub fn plan(a: &Layout, b: &Layout, shape: &[usize]) -> Option<Gemm> {
 }
 
 impl Gemm {
+    /// The cuBLAS routine, as plans and logs name it.
+    pub fn name(&self) -> &'static str {
+        match self.operands {
+            DType::F16 => "cublas_gemm_ex_f16",
+            _ => "cublas_sgemm",
+        }
+    }
+
     /// The call over buffers at these addresses: kiln's A, B and out (cuBLAS
     /// reads B as its first operand).
     pub fn located(self, a: u64, b: u64, out: u64) -> Gemm {
@@ -123,12 +142,26 @@ pub fn to_tf32(x: f32) -> f32 {
     f32::from_bits(bits.wrapping_add(0x0fff + ((bits >> 13) & 1)) & !0x1fff)
 }
 
+/// Element `i` of an operand at `base`, as f32.
+///
+/// # Safety
+/// `base` must hold element `i` of `dtype` (f32 or f16).
+unsafe fn operand_at(base: u64, i: usize, dtype: DType) -> f32 {
+    // SAFETY: the caller's promise.
+    unsafe {
+        match dtype {
+            DType::F16 => half::f16::from_bits(*((base as usize + 2 * i) as *const u16)).to_f32(),
+            _ => *((base as usize + 4 * i) as *const f32),
+        }
+    }
+}
+
 /// What cuBLAS computes for `g`, on the host (the host engine's cuBLAS).
 ///
 /// # Safety
-/// The addresses must hold every element `g` reads and writes, as f32.
-pub unsafe fn host_sgemm(g: &Gemm) {
-    let at = |base: u64, i: usize| base as *mut f32 as usize + 4 * i;
+/// The addresses must hold every element `g` reads (of its operands'
+/// dtype) and writes (f32).
+pub unsafe fn host_gemm(g: &Gemm) {
     for p in 0..g.batch {
         for j in 0..g.n {
             for i in 0..g.m {
@@ -139,12 +172,15 @@ pub unsafe fn host_sgemm(g: &Gemm) {
                     let b = if g.trans_b { j + l * g.ldb } else { l + j * g.ldb };
                     // SAFETY: the caller vouches for the operands' extent.
                     let (x, y) = unsafe {
-                        (*(at(g.a, p * g.stride_a + a) as *const f32), *(at(g.b, p * g.stride_b + b) as *const f32))
+                        (
+                            operand_at(g.a, p * g.stride_a + a, g.operands),
+                            operand_at(g.b, p * g.stride_b + b, g.operands),
+                        )
                     };
                     acc += if g.tf32 { to_tf32(x) * to_tf32(y) } else { x * y };
                 }
                 // SAFETY: as above, for the output.
-                unsafe { *(at(g.c, p * g.stride_c + i + j * g.ldc) as *mut f32) = acc };
+                unsafe { *((g.c as usize + 4 * (p * g.stride_c + i + j * g.ldc)) as *mut f32) = acc };
             }
         }
     }
@@ -168,13 +204,13 @@ mod tests {
         let ys: Vec<f32> = (0..len(b)).map(|i| (i % 5) as f32 * 0.5).collect();
         let total: usize = shape.iter().product();
         let mut out = vec![0f32; total];
-        let g = plan(a, b, shape).expect("planned").located(
+        let g = plan(a, b, shape, DType::F32).expect("planned").located(
             xs.as_ptr() as u64,
             ys.as_ptr() as u64,
             out.as_mut_ptr() as u64,
         );
         // SAFETY: the buffers span the layouts.
-        unsafe { host_sgemm(&g) };
+        unsafe { host_gemm(&g) };
         let rank = shape.len();
         let (m, n, k) = (shape[rank - 2], shape[rank - 1], a.shape[rank - 1]);
         for (index, got) in out.iter().enumerate() {
@@ -223,9 +259,13 @@ mod tests {
     #[test]
     fn layouts_cublas_cannot_read_keep_kiln_s_kernel() {
         let b = layout(&[4, 5], &[5, 1]);
-        assert_eq!(plan(&layout(&[3, 4], &[8, 2]), &b, &[3, 5]), None, "no unit stride");
+        assert_eq!(plan(&layout(&[3, 4], &[8, 2]), &b, &[3, 5], DType::F32), None, "no unit stride");
         let batched = layout(&[2, 3, 3, 4], &[100, 12, 4, 1]);
-        assert_eq!(plan(&batched, &layout(&[2, 3, 4, 5], &[60, 20, 5, 1]), &[2, 3, 3, 5]), None, "two strides");
-        assert_eq!(plan(&layout(&[3, 0], &[0, 1]), &layout(&[0, 5], &[5, 1]), &[3, 5]), None, "k = 0");
+        assert_eq!(
+            plan(&batched, &layout(&[2, 3, 4, 5], &[60, 20, 5, 1]), &[2, 3, 3, 5], DType::F32),
+            None,
+            "two strides"
+        );
+        assert_eq!(plan(&layout(&[3, 0], &[0, 1]), &layout(&[0, 5], &[5, 1]), &[3, 5], DType::F32), None, "k = 0");
     }
 }

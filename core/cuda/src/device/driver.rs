@@ -10,6 +10,7 @@ use crate::nvrtc;
 use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result, sys};
 use kiln_codegen::cuda::{CudaKernel, batch, entry_of};
+use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
 use std::sync::Arc;
 
@@ -201,30 +202,66 @@ impl Engine for DriverEngine {
         unsafe { blas_sys::cublasSetMathMode(*blas_handle.handle(), mode) }
             .result()
             .map_err(|e| KilnError::Gpu(format!("cuBLAS math mode: {e}")))?;
+        let handle = *blas_handle.handle();
+        let (m, n, k, lda, ldb, ldc, batch) =
+            (g.m as i32, g.n as i32, g.k as i32, g.lda as i32, g.ldb as i32, g.ldc as i32, g.batch as i32);
+        let (stride_a, stride_b, stride_c) = (g.stride_a as i64, g.stride_b as i64, g.stride_c as i64);
         // SAFETY: the caller vouches for the operands; cuBLAS runs on
         // this engine's stream, behind the launches before it.
         unsafe {
-            blas::sgemm_strided_batched(
-                *blas_handle.handle(),
-                op(g.trans_a),
-                op(g.trans_b),
-                g.m as i32,
-                g.n as i32,
-                g.k as i32,
-                &alpha,
-                g.a as *const f32,
-                g.lda as i32,
-                g.stride_a as i64,
-                g.b as *const f32,
-                g.ldb as i32,
-                g.stride_b as i64,
-                &beta,
-                g.c as *mut f32,
-                g.ldc as i32,
-                g.stride_c as i64,
-                g.batch as i32,
-            )
+            match g.operands {
+                DType::F16 => {
+                    let (f16, f32) = (blas_sys::cudaDataType::CUDA_R_16F, blas_sys::cudaDataType::CUDA_R_32F);
+                    let alpha: *const f32 = &alpha;
+                    let beta: *const f32 = &beta;
+                    blas::gemm_strided_batched_ex(
+                        handle,
+                        op(g.trans_a),
+                        op(g.trans_b),
+                        m,
+                        n,
+                        k,
+                        alpha.cast(),
+                        g.a as *const _,
+                        f16,
+                        lda,
+                        stride_a,
+                        g.b as *const _,
+                        f16,
+                        ldb,
+                        stride_b,
+                        beta.cast(),
+                        g.c as *mut _,
+                        f32,
+                        ldc,
+                        stride_c,
+                        batch,
+                        blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                        blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                    )
+                }
+                _ => blas::sgemm_strided_batched(
+                    handle,
+                    op(g.trans_a),
+                    op(g.trans_b),
+                    m,
+                    n,
+                    k,
+                    &alpha,
+                    g.a as *const f32,
+                    lda,
+                    stride_a,
+                    g.b as *const f32,
+                    ldb,
+                    stride_b,
+                    &beta,
+                    g.c as *mut f32,
+                    ldc,
+                    stride_c,
+                    batch,
+                ),
+            }
         }
-        .map_err(|e| KilnError::Gpu(format!("cuBLAS sgemm: {e}")))
+        .map_err(|e| KilnError::Gpu(format!("{}: {e}", g.name())))
     }
 }

@@ -1,9 +1,9 @@
 //! The host engine: CUDA's execution model on the CPU (`crate::host`), each
-//! call run at once, in order; cuBLAS's sgemm as a loop. It is how the CUDA runtime is tested on
+//! call run at once, in order; cuBLAS's products as loops. It is how the CUDA runtime is tested on
 //! machines without an NVIDIA GPU, and a way to debug a kernel with the
 //! host's tools.
 
-use super::blas::{Gemm, host_sgemm};
+use super::blas::{Gemm, host_gemm};
 use super::engine::{Engine, EngineInfo, Memory, Module};
 use crate::host::HostLibraries;
 use kiln_codegen::cuda::CudaKernel;
@@ -101,7 +101,7 @@ impl Engine for HostEngine {
 
     unsafe fn gemm(&self, g: &Gemm) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
-        unsafe { host_sgemm(g) };
+        unsafe { host_gemm(g) };
         Ok(())
     }
 }

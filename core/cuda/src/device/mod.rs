@@ -177,8 +177,8 @@ impl CudaDevice {
         let variants = Variants::of(&self.caps);
         let mut planned = Vec::new();
         for k in scheduler.finish().items {
-            if self.routes_to_blas(&k.item) {
-                planned.push(PlannedLaunch { name: "cublas_sgemm".into(), nodes: k.covers.clone() });
+            if let Some(gemm) = self.gemm_plan(&k.item) {
+                planned.push(PlannedLaunch { name: gemm.name().into(), nodes: k.covers.clone() });
                 continue;
             }
             for key in launch::item_kernels(&self.caps, &variants, k.op, &k.item, |_, _| self.matmul_config())? {
@@ -224,21 +224,16 @@ impl CudaDevice {
         }
     }
 
-    /// Whether `item` is a raw f32 product that cuBLAS runs here: cuBLAS
-    /// was found, no test pinned a kiln matmul config, and the operands lie
-    /// as cuBLAS reads them (`blas::plan`).
-    fn routes_to_blas(&self, item: &Item) -> bool {
-        self.gemm_plan(item).is_some()
-    }
-
-    /// `item` as one cuBLAS call, where it is one (`routes_to_blas`).
+    /// `item` as one cuBLAS call where cuBLAS runs it: a raw f32 or f16
+    /// product, cuBLAS found, no kiln matmul config pinned by a test, and
+    /// operands that lie as cuBLAS reads them (`blas::plan`).
     fn gemm_plan(&self, item: &Item) -> Option<Gemm> {
-        let Item::Matmul { a, b, operands: DType::F32, shape, epilogue: None, .. } = item else { return None };
+        let Item::Matmul { a, b, operands, shape, epilogue: None, .. } = item else { return None };
         if !self.engine.has_blas() || self.matmul.lock().unwrap().is_some() {
             return None;
         }
         let tf32 = self.tf32.load(Ordering::Relaxed);
-        blas::plan(a, b, shape).map(|g| Gemm { tf32, ..g })
+        blas::plan(a, b, shape, *operands).map(|g| Gemm { tf32, ..g })
     }
 
     /// Enqueue `schedule` and store its results in their nodes; the
