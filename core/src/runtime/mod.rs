@@ -279,6 +279,8 @@ impl Device {
     /// docs/SHARP_EDGES.md), or keep them exact f32, the default. An error
     /// on other devices, which have no TF32.
     pub fn set_matmul_tf32(&self, on: bool) -> Result<()> {
+        #[cfg(target_arch = "wasm32")]
+        let _ = on; // no CUDA in a browser
         match &*self.0 {
             #[cfg(not(target_arch = "wasm32"))]
             Backend::Cuda(c) => {
