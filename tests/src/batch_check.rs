@@ -170,22 +170,19 @@ pub fn markdown(rows: &[BatchRow], columns: &[String], browser: Option<&Browser>
             ops.push(r.op);
         }
     }
+    // The worst of a column's outcomes, or — when none ran.
+    let column = |outcomes: Vec<&Outcome>| match outcomes.is_empty() {
+        true => " — |".to_string(),
+        false => format!(" {} |", crate::report::cell(&crate::report::worst_of(&outcomes))),
+    };
     for op in ops {
         let of: Vec<&BatchRow> = rows.iter().filter(|r| r.op == op).collect();
         s += &format!("| {op} | {} |", of.len());
         for c in 0..columns.len() {
-            let outcomes: Vec<&Outcome> = of.iter().filter_map(|r| r.outcomes[c].as_ref()).collect();
-            s += &match outcomes.is_empty() {
-                true => " — |".to_string(),
-                false => format!(" {} |", crate::report::cell(&crate::report::worst_of(&outcomes))),
-            };
+            s += &column(of.iter().filter_map(|r| r.outcomes[c].as_ref()).collect());
         }
         if let Some(b) = browser {
-            let got: Vec<&Outcome> = of.iter().filter_map(|r| b.get(&browser_op(r.op), &r.detail)).collect();
-            s += &match got.is_empty() {
-                true => " — |".to_string(),
-                false => format!(" {} |", crate::report::cell(&crate::report::worst_of(&got))),
-            };
+            s += &column(of.iter().filter_map(|r| b.get(&browser_op(r.op), &r.detail)).collect());
         }
         s += "\n";
     }

@@ -13,7 +13,7 @@ use crate::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vecto
 use crate::matmul::MatmulConfig;
 use crate::reduce::{Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, reduce_shape, runs_len, whole_spans};
 use crate::row_stream::stream_lanes;
-use crate::{Caps, KernelKey, Meta, RowLayout, WG};
+use crate::{Caps, KernelKey, META_WORDS, Meta, RowLayout, WG};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::ReduceOp;
@@ -85,6 +85,21 @@ pub struct Launch {
     pub groups: [u32; 3],
     /// The elements it computes (for logs).
     pub elements: usize,
+}
+
+impl Launch {
+    /// Append this launch's meta block to `blocks`, the meta blocks of a
+    /// launch list (one `META_WORDS` slot each); its slot.
+    pub fn append_meta(&self, blocks: &mut Vec<u32>) -> Result<usize> {
+        let meta = &self.meta.0;
+        if meta.len() > META_WORDS {
+            return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({} words)", meta.len())));
+        }
+        let slot = blocks.len() / META_WORDS;
+        blocks.extend(meta);
+        blocks.resize((slot + 1) * META_WORDS, 0);
+        Ok(slot)
+    }
 }
 
 /// A 1-D grid of `workgroups`, folded into y past the device's limit.

@@ -9,7 +9,7 @@ mod device;
 mod infer;
 mod node;
 
-pub use device::{DeviceArray, DeviceBuffer, MaybeSendSync, PoolStats, buffer_id, size_class};
+pub use device::{DeviceArray, DeviceBuffer, MaybeSendSync, PoolStats, Role, Roles, buffer_id, size_class};
 pub use node::{MAX_ELEMENTS, MAX_RANK, Node, Realized, Trace};
 
 use crate::dtype::DType;

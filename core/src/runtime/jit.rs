@@ -16,7 +16,7 @@ use super::resources::Resources;
 use super::textures::PooledTexture;
 use super::{Backend, Device, Gpu, GpuArray};
 use crate::error::{KilnError, Result};
-use crate::ir::DeviceBuffer;
+use crate::ir::{DeviceBuffer, Role, Roles};
 use crate::ir::{Node, Prim, Realized};
 use crate::shape::Layout;
 use std::sync::Arc;
@@ -119,20 +119,11 @@ impl Device {
 
 impl Program {
     fn record(device: &Device, gpu: &Gpu, rec: &Recording, inputs: &[GpuArray], outputs: &[GpuArray]) -> Program {
-        let mut written: Vec<Arc<dyn DeviceBuffer>> = Vec::new();
-        let same = |a: &Arc<dyn DeviceBuffer>, b: &Arc<dyn DeviceBuffer>| Arc::ptr_eq(a, b);
-        let mut slot_of = |b: &Arc<dyn DeviceBuffer>| {
-            if let Some(k) = inputs.iter().position(|x| same(&x.buffer, b)) {
-                return Slot::Input(k);
-            }
-            if outputs.iter().any(|o| same(&o.buffer, b)) {
-                let j = written.iter().position(|w| same(w, b)).unwrap_or_else(|| {
-                    written.push(b.clone());
-                    written.len() - 1
-                });
-                return Slot::Output(j);
-            }
-            Slot::Fixed(b.clone())
+        let mut roles = Roles::new(inputs, outputs);
+        let mut slot_of = |b: &Arc<dyn DeviceBuffer>| match roles.of(b) {
+            Role::Input(k) => Slot::Input(k),
+            Role::Output(j) => Slot::Output(j),
+            Role::Fixed => Slot::Fixed(b.clone()),
         };
         let launches = rec
             .dispatches
@@ -159,7 +150,7 @@ impl Program {
         let recorded = Recorded::Wgpu(WgpuProgram {
             launches,
             meta,
-            output_sizes: written.iter().map(|b| b.size()).collect(),
+            output_sizes: roles.written.iter().map(|b| b.size()).collect(),
             outputs,
         });
         Program { device: device.clone(), recorded }

@@ -14,7 +14,7 @@ use crate::codegen::launch;
 use crate::codegen::matmul::MatmulConfig;
 use crate::codegen::operand_textures::OperandTexture;
 use crate::dtype::DType;
-use crate::error::{KilnError, Result};
+use crate::error::Result;
 use crate::ir::DeviceBuffer;
 use crate::sched::schedule::Item;
 use std::sync::Arc;
@@ -59,17 +59,11 @@ fn log_kernels() -> bool {
 impl Recording {
     /// Record `launch` with its bindings (after the meta block).
     fn dispatch_binding(&mut self, gpu: &Gpu, launch: &launch::Launch, bindings: Vec<Bound>) -> Result<()> {
-        let meta = &launch.meta.0;
-        if meta.len() > META_WORDS {
-            return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({} words)", meta.len())));
-        }
         let kernel = gpu.resources.pipelines.get(&gpu.ctx.device, &launch.key)?;
         if log_kernels() {
             eprintln!("kiln: launch {} ({} elements, grid {:?})", kernel.name, launch.elements, launch.groups);
         }
-        let meta_slot = self.meta.len() / META_WORDS;
-        self.meta.extend(meta);
-        self.meta.resize((meta_slot + 1) * META_WORDS, 0);
+        let meta_slot = launch.append_meta(&mut self.meta)?;
         self.dispatches.push(Dispatch { kernel, meta_slot, bindings, groups: launch.groups });
         Ok(())
     }

@@ -35,7 +35,7 @@ impl PipelineCache {
         }
         let source = key.wgsl();
         let name = key.name();
-        dump(&name, &source);
+        crate::codegen::dump::dump_kernel("KILN_DUMP_WGSL", &name, "wgsl", &source);
         // naga first, so that a bad kernel is an error carrying its source,
         // not an abort inside wgpu.
         let (module, info) = validate_wgsl(&source)?;
@@ -94,23 +94,6 @@ impl PipelineCache {
     pub fn len(&self) -> usize {
         self.kernels.lock().unwrap().len()
     }
-}
-
-/// Write a new kernel to `$KILN_DUMP_WGSL/<name>-<hash>.wgsl` (native only).
-fn dump(name: &str, source: &str) {
-    #[cfg(not(target_arch = "wasm32"))]
-    if let Some(dir) = std::env::var_os("KILN_DUMP_WGSL") {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        source.hash(&mut h);
-        let path = std::path::Path::new(&dir).join(format!("{name}-{:016x}.wgsl", h.finish()));
-        let written = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, source));
-        if let Err(e) = written {
-            log::warn!("KILN_DUMP_WGSL: cannot write {}: {e}", path.display());
-        }
-    }
-    #[cfg(target_arch = "wasm32")]
-    let _ = (name, source);
 }
 
 /// The pipeline layout wgpu would derive from `module` (a passthrough

@@ -6,6 +6,7 @@
 use super::engine::{Engine, Module};
 use kiln_codegen::KernelKey;
 use kiln_codegen::cuda::{CudaKernel, from_wgsl};
+use kiln_codegen::dump::dump_kernel;
 use kiln_ir::error::Result;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,7 +38,7 @@ impl Kernels {
                 .iter()
                 .map(|key| {
                     let kernel = from_wgsl(&key.wgsl())?;
-                    dump(&key.name(), &kernel.source());
+                    dump_kernel("KILN_DUMP_CUDA", &key.name(), "cu", &kernel.source());
                     Ok(kernel)
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -57,18 +58,5 @@ impl Kernels {
     /// The CUDA C++ of every kernel compiled so far.
     pub fn sources(&self) -> Vec<String> {
         self.cache.lock().unwrap().values().map(|l| l.kernel.source()).collect()
-    }
-}
-
-/// Write a new kernel to `$KILN_DUMP_CUDA/<name>-<hash>.cu`.
-fn dump(name: &str, source: &str) {
-    if let Some(dir) = std::env::var_os("KILN_DUMP_CUDA") {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        source.hash(&mut h);
-        let path = std::path::Path::new(&dir).join(format!("{name}-{:016x}.cu", h.finish()));
-        if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, source)) {
-            log::warn!("KILN_DUMP_CUDA: cannot write {}: {e}", path.display());
-        }
     }
 }

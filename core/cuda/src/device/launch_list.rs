@@ -119,26 +119,19 @@ impl CudaDevice {
         }
         let keys: Vec<&KernelKey> = launches.iter().map(|l| &l.launch.key).collect();
         let loaded = self.kernels.get(&*self.engine, &keys)?;
+        let mut meta = Vec::with_capacity(launches.len() * META_WORDS);
         let steps = order
             .into_iter()
             .map(|o| match o {
-                Pending::Launch(i) => Step::Launch {
+                Pending::Launch(i) => Ok(Step::Launch {
                     kernel: loaded[i].clone(),
                     bindings: launches[i].bindings.clone(),
-                    meta_slot: i,
+                    meta_slot: launches[i].launch.append_meta(&mut meta)?,
                     groups: launches[i].launch.groups,
-                },
-                Pending::Ready(step) => step,
+                }),
+                Pending::Ready(step) => Ok(step),
             })
-            .collect();
-        let mut meta = Vec::with_capacity(launches.len() * META_WORDS);
-        for l in &launches {
-            if l.launch.meta.0.len() > META_WORDS {
-                return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({META_WORDS} words)")));
-            }
-            meta.extend(&l.launch.meta.0);
-            meta.resize(meta.len().next_multiple_of(META_WORDS), 0);
-        }
+            .collect::<Result<Vec<_>>>()?;
         let meta = match meta.is_empty() {
             true => None,
             false => {

@@ -6,7 +6,7 @@
 use super::launch_list::LaunchList;
 use super::{CudaDevice, resolved, store};
 use kiln_ir::error::{KilnError, Result};
-use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node};
+use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, Role, Roles};
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -53,23 +53,15 @@ impl CudaDevice {
         store(schedule.results, &slots);
         let arrays: Vec<DeviceArray> =
             arrays.into_iter().map(|a| DeviceArray { buffer: resolved(&slots, &a.buffer), ..a }).collect();
-        let mut written: Vec<Arc<dyn DeviceBuffer>> = Vec::new();
-        let mut slot_of = |b: &Arc<dyn DeviceBuffer>| {
-            if let Some(k) = inputs.iter().position(|x| Arc::ptr_eq(&x.buffer, b)) {
-                return Slot::Input(k);
-            }
-            if arrays.iter().any(|o| Arc::ptr_eq(&o.buffer, b)) {
-                let j = written.iter().position(|w| Arc::ptr_eq(w, b)).unwrap_or_else(|| {
-                    written.push(b.clone());
-                    written.len() - 1
-                });
-                return Slot::Output(j);
-            }
-            Slot::Fixed(b.clone())
+        let mut roles = Roles::new(inputs, &arrays);
+        let mut slot_of = |b: &Arc<dyn DeviceBuffer>| match roles.of(b) {
+            Role::Input(k) => Slot::Input(k),
+            Role::Output(j) => Slot::Output(j),
+            Role::Fixed => Slot::Fixed(b.clone()),
         };
         let list = list.map(&mut slot_of);
         let outputs = arrays.iter().map(|a| OutputSpec { slot: slot_of(&a.buffer), array: a.clone() }).collect();
-        let output_sizes = written.iter().map(|b| self.own(b).map(|b| b.size())).collect::<Result<_>>()?;
+        let output_sizes = roles.written.iter().map(|b| self.own(b).map(|b| b.size())).collect::<Result<_>>()?;
         Ok(CudaProgram { list, inputs: inputs.len(), output_sizes, outputs })
     }
 

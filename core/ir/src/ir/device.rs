@@ -53,3 +53,44 @@ pub fn size_class(bytes: u64) -> u64 {
     let step = (1u64 << (63 - bytes.leading_zeros())) / 4;
     bytes.div_ceil(step) * step
 }
+
+/// What a buffer a captured realization binds is to a replay (`jit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The `k`th input's buffer: the replay's own input.
+    Input(usize),
+    /// The `j`th distinct buffer holding an output: fresh for each replay.
+    Output(usize),
+    /// Anything else (an intermediate, a tensor read from outside the
+    /// inputs): kept as it was at capture.
+    Fixed,
+}
+
+/// Tells each buffer of a capture its [`Role`], numbering output buffers
+/// as they are met.
+pub struct Roles<'a> {
+    inputs: &'a [DeviceArray],
+    outputs: &'a [DeviceArray],
+    /// The output buffers met so far, in `Role::Output` order.
+    pub written: Vec<Arc<dyn DeviceBuffer>>,
+}
+
+impl<'a> Roles<'a> {
+    pub fn new(inputs: &'a [DeviceArray], outputs: &'a [DeviceArray]) -> Roles<'a> {
+        Roles { inputs, outputs, written: Vec::new() }
+    }
+
+    pub fn of(&mut self, b: &Arc<dyn DeviceBuffer>) -> Role {
+        if let Some(k) = self.inputs.iter().position(|x| Arc::ptr_eq(&x.buffer, b)) {
+            return Role::Input(k);
+        }
+        if !self.outputs.iter().any(|o| Arc::ptr_eq(&o.buffer, b)) {
+            return Role::Fixed;
+        }
+        let j = self.written.iter().position(|w| Arc::ptr_eq(w, b)).unwrap_or_else(|| {
+            self.written.push(b.clone());
+            self.written.len() - 1
+        });
+        Role::Output(j)
+    }
+}
