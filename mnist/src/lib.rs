@@ -3,9 +3,11 @@
 //! trains in both.
 
 mod augment;
+mod data_parallel;
 mod model;
 pub mod per_example;
 mod trainer;
 
+pub use data_parallel::DataParallelTrainer;
 pub use model::{Config, ModelKind};
 pub use trainer::Trainer;

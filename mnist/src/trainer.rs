@@ -14,8 +14,8 @@ use kiln_nn::data::{Dataset, ImageLayout, Mnist};
 use kiln_nn::optim::{AdamState, Chain, ScaleByAdam, ScaleByLearningRate, Transform, adam, warmup_cosine_decay};
 use std::sync::Arc;
 
-type Optimizer = Chain<(ScaleByAdam, ScaleByLearningRate)>;
-type OptState = (AdamState<Sequential>, kiln_nn::optim::CountState);
+pub(crate) type Optimizer = Chain<(ScaleByAdam, ScaleByLearningRate)>;
+pub(crate) type OptState = (AdamState<Sequential>, kiln_nn::optim::CountState);
 type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
 
 /// Test images per forward pass when evaluating.
@@ -31,8 +31,42 @@ pub struct Trainer {
     leaves: Vec<Tensor>,
     step_fn: Jit<StepFn>,
     steps: u64,
+    batches: Batches,
+}
+
+/// A run's training batches: epoch `e` visits the training set in the
+/// order `Key(seed).fold_in(e).shuffled_indices(n)`, each batch's images
+/// shifted by a key of its own.
+pub(crate) struct Batches {
+    data: Arc<Mnist>,
+    seed: u64,
+    batch_size: usize,
     /// The current epoch and its order of training images (drawn once per epoch).
     order: Option<(u64, Vec<usize>)>,
+}
+
+impl Batches {
+    pub(crate) fn new(data: Arc<Mnist>, config: &Config) -> Batches {
+        Batches { data, seed: config.seed, batch_size: config.batch_size, order: None }
+    }
+
+    pub(crate) fn steps_per_epoch(&self) -> u64 {
+        (self.data.train.len() / self.batch_size) as u64
+    }
+
+    /// The pixels (augmented) and labels of step `step`'s batch.
+    pub(crate) fn host(&mut self, step: u64) -> (Vec<f32>, Vec<i32>) {
+        let (epoch, at) = (step / self.steps_per_epoch(), (step % self.steps_per_epoch()) as usize);
+        let key = Key::new(self.seed).fold_in(epoch as u32);
+        if self.order.as_ref().is_none_or(|(e, _)| *e != epoch) {
+            self.order = Some((epoch, key.shuffled_indices(self.data.train.len())));
+        }
+        let (bs, train) = (self.batch_size, &self.data.train);
+        let order = &self.order.as_ref().expect("drawn above").1;
+        let (mut pixels, labels) = gather(train, &order[at * bs..(at + 1) * bs]);
+        crate::augment::shift_images(&mut pixels, train.rows, train.cols, key.fold_in(1 + at as u32));
+        (pixels, labels)
+    }
 }
 
 /// Mean cross-entropy of `logits` against integer labels, and the number
@@ -84,6 +118,7 @@ impl Trainer {
             let (updates, s) = opt.update(&grads, &s, Some(&p))?;
             Ok([vec![value], kiln_nn::optim::apply_updates(&p, &updates)?.leaves(), s.leaves()].concat())
         });
+        let batches = Batches::new(data.clone(), &config);
         Ok(Trainer {
             device: device.clone(),
             config,
@@ -93,7 +128,7 @@ impl Trainer {
             leaves,
             step_fn: kiln::jit(step),
             steps,
-            order: None,
+            batches,
         })
     }
 
@@ -128,19 +163,9 @@ impl Trainer {
         self.model.unflatten(self.leaves[..self.model.leaves().len()].to_vec())
     }
 
-    /// The training images of step `step`: epoch `e` visits the training set
-    /// in the order `Key(seed).fold_in(e).shuffled_indices(n)`.
     fn batch(&mut self, step: u64) -> Result<(Tensor, Tensor)> {
-        let (epoch, at) = (step / self.steps_per_epoch(), (step % self.steps_per_epoch()) as usize);
-        let key = Key::new(self.config.seed).fold_in(epoch as u32);
-        if self.order.as_ref().is_none_or(|(e, _)| *e != epoch) {
-            self.order = Some((epoch, key.shuffled_indices(self.data.train.len())));
-        }
-        let (bs, train) = (self.config.batch_size, &self.data.train);
-        let order = &self.order.as_ref().expect("drawn above").1;
-        let (mut pixels, labels) = gather(train, &order[at * bs..(at + 1) * bs]);
-        crate::augment::shift_images(&mut pixels, train.rows, train.cols, key.fold_in(1 + at as u32));
-        to_device(&self.device, train, pixels, labels, self.config.model.layout())
+        let (pixels, labels) = self.batches.host(step);
+        to_device(&self.device, &self.data.train, pixels, labels, self.config.model.layout())
     }
 
     /// One training step (one submit); returns its loss (computed, not read).
@@ -250,7 +275,7 @@ impl Trainer {
 
 /// Adam, warmup over the first 5% of steps (at most 100) to `lr`, then a
 /// cosine decay to lr/100 at the end of the last epoch.
-fn optimizer(config: &Config, train_len: usize) -> Optimizer {
+pub(crate) fn optimizer(config: &Config, train_len: usize) -> Optimizer {
     let total = (train_len / config.batch_size * config.epochs) as u64;
     let warmup = (total / 20).clamp(1, 100);
     adam(warmup_cosine_decay(0.0, config.lr, warmup, total, config.lr / 100.0), 0.9, 0.999, 1e-8)
