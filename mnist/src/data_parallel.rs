@@ -5,11 +5,12 @@
 //! Adam update to its copy.
 
 use crate::model::Config;
-use crate::trainer::{Batches, OptState, Optimizer, optimizer};
+use crate::trainer::{Batches, OptState, Optimizer, checkpoint, evaluate, optimizer};
 use kiln::Key;
 use kiln::core::interp::HostArray;
 use kiln::prelude::*;
 use kiln_nn::Sequential;
+use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::{ImageLayout, Mnist};
 use kiln_nn::optim::{Transform, apply_updates};
 use kiln_shard::{Mesh, Replicas, Sharded, Sharding};
@@ -19,6 +20,7 @@ use std::sync::Arc;
 pub struct DataParallelTrainer {
     mesh: Mesh,
     config: Config,
+    data: Arc<Mnist>,
     batches: Batches,
     opt: Optimizer,
     params: Replicas<Sequential>,
@@ -60,7 +62,8 @@ impl DataParallelTrainer {
         let state = params.map(|p| opt.init(p))?;
         Ok(DataParallelTrainer {
             mesh: mesh.clone(),
-            batches: Batches::new(data, &config),
+            batches: Batches::new(data.clone(), &config),
+            data,
             layout: config.model.layout(),
             config,
             opt,
@@ -80,6 +83,40 @@ impl DataParallelTrainer {
 
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    pub fn steps_per_epoch(&self) -> u64 {
+        self.batches.steps_per_epoch()
+    }
+
+    pub fn total_steps(&self) -> u64 {
+        self.steps_per_epoch() * self.config.epochs as u64
+    }
+
+    /// This process's first device (rank 0's on the root).
+    pub fn device(&self) -> &Device {
+        &self.mesh.devices()[0]
+    }
+
+    /// `n` steps (at most to the end of the run); their losses.
+    pub async fn run(&mut self, n: usize) -> Result<Vec<f32>> {
+        let n = n.min((self.total_steps() - self.steps) as usize);
+        let mut losses = Vec::with_capacity(n);
+        for _ in 0..n {
+            losses.push(self.step().await?);
+        }
+        Ok(losses)
+    }
+
+    /// Mean loss and accuracy of this process's copy over the test set.
+    pub async fn evaluate(&self) -> Result<(f32, f32)> {
+        evaluate(self.device(), self.model(), &self.data, self.layout).await
+    }
+
+    /// The run as `Trainer::checkpoint` saves it (this process's copies):
+    /// `Trainer::restore` continues it on one device.
+    pub async fn checkpoint(&self) -> Result<Checkpoint> {
+        checkpoint(&self.config, self.steps, self.model(), self.state.local()).await
     }
 
     /// This process's copy of the current parameters.

@@ -204,22 +204,7 @@ impl Trainer {
 
     /// Mean loss and accuracy over the test set.
     pub async fn evaluate(&self) -> Result<(f32, f32)> {
-        let model = self.model()?;
-        let test = &self.data.test;
-        let (mut loss, mut hits) = (Vec::new(), Vec::new());
-        for start in (0..test.len()).step_by(EVAL_CHUNK) {
-            let idx: Vec<usize> = (start..(start + EVAL_CHUNK).min(test.len())).collect();
-            let (x, labels) = images_and_labels(&self.device, test, &idx, self.config.model.layout())?;
-            let (l, h) = loss_and_hits(&model.forward(&x)?, &labels)?;
-            loss.push(l.mul_scalar(idx.len() as f64)?);
-            hits.push(h);
-        }
-        let total = |parts: Vec<Tensor>| -> Result<Tensor> {
-            Tensor::stack(&parts.iter().collect::<Vec<_>>(), 0)?.sum(&[], false)?.div_scalar(test.len() as f64)
-        };
-        let (loss, accuracy) = (total(loss)?, total(hits)?);
-        Tensor::realize_all(&[&loss, &accuracy]).await?;
-        Ok((loss.item::<f32>().await?, accuracy.item::<f32>().await?))
+        evaluate(&self.device, &self.model()?, &self.data, self.config.model.layout()).await
     }
 
     /// Class probabilities for one 28×28 image (values in [0, 1], row-major).
@@ -238,21 +223,8 @@ impl Trainer {
     /// The parameters, the optimizer state and the run's config.
     pub async fn checkpoint(&self) -> Result<Checkpoint> {
         let n = self.model.leaves().len();
-        let mut ck = Checkpoint::new();
-        ck.add("params", &self.model()?).await?;
-        ck.add("opt", &self.opt_template.unflatten(self.leaves[n..].to_vec())?).await?;
-        let c = &self.config;
-        for (k, v) in [
-            ("model", c.model.name().to_string()),
-            ("step", self.steps.to_string()),
-            ("seed", c.seed.to_string()),
-            ("epochs", c.epochs.to_string()),
-            ("batch_size", c.batch_size.to_string()),
-            ("lr", format!("{:e}", c.lr)),
-        ] {
-            ck.set_metadata(k, &v)?;
-        }
-        Ok(ck)
+        let state = self.opt_template.unflatten(self.leaves[n..].to_vec())?;
+        checkpoint(&self.config, self.steps, &self.model()?, &state).await
     }
 
     /// A trainer continuing the run saved in `ck` (its config included).
@@ -271,6 +243,55 @@ impl Trainer {
         let steps = meta(ck, "step")?;
         Trainer::with_params(device, data, config, model, Some(state), steps)
     }
+}
+
+/// Mean loss and accuracy of `model` over the test set.
+pub(crate) async fn evaluate(
+    device: &Device,
+    model: &Sequential,
+    data: &Mnist,
+    layout: ImageLayout,
+) -> Result<(f32, f32)> {
+    let test = &data.test;
+    let (mut loss, mut hits) = (Vec::new(), Vec::new());
+    for start in (0..test.len()).step_by(EVAL_CHUNK) {
+        let idx: Vec<usize> = (start..(start + EVAL_CHUNK).min(test.len())).collect();
+        let (x, labels) = images_and_labels(device, test, &idx, layout)?;
+        let (l, h) = loss_and_hits(&model.forward(&x)?, &labels)?;
+        loss.push(l.mul_scalar(idx.len() as f64)?);
+        hits.push(h);
+    }
+    let total = |parts: Vec<Tensor>| -> Result<Tensor> {
+        Tensor::stack(&parts.iter().collect::<Vec<_>>(), 0)?.sum(&[], false)?.div_scalar(test.len() as f64)
+    };
+    let (loss, accuracy) = (total(loss)?, total(hits)?);
+    Tensor::realize_all(&[&loss, &accuracy]).await?;
+    Ok((loss.item::<f32>().await?, accuracy.item::<f32>().await?))
+}
+
+/// A run's checkpoint: parameters, optimizer state, and the config and step
+/// as metadata (what `Trainer::restore` reads).
+pub(crate) async fn checkpoint(
+    config: &Config,
+    steps: u64,
+    model: &Sequential,
+    state: &OptState,
+) -> Result<Checkpoint> {
+    let mut ck = Checkpoint::new();
+    ck.add("params", model).await?;
+    ck.add("opt", state).await?;
+    let c = config;
+    for (k, v) in [
+        ("model", c.model.name().to_string()),
+        ("step", steps.to_string()),
+        ("seed", c.seed.to_string()),
+        ("epochs", c.epochs.to_string()),
+        ("batch_size", c.batch_size.to_string()),
+        ("lr", format!("{:e}", c.lr)),
+    ] {
+        ck.set_metadata(k, &v)?;
+    }
+    Ok(ck)
 }
 
 /// Adam, warmup over the first 5% of steps (at most 100) to `lr`, then a

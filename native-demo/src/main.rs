@@ -6,6 +6,7 @@ mod notice;
 mod plot;
 mod progress;
 mod split;
+mod training;
 
 use clap::Parser;
 use kiln::prelude::*;
@@ -17,6 +18,7 @@ use split::{Phase, Split};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+use training::Training;
 
 #[derive(Parser, Debug)]
 #[command(version, about = "Train MNIST with kiln on any GPU (or a software adapter)")]
@@ -51,9 +53,20 @@ struct Args {
     /// Only evaluate this checkpoint on the test set.
     #[arg(long)]
     eval_only: Option<PathBuf>,
+    /// Stop after this many steps (before the run's end).
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Write every step's training loss to this file as a JSON array.
+    #[arg(long)]
+    losses: Option<PathBuf>,
     /// Print the buffer pool's bytes in use and held after each epoch.
     #[arg(long)]
     verbose: bool,
+    /// Split each batch across the ranks of an MPI job (`mpirun -n 2 ...`):
+    /// one device per rank; rank 0 prints, plots and saves.
+    #[cfg(feature = "mpi")]
+    #[arg(long, conflicts_with_all = ["resume", "eval_only"])]
+    data_parallel: bool,
 }
 
 fn main() {
@@ -72,11 +85,19 @@ fn mib(bytes: u64) -> f64 {
 async fn run(args: Args) -> Result<()> {
     let model: ModelKind = args.model.parse()?;
     let options = DeviceOptions { adapter: args.adapter.clone(), ..DeviceOptions::default() };
+    #[cfg(feature = "mpi")]
+    let world = args.data_parallel.then(kiln_shard::MpiWorld::init).transpose()?;
+    #[cfg(feature = "mpi")]
+    let root = world.as_ref().is_none_or(|w| w.rank() == 0);
+    #[cfg(not(feature = "mpi"))]
+    let root = true;
     let dev = Device::with_options(options).await?;
     let info = dev.info();
-    println!("adapter: {} ({}, {})", info.name, info.backend, info.device_type);
     let data = Arc::new(Mnist::load(&args.data)?);
-    println!("data: {} ({} train, {} test images)", args.data.display(), data.train.len(), data.test.len());
+    if root {
+        println!("adapter: {} ({}, {})", info.name, info.backend, info.device_type);
+        println!("data: {} ({} train, {} test images)", args.data.display(), data.train.len(), data.test.len());
+    }
 
     if let Some(path) = &args.eval_only {
         let trainer = Trainer::restore(&dev, data, &Checkpoint::load(path)?, Some(model))?;
@@ -84,31 +105,44 @@ async fn run(args: Args) -> Result<()> {
         println!("{}: test loss {loss:.4}, accuracy {:.2}%", path.display(), accuracy * 100.0);
         return Ok(());
     }
+    let config = || {
+        let d = model.default_config();
+        Config {
+            model,
+            epochs: args.epochs.unwrap_or(d.epochs),
+            batch_size: args.batch_size.unwrap_or(d.batch_size),
+            lr: args.lr.unwrap_or(d.lr),
+            seed: args.seed,
+        }
+    };
+    #[cfg(feature = "mpi")]
+    if let Some(world) = world {
+        println!("rank {} of {} on {}", world.rank(), kiln_shard::Collective::world_size(&world), info.name);
+        let mesh = kiln_shard::Mesh::over(vec![dev], Box::new(world))?;
+        let mut trainer = kiln_mnist::DataParallelTrainer::new(&mesh, data, config()).await?;
+        return train(&mut trainer, &args).await;
+    }
     let mut trainer = match &args.resume {
         Some(path) => {
             let t = Trainer::restore(&dev, data, &Checkpoint::load(path)?, Some(model))?;
             println!("resuming {} at step {} ({:?})", path.display(), t.steps(), t.config());
             t
         }
-        None => {
-            let d = model.default_config();
-            let config = Config {
-                model,
-                epochs: args.epochs.unwrap_or(d.epochs),
-                batch_size: args.batch_size.unwrap_or(d.batch_size),
-                lr: args.lr.unwrap_or(d.lr),
-                seed: args.seed,
-            };
-            Trainer::new(&dev, data, config)?
-        }
+        None => Trainer::new(&dev, data, config())?,
     };
     train(&mut trainer, &args).await
 }
 
-async fn train(trainer: &mut Trainer, args: &Args) -> Result<()> {
+async fn train(trainer: &mut impl Training, args: &Args) -> Result<()> {
     let c = *trainer.config();
+    let total = args.steps.map_or(trainer.total_steps(), |s| (trainer.steps() + s).min(trainer.total_steps()));
+    if !trainer.is_root() {
+        // Other ranks take the steps with rank 0 and leave the rest to it.
+        trainer.run((total - trainer.steps()) as usize).await?;
+        return Ok(());
+    }
     std::fs::create_dir_all(&args.out).map_err(|e| file_error(&args.out, e))?;
-    let (per_epoch, total) = (trainer.steps_per_epoch(), trainer.total_steps());
+    let per_epoch = trainer.steps_per_epoch();
     let mut progress = Progress::new(total, trainer.steps());
     let (mut losses, mut accuracy) = (Vec::new(), Vec::new());
     let started = Instant::now();
@@ -117,7 +151,7 @@ async fn train(trainer: &mut Trainer, args: &Args) -> Result<()> {
     while trainer.steps() < total {
         // Ten steps at a time, up to the epoch's end; losses read back together.
         let to_epoch_end = per_epoch - trainer.steps() % per_epoch;
-        let n = to_epoch_end.min(10) as usize;
+        let n = to_epoch_end.min(10).min(total - trainer.steps()) as usize;
         let dev = trainer.device().clone();
         losses.extend(split.time(&dev, Phase::Train, trainer.run(n)).await?);
         let done = (trainer.steps() - first_step) as f64 * c.batch_size as f64;
@@ -153,6 +187,11 @@ async fn train(trainer: &mut Trainer, args: &Args) -> Result<()> {
     let samples = losses.len() as f64 * c.batch_size as f64;
     println!("trained {} steps in {wall:.1} s ({:.0} samples/s)", losses.len(), samples / wall);
     println!("{split}");
+    if let Some(path) = &args.losses {
+        let json = format!("[{}]\n", losses.iter().map(|l| format!("{l:?}")).collect::<Vec<_>>().join(", "));
+        std::fs::write(path, json).map_err(|e| file_error(path, e))?;
+        println!("losses: {}", path.display());
+    }
     let checkpoint = args.out.join(format!("{}.safetensors", c.model));
     trainer.checkpoint().await?.save(&checkpoint)?;
     println!("checkpoint: {}", checkpoint.display());

@@ -23,6 +23,8 @@
 mod collective;
 mod grad;
 mod mesh;
+#[cfg(feature = "mpi")]
+mod mpi_world;
 mod replicas;
 mod sharded;
 mod sharding;
@@ -30,6 +32,8 @@ mod sharding;
 pub use collective::{Collective, InProcess};
 pub use grad::value_and_grad;
 pub use mesh::Mesh;
+#[cfg(feature = "mpi")]
+pub use mpi_world::MpiWorld;
 pub use replicas::Replicas;
 pub use sharded::{ShardTensor, Sharded};
 pub use sharding::Sharding;

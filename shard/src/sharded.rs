@@ -267,7 +267,7 @@ impl Sharded {
             // A replicated operand against a split one takes its block where
             // it is not broadcast along the split axis.
             if let (Split(axis), Replicated) = (sharding, s.sharding) {
-                let at = axis as isize - (rank - s.shape.len()) as isize;
+                let at = axis - (rank - s.shape.len()) as isize;
                 if at >= 0 && s.shape[at as usize] > 1 {
                     let rank_no = s.mesh.local_ranks().start + i;
                     let (start, len) = block(s.shape[at as usize], s.mesh.world_size(), rank_no);

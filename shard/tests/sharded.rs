@@ -72,7 +72,7 @@ fn ops_follow_the_shardings_and_match_one_device() {
 fn a_replicated_operand_with_the_split_extent_is_sliced_to_each_block() {
     kiln::block_on(async {
         let m = mesh(2);
-        let (a, c) = (values(5 * 3, 4), values(5 * 1, 5));
+        let (a, c) = (values(5 * 3, 4), values(5, 5));
         let xs = Sharded::from_slice(&m, &a, &[5, 3], Sharding::Split(0)).unwrap();
         let cs = Sharded::from_slice(&m, &c, &[5, 1], Sharding::Replicated).unwrap();
         let got = xs.mul(&cs).unwrap().gather().await.unwrap().data;

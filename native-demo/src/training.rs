@@ -1,0 +1,59 @@
+//! What the training loop needs of a trainer: one device's `Trainer`, or
+//! `DataParallelTrainer` with its batch split across MPI ranks.
+
+use kiln::prelude::*;
+use kiln_mnist::{Config, Trainer};
+use kiln_nn::checkpoint::Checkpoint;
+
+pub trait Training {
+    fn config(&self) -> &Config;
+    fn device(&self) -> &Device;
+    fn steps(&self) -> u64;
+    fn steps_per_epoch(&self) -> u64;
+    fn total_steps(&self) -> u64;
+    async fn run(&mut self, n: usize) -> Result<Vec<f32>>;
+    async fn evaluate(&self) -> Result<(f32, f32)>;
+    async fn checkpoint(&self) -> Result<Checkpoint>;
+    /// Whether this process prints, plots and saves (rank 0 of a mesh).
+    fn is_root(&self) -> bool;
+}
+
+/// The methods both trainers have under the same names.
+macro_rules! delegate {
+    ($t:ty, $root:expr) => {
+        impl Training for $t {
+            fn config(&self) -> &Config {
+                <$t>::config(self)
+            }
+            fn device(&self) -> &Device {
+                <$t>::device(self)
+            }
+            fn steps(&self) -> u64 {
+                <$t>::steps(self)
+            }
+            fn steps_per_epoch(&self) -> u64 {
+                <$t>::steps_per_epoch(self)
+            }
+            fn total_steps(&self) -> u64 {
+                <$t>::total_steps(self)
+            }
+            async fn run(&mut self, n: usize) -> Result<Vec<f32>> {
+                <$t>::run(self, n).await
+            }
+            async fn evaluate(&self) -> Result<(f32, f32)> {
+                <$t>::evaluate(self).await
+            }
+            async fn checkpoint(&self) -> Result<Checkpoint> {
+                <$t>::checkpoint(self).await
+            }
+            fn is_root(&self) -> bool {
+                let root: fn(&$t) -> bool = $root;
+                root(self)
+            }
+        }
+    };
+}
+
+delegate!(Trainer, |_| true);
+#[cfg(feature = "mpi")]
+delegate!(kiln_mnist::DataParallelTrainer, |t| t.mesh().is_root());

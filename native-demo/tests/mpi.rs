@@ -1,0 +1,149 @@
+//! The demo across two MPI ranks (`--data-parallel`): the losses of the
+//! single-process run of the same global batch, bit-identical repeats, and
+//! a rank that dies, hangs or runs another config stopping the job with an
+//! error in bounded time.
+#![cfg(feature = "mpi")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const STEPS: &str = "100";
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-mpi-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The demo's arguments for `steps` steps of a run of `epochs` on lavapipe
+/// writing into `out`.
+fn demo_args(out: &Path, epochs: &str, steps: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["--adapter", "lavapipe", "--epochs", epochs, "--steps", steps, "--out"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(out.display().to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// `mpirun` for two ranks on this machine (as root, on 2 cores).
+fn mpirun() -> Command {
+    let mut c = Command::new("mpirun");
+    c.args(["--allow-run-as-root", "--oversubscribe"]);
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn losses(path: &Path) -> Vec<f32> {
+    let s = std::fs::read_to_string(path).unwrap();
+    s.trim().trim_matches(['[', ']']).split(", ").map(|v| v.parse().unwrap()).collect()
+}
+
+fn two_ranks(out: &Path) -> Vec<f32> {
+    let losses_file = out.join("losses.json");
+    let o = mpirun()
+        .args(["-n", "2", env!("CARGO_BIN_EXE_native-demo"), "--data-parallel"])
+        .args(demo_args(out, "1", STEPS, &["--losses", losses_file.to_str().unwrap()]))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    losses(&losses_file)
+}
+
+#[test]
+fn two_ranks_give_the_single_process_losses_and_repeat_bit_for_bit() {
+    let single_out = out_dir("single");
+    let single_file = single_out.join("losses.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_native-demo"))
+        .args(demo_args(&single_out, "1", STEPS, &["--losses", single_file.to_str().unwrap()]))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let single = losses(&single_file);
+
+    let first = two_ranks(&out_dir("ranks-a"));
+    let worst = first.iter().zip(&single).map(|(a, b)| (a - b).abs() / b.abs().max(1e-6)).fold(0.0f32, f32::max);
+    eprintln!("2 ranks against 1 process: largest relative loss difference over {STEPS} steps {worst:e}");
+    assert_eq!(first.len(), single.len());
+    assert!(worst <= 1e-5, "{worst:e}\n2 ranks {first:?}\n1 process {single:?}");
+    assert_eq!(two_ranks(&out_dir("ranks-b")), first, "two runs with 2 ranks differ");
+    assert!(out_dir("ranks-a").join("mlp.safetensors").exists(), "rank 0 saves the checkpoint");
+}
+
+/// Start a 2-rank job, send `fault` to one rank once both run, and
+/// return the job's output once it has ended (it must, within `limit`).
+fn job_with_fault(name: &str, fault: &str, timeout_s: &str, limit: Duration) -> Output {
+    let out = out_dir(name);
+    let mut job: Child = mpirun()
+        .args(["-n", "2", env!("CARGO_BIN_EXE_native-demo"), "--data-parallel"])
+        .args(demo_args(&out, "50", "100000", &[]))
+        .env("KILN_MPI_TIMEOUT", timeout_s)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ranks = loop {
+        let o = Command::new("pgrep").args(["-P", &job.id().to_string()]).output().unwrap();
+        let pids: Vec<String> = String::from_utf8_lossy(&o.stdout).split_whitespace().map(String::from).collect();
+        if pids.len() == 2 {
+            break pids;
+        }
+        if job.try_wait().unwrap().is_some() {
+            panic!("the job ended before its fault:\n{}", text(&job.wait_with_output().unwrap()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Let both ranks reach their first exchanges.
+    std::thread::sleep(Duration::from_secs(3));
+    let signalled = Instant::now();
+    assert!(Command::new("kill").args([fault, &ranks[1]]).status().unwrap().success());
+    loop {
+        if job.try_wait().unwrap().is_some() {
+            break;
+        }
+        if signalled.elapsed() > limit {
+            let _ = job.kill();
+            panic!("the job still runs {:?} after {fault} to a rank", limit);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    job.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_dead_rank_stops_the_job() {
+    let o = job_with_fault("dead", "-KILL", "60", Duration::from_secs(60));
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("signal 9") || t.contains("Killed"), "{t}");
+}
+
+#[test]
+fn a_hung_rank_stops_the_job_at_the_deadline() {
+    let o = job_with_fault("hung", "-STOP", "8", Duration::from_secs(60));
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("waited 8 s for the other ranks"), "{t}");
+}
+
+#[test]
+fn ranks_with_different_configs_stop_with_an_error() {
+    let out = out_dir("mismatch");
+    let demo = env!("CARGO_BIN_EXE_native-demo");
+    let o = mpirun()
+        .args(["-n", "1", demo, "--data-parallel", "--seed", "1"])
+        .args(demo_args(&out, "1", STEPS, &[]))
+        .arg(":")
+        .args(["-n", "1", demo, "--data-parallel", "--seed", "2"])
+        .args(demo_args(&out, "1", STEPS, &[]))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("the seed differs between rank 0 and rank(s) [1]"), "{t}");
+}
