@@ -2,7 +2,8 @@
 //! takes at that step) is split along its rows, every rank differentiates
 //! its block against its copy of the parameters, one all-reduce sums the
 //! loss and the gradients in rank order, and every rank applies the same
-//! Adam update to its copy.
+//! Adam update to its copy: lazily, so that it runs in the next step's
+//! submit (one submit per device per step).
 
 use crate::model::Config;
 use crate::trainer::{Batches, OptState, Optimizer, checkpoint, evaluate, optimizer};
@@ -98,14 +99,18 @@ impl DataParallelTrainer {
         &self.mesh.devices()[0]
     }
 
-    /// `n` steps (at most to the end of the run); their losses.
+    /// `n` steps (at most to the end of the run); their losses, read back
+    /// together.
     pub async fn run(&mut self, n: usize) -> Result<Vec<f32>> {
         let n = n.min((self.total_steps() - self.steps) as usize);
         let mut losses = Vec::with_capacity(n);
         for _ in 0..n {
             losses.push(self.step().await?);
         }
-        Ok(losses)
+        if losses.is_empty() {
+            return Ok(Vec::new());
+        }
+        Tensor::stack(&losses.iter().collect::<Vec<_>>(), 0)?.to_vec::<f32>().await
     }
 
     /// Mean loss and accuracy of this process's copy over the test set.
@@ -124,9 +129,10 @@ impl DataParallelTrainer {
         self.params.local()
     }
 
-    /// One step over the global batch; its loss (the mean over the whole
-    /// batch, as every rank has it).
-    pub async fn step(&mut self) -> Result<f32> {
+    /// One step over the global batch (one submit per device); its loss,
+    /// the mean over the whole batch, on this process's first device (not
+    /// read: reading is a submit of its own).
+    pub async fn step(&mut self) -> Result<Tensor> {
         let (pixels, labels) = self.batches.host(self.steps);
         let n = labels.len();
         let shape = match self.layout {
@@ -136,7 +142,9 @@ impl DataParallelTrainer {
         let images = HostArray::new(DType::F32, shape, pixels.iter().map(|&v| f64::from(v)).collect());
         let x = Sharded::from_host(&self.mesh, &images, Sharding::Split(0))?;
         let y = Sharded::from_slice(&self.mesh, &labels, &[n], Sharding::Split(0))?;
-        let (loss, grads) = kiln_shard::value_and_grad(&self.params, |p| {
+        // The last step's update (lazy until now) runs in this step's submit.
+        let state: Vec<Vec<Tensor>> = self.state.trees().iter().map(Tree::leaves).collect();
+        let (loss, grads) = kiln_shard::value_and_grad_keeping(&self.params, &state, |p| {
             x.map_with(p, "forward", |m, x| m.forward(x))?.cross_entropy(&y)
         })
         .await?;
@@ -145,15 +153,9 @@ impl DataParallelTrainer {
             let (updates, s) = opt.update(g, s, Some(p))?;
             Ok((apply_updates(p, &updates)?, s))
         })?;
-        // Realized now, so that the next step's graph starts from buffers.
-        futures_util::future::try_join_all(updated.trees().iter().map(|t| {
-            let leaves = t.leaves();
-            async move { Tensor::realize_all(&leaves.iter().collect::<Vec<_>>()).await }
-        }))
-        .await?;
         self.params = updated.map(|(p, _)| Ok(p.clone()))?;
         self.state = updated.map(|(_, s)| Ok(s.clone()))?;
         self.steps += 1;
-        loss.shards()[0].item::<f32>().await
+        Ok(loss.shards()[0].clone())
     }
 }

@@ -22,7 +22,7 @@ fn sharded_losses(mesh: &Mesh, n: usize) -> Vec<f32> {
         let mut t = DataParallelTrainer::new(mesh, data(), config()).await?;
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
-            out.push(t.step().await?);
+            out.push(t.step().await?.item::<f32>().await?);
         }
         Ok::<_, KilnError>(out)
     })
@@ -78,6 +78,35 @@ fn a_step_split_across_devices_gives_the_whole_batch_losses_and_repeats_bit_for_
         );
         assert!(worst <= 1e-3, "{worst:e} relative over {STEPS} steps on {labels:?}");
     }
+}
+
+#[test]
+fn a_step_submits_once_per_device_and_stops_allocating() {
+    let mut devices = fresh_devices();
+    devices.sort_by_key(|d| !(d.info().name.contains("llvmpipe") && d.info().backend == "vulkan"));
+    let Some(first) = devices.first().cloned() else {
+        eprintln!("skipped: no adapter found");
+        return;
+    };
+    let twin = fresh_devices()
+        .into_iter()
+        .find(|d| d.info().name == first.info().name && d.info().backend == first.info().backend);
+    let mesh = Mesh::local(vec![first, twin.expect("the same adapter again")]).unwrap();
+    kiln::block_on(async {
+        let mut t = DataParallelTrainer::new(&mesh, data(), config()).await?;
+        t.run(5).await?;
+        let before: Vec<_> = mesh.devices().iter().map(Device::stats).collect();
+        for _ in 0..10 {
+            t.step().await?;
+        }
+        for (d, b) in mesh.devices().iter().zip(before) {
+            let now = d.stats();
+            assert_eq!(now.submits - b.submits, 10, "submits over 10 steps");
+            assert_eq!(now.pool.buffers_created, b.pool.buffers_created, "buffers created over 10 steps");
+        }
+        Ok::<_, KilnError>(())
+    })
+    .unwrap();
 }
 
 #[test]
