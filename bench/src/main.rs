@@ -6,6 +6,7 @@
 //! writes JSON lines (`--json`) and regenerates docs/BENCHMARKS.md.
 
 mod ceilings;
+mod data_parallel;
 mod measure;
 mod report;
 mod row_layouts;

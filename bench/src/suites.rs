@@ -294,14 +294,17 @@ fn demo_epoch(cx: &Ctx, bench: &str, trainer: &mut Trainer) -> Result<Record> {
     Ok(Record::duration(bench, cx.adapter, t, 1.0, "s").note(note))
 }
 
+/// The bundled MNIST subset, or env KILN_MNIST_DIR for a binary run away
+/// from its checkout (scripts/device-check).
+pub fn mnist_dir() -> String {
+    std::env::var("KILN_MNIST_DIR").unwrap_or(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist-10k").into())
+}
+
 /// The demo's training steps (jit-captured, one submit each; batch 64) and
 /// one conv layer both ways (forward, and forward with its gradients): ms
 /// per step, and kernels per training step in the note.
 fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
-    // Env KILN_MNIST_DIR for a binary run away from its checkout (scripts/device-check).
-    let dir =
-        std::env::var("KILN_MNIST_DIR").unwrap_or(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist-10k").into());
-    let data = || Mnist::load(&dir);
+    let data = || Mnist::load(mnist_dir());
     for model in [ModelKind::Mlp, ModelKind::Cnn] {
         let bench = format!("{model} train step (batch 64)");
         if !cx.wants(&bench) {
@@ -345,7 +348,8 @@ fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
             out(Record::duration(&bench, cx.adapter, t, 1e3, "ms"));
         }
     }
-    per_example(cx, out)
+    per_example(cx, out)?;
+    crate::data_parallel::data_parallel(cx, out)
 }
 
 /// Per-example gradients of the demo's MLP for a batch of 64: `vmap(grad)`
