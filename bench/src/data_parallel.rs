@@ -35,7 +35,7 @@ pub fn data_parallel(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
     let config = ModelKind::Mlp.default_config();
     let step_time = |mesh: &Mesh| -> Result<Timing> {
         let mut t = kiln::block_on(DataParallelTrainer::new(mesh, data.clone(), config))?;
-        time(cx.reps, || kiln::block_on(async { t.step().await?.item::<f32>().await.map(drop) }))
+        time(cx.reps, || kiln::block_on(t.step()).map(drop))
     };
     let single = step_time(&Mesh::local(vec![cx.dev.clone()])?)?;
     let pair = Mesh::local(vec![cx.dev.clone(), twin])?;

@@ -2,32 +2,85 @@
 //! takes at that step) is split along its rows, every rank differentiates
 //! its block against its copy of the parameters, one all-reduce sums the
 //! loss and the gradients in rank order, and every rank applies the same
-//! Adam update to its copy: lazily, so that it runs in the next step's
-//! submit (one submit per device per step).
+//! Adam update to its copy.
+//!
+//! Each rank's half of a step is jit-captured: the previous step's update,
+//! then the forward and backward pass, replayed as one submit, followed by
+//! the read of the rank's part. The update of the last step waits until
+//! the parameters are asked for.
 
 use crate::model::Config;
 use crate::trainer::{Batches, OptState, Optimizer, checkpoint, evaluate, optimizer};
-use kiln::Key;
 use kiln::core::interp::HostArray;
 use kiln::prelude::*;
+use kiln::{Jit, Key};
 use kiln_nn::Sequential;
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::{ImageLayout, Mnist};
+use kiln_nn::loss::cross_entropy;
 use kiln_nn::optim::{Transform, apply_updates};
-use kiln_shard::{Mesh, Replicas, Sharded, Sharding};
+use kiln_shard::{Mesh, Sharded, Sharding};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
+
+type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
 
 pub struct DataParallelTrainer {
     mesh: Mesh,
     config: Config,
     data: Arc<Mnist>,
     batches: Batches,
-    opt: Optimizer,
-    params: Replicas<Sequential>,
-    state: Replicas<OptState>,
-    steps: u64,
     layout: ImageLayout,
+    /// Per local rank: the parameters' leaves, then the optimizer state's.
+    leaves: Vec<Vec<Tensor>>,
+    /// The last step's all-reduced `[loss, gradient..]` on each local
+    /// device, not yet applied to `leaves`.
+    pending: Option<Vec<Tensor>>,
+    /// `(x, labels, params..)` → this rank's `[loss, gradient..]`.
+    first: Jit<StepFn>,
+    /// `(x, labels, params.., state.., pending)` → the rank's part, then
+    /// the updated parameters and state.
+    steady: Jit<StepFn>,
+    apply: Arc<Update>,
+    steps: u64,
+}
+
+/// The Adam step of one rank from an all-reduced `[loss, gradient..]`.
+struct Update {
+    opt: Optimizer,
+    model: Sequential,
+    state: OptState,
+}
+
+impl Update {
+    /// `(params.., state..)` updated by `total`.
+    fn apply(&self, leaves: &[Tensor], total: &Tensor) -> Result<Vec<Tensor>> {
+        let n = self.model.leaves().len();
+        let p = self.model.unflatten(leaves[..n].to_vec())?;
+        let s = self.state.unflatten(leaves[n..].to_vec())?;
+        let mut at = 1;
+        let grads = p.map_leaves(|_, leaf| {
+            let g = total.narrow(0, at, leaf.numel())?;
+            at += leaf.numel();
+            g.reshape(&leaf.shape().iter().map(|&d| d as isize).collect::<Vec<_>>())
+        })?;
+        let (updates, s) = self.opt.update(&grads, &s, Some(&p))?;
+        Ok([apply_updates(&p, &updates)?.leaves(), s.leaves()].concat())
+    }
+}
+
+/// This rank's part of the global mean loss and of its gradient, as one
+/// flat `[loss, gradient..]`: its mean weighted by its share of the batch.
+fn partial(model: &Sequential, x: &Tensor, labels: &Tensor, params: &[Tensor], batch: usize) -> Result<Tensor> {
+    let p = model.unflatten(params.to_vec())?;
+    let weight = x.shape()[0] as f64 / batch as f64;
+    let loss = |p: &Sequential| cross_entropy(&p.forward(x)?, labels)?.mul_scalar(weight);
+    let (value, grads) = value_and_grad(loss)(&p)?;
+    let mut flat = vec![value.reshape(&[1])?];
+    for g in grads.leaves() {
+        flat.push(g.reshape(&[-1])?);
+    }
+    Tensor::concat(&flat.iter().collect::<Vec<_>>(), 0)
 }
 
 fn fingerprint(value: impl Hash) -> u64 {
@@ -58,18 +111,35 @@ impl DataParallelTrainer {
             });
         }
         let model = config.model.build(&mesh.devices()[0], Key::new(config.seed))?;
-        let params = Replicas::new(mesh, &model).await?;
+        let params = kiln_shard::Replicas::new(mesh, &model).await?;
         let opt = optimizer(&config, data.train.len());
-        let state = params.map(|p| opt.init(p))?;
+        let apply = Arc::new(Update { state: opt.init(&model)?, opt, model: model.clone() });
+        let leaves = params
+            .trees()
+            .iter()
+            .map(|p| Ok([p.leaves(), apply.opt.init(p)?.leaves()].concat()))
+            .collect::<Result<_>>()?;
+        let (n, batch) = (model.leaves().len(), config.batch_size);
+        let template = model.clone();
+        let first: StepFn = Box::new(move |i: &[Tensor]| Ok(vec![partial(&template, &i[0], &i[1], &i[2..], batch)?]));
+        let (template, update) = (model, apply.clone());
+        let steady: StepFn = Box::new(move |i: &[Tensor]| {
+            let (total, leaves) = i[2..].split_last().expect("inputs end with the pending total");
+            let updated = update.apply(leaves, total)?;
+            let part = partial(&template, &i[0], &i[1], &updated[..n], batch)?;
+            Ok([vec![part], updated].concat())
+        });
         Ok(DataParallelTrainer {
             mesh: mesh.clone(),
             batches: Batches::new(data.clone(), &config),
-            data,
             layout: config.model.layout(),
+            data,
             config,
-            opt,
-            params,
-            state,
+            leaves,
+            pending: None,
+            first: kiln::jit(first),
+            steady: kiln::jit(steady),
+            apply,
             steps: 0,
         })
     }
@@ -86,6 +156,12 @@ impl DataParallelTrainer {
         self.steps
     }
 
+    /// How many times the step has been captured (the first step's and the
+    /// steady one's, once per device and input signature).
+    pub fn captures(&self) -> usize {
+        self.first.captures() + self.steady.captures()
+    }
+
     pub fn steps_per_epoch(&self) -> u64 {
         self.batches.steps_per_epoch()
     }
@@ -99,40 +175,26 @@ impl DataParallelTrainer {
         &self.mesh.devices()[0]
     }
 
-    /// `n` steps (at most to the end of the run); their losses, read back
-    /// together.
-    pub async fn run(&mut self, n: usize) -> Result<Vec<f32>> {
-        let n = n.min((self.total_steps() - self.steps) as usize);
-        let mut losses = Vec::with_capacity(n);
-        for _ in 0..n {
-            losses.push(self.step().await?);
-        }
-        if losses.is_empty() {
-            return Ok(Vec::new());
-        }
-        Tensor::stack(&losses.iter().collect::<Vec<_>>(), 0)?.to_vec::<f32>().await
-    }
-
-    /// Mean loss and accuracy of this process's copy over the test set.
-    pub async fn evaluate(&self) -> Result<(f32, f32)> {
-        evaluate(self.device(), self.model(), &self.data, self.layout).await
-    }
-
-    /// The run as `Trainer::checkpoint` saves it (this process's copies):
-    /// `Trainer::restore` continues it on one device.
-    pub async fn checkpoint(&self) -> Result<Checkpoint> {
-        checkpoint(&self.config, self.steps, self.model(), self.state.local()).await
+    /// This process's first copy of the parameters and optimizer state,
+    /// with the last step's update applied.
+    fn current(&self) -> Result<(Sequential, OptState)> {
+        let leaves = match &self.pending {
+            Some(total) => self.apply.apply(&self.leaves[0], &total[0])?,
+            None => self.leaves[0].clone(),
+        };
+        let n = self.apply.model.leaves().len();
+        Ok((self.apply.model.unflatten(leaves[..n].to_vec())?, self.apply.state.unflatten(leaves[n..].to_vec())?))
     }
 
     /// This process's copy of the current parameters.
-    pub fn model(&self) -> &Sequential {
-        self.params.local()
+    pub fn model(&self) -> Result<Sequential> {
+        Ok(self.current()?.0)
     }
 
-    /// One step over the global batch (one submit per device); its loss,
-    /// the mean over the whole batch, on this process's first device (not
-    /// read: reading is a submit of its own).
-    pub async fn step(&mut self) -> Result<Tensor> {
+    /// One step over the global batch: on each device one submit for the
+    /// captured step and one for reading its part, then the all-reduce.
+    /// Returns the loss, the mean over the whole batch.
+    pub async fn step(&mut self) -> Result<f32> {
         let (pixels, labels) = self.batches.host(self.steps);
         let n = labels.len();
         let shape = match self.layout {
@@ -142,20 +204,48 @@ impl DataParallelTrainer {
         let images = HostArray::new(DType::F32, shape, pixels.iter().map(|&v| f64::from(v)).collect());
         let x = Sharded::from_host(&self.mesh, &images, Sharding::Split(0))?;
         let y = Sharded::from_slice(&self.mesh, &labels, &[n], Sharding::Split(0))?;
-        // The last step's update (lazy until now) runs in this step's submit.
-        let state: Vec<Vec<Tensor>> = self.state.trees().iter().map(Tree::leaves).collect();
-        let (loss, grads) = kiln_shard::value_and_grad_keeping(&self.params, &state, |p| {
-            x.map_with(p, "forward", |m, x| m.forward(x))?.cross_entropy(&y)
-        })
-        .await?;
-        let (opt, params, state) = (&self.opt, &self.params, &self.state);
-        let updated = params.zip_map(&grads.zip_map(state, |g, s| Ok((g.clone(), s.clone())))?, |p, (g, s)| {
-            let (updates, s) = opt.update(g, s, Some(p))?;
-            Ok((apply_updates(p, &updates)?, s))
-        })?;
-        self.params = updated.map(|(p, _)| Ok(p.clone()))?;
-        self.state = updated.map(|(_, s)| Ok(s.clone()))?;
+        let mut parts = Vec::with_capacity(self.leaves.len());
+        let params = self.apply.model.leaves().len();
+        for (i, leaves) in self.leaves.iter_mut().enumerate() {
+            let head = vec![x.shards()[i].clone(), y.shards()[i].clone()];
+            match &self.pending {
+                None => parts.push(self.first.call(&[head, leaves[..params].to_vec()].concat()).await?.remove(0)),
+                Some(total) => {
+                    let inputs = [head, leaves.clone(), vec![total[i].clone()]].concat();
+                    let mut out = self.steady.call(&inputs).await?;
+                    *leaves = out.split_off(1);
+                    parts.push(out.remove(0));
+                }
+            }
+        }
+        let local = futures_util::future::try_join_all(parts.iter().map(Tensor::to_vec::<f32>)).await?;
+        let total = self.mesh.all_reduce_sum(local)?;
+        let copies =
+            self.mesh.devices().iter().map(|d| Tensor::from_slice(d, &total, &[total.len()])).collect::<Result<_>>()?;
+        self.pending = Some(copies);
         self.steps += 1;
-        Ok(loss.shards()[0].clone())
+        Ok(total[0])
+    }
+
+    /// `n` steps (at most to the end of the run); their losses.
+    pub async fn run(&mut self, n: usize) -> Result<Vec<f32>> {
+        let n = n.min((self.total_steps() - self.steps) as usize);
+        let mut losses = Vec::with_capacity(n);
+        for _ in 0..n {
+            losses.push(self.step().await?);
+        }
+        Ok(losses)
+    }
+
+    /// Mean loss and accuracy of this process's copy over the test set.
+    pub async fn evaluate(&self) -> Result<(f32, f32)> {
+        evaluate(self.device(), &self.model()?, &self.data, self.layout).await
+    }
+
+    /// The run as `Trainer::checkpoint` saves it (this process's copies):
+    /// `Trainer::restore` continues it on one device.
+    pub async fn checkpoint(&self) -> Result<Checkpoint> {
+        let (model, state) = self.current()?;
+        checkpoint(&self.config, self.steps, &model, &state).await
     }
 }

@@ -31,7 +31,8 @@ fn demo_args(out: &Path, epochs: &str, steps: &str, extra: &[&str]) -> Vec<Strin
 /// `mpirun` for two ranks on this machine (as root, on 2 cores).
 fn mpirun() -> Command {
     let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe"]);
+    // Unpinned: pinned to a core, a rank's lavapipe runs on that core alone.
+    c.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]);
     c
 }
 

@@ -100,21 +100,6 @@ impl Tensor {
         self.device.read(&self.node).await
     }
 
-    /// Read the values back, realizing `also` (on this device) in the same
-    /// submit: a step that reads one value and keeps others for the next
-    /// step submits once.
-    pub async fn to_host_realizing(&self, also: &[&Tensor]) -> Result<HostArray> {
-        if let Some(t) = also.iter().find(|t| t.device != self.device) {
-            return Err(KilnError::DeviceMismatch {
-                op: "to_host_realizing",
-                left: self.device.info().name,
-                right: t.device.info().name,
-            });
-        }
-        let nodes: Vec<Node> = also.iter().map(|t| t.node.clone()).collect();
-        self.device.read_realizing(&self.node, &nodes).await
-    }
-
     /// The single value of a one-element tensor.
     pub async fn item<T: Element>(&self) -> Result<T> {
         if self.numel() != 1 {

@@ -18,18 +18,6 @@ pub async fn value_and_grad<P: Tree + Clone>(
     params: &Replicas<P>,
     f: impl Fn(&Replicas<P>) -> Result<Sharded>,
 ) -> Result<(Sharded, Replicas<P>)> {
-    value_and_grad_keeping(params, &[], f).await
-}
-
-/// [`value_and_grad`], computing and keeping `params` (when lazy, as after
-/// an update) and `keep[i]`'s tensors on local rank `i` in the submit that
-/// computes the gradient: a training step whose optimizer state is
-/// `keep` then submits once per device.
-pub async fn value_and_grad_keeping<P: Tree + Clone>(
-    params: &Replicas<P>,
-    keep: &[Vec<Tensor>],
-    f: impl Fn(&Replicas<P>) -> Result<Sharded>,
-) -> Result<(Sharded, Replicas<P>)> {
     let op = "shard::value_and_grad";
     let mesh = params.mesh().clone();
     let loss_sharding = Cell::new(Sharding::Partial);
@@ -66,13 +54,7 @@ pub async fn value_and_grad_keeping<P: Tree + Clone>(
         let l = if loss_sharding.get() == Sharding::Partial { l.clone() } else { l.mul_scalar(seed)? };
         Ok((g.clone(), l))
     })?;
-    let kept: Vec<Vec<Tensor>> = params
-        .trees()
-        .iter()
-        .enumerate()
-        .map(|(i, p)| [p.leaves(), keep.get(i).cloned().unwrap_or_default()].concat())
-        .collect();
-    let total = with_loss.sum_over_ranks_realizing(&kept).await?;
+    let total = with_loss.sum_over_ranks().await?;
     let grads = total.map(|(g, _)| Ok(g.clone()))?;
     let loss = Sharded::from_shards(
         &mesh,

@@ -30,7 +30,7 @@ mod sharded;
 mod sharding;
 
 pub use collective::{Collective, InProcess};
-pub use grad::{value_and_grad, value_and_grad_keeping};
+pub use grad::value_and_grad;
 pub use mesh::Mesh;
 #[cfg(feature = "mpi")]
 pub use mpi_world::MpiWorld;

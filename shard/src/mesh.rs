@@ -71,6 +71,13 @@ impl Mesh {
         self.inner.collective.as_ref()
     }
 
+    /// The element-wise sum over all ranks of equal-length vectors (one per
+    /// local rank here), accumulated in f64 in rank order and rounded once:
+    /// every process gets the same bits.
+    pub fn all_reduce_sum(&self, local: Vec<Vec<f32>>) -> Result<Vec<f32>> {
+        crate::collective::all_reduce_sum(self.collective(), local)
+    }
+
     /// Each local rank with its device.
     pub(crate) fn ranks(&self) -> impl Iterator<Item = (usize, &Device)> {
         self.local_ranks().zip(self.devices())

@@ -86,12 +86,6 @@ impl<P: Tree + Clone> Replicas<P> {
     /// gradients), summed in rank order: one flat all-reduce for the whole
     /// tree, the result replicated.
     pub async fn sum_over_ranks(&self) -> Result<Replicas<P>> {
-        self.sum_over_ranks_realizing(&[]).await
-    }
-
-    /// [`Replicas::sum_over_ranks`], realizing `also[i]` on local rank `i`
-    /// in the same submit as its part.
-    pub(crate) async fn sum_over_ranks_realizing(&self, also: &[Vec<Tensor>]) -> Result<Replicas<P>> {
         let groups: Vec<Vec<Tensor>> = self.trees.iter().map(Tree::leaves).collect();
         if let Some((path, leaf)) = self.trees[0].named_leaves().into_iter().find(|(_, l)| l.dtype() != DType::F32) {
             return Err(KilnError::DType {
@@ -99,7 +93,7 @@ impl<P: Tree + Clone> Replicas<P> {
                 detail: format!("leaf `{path}` is {} {:?}; all-reduce sums f32 leaves", leaf.dtype(), leaf.shape()),
             });
         }
-        let totals = all_reduce_tensors(&self.mesh, "all_reduce", &groups, also).await?;
+        let totals = all_reduce_tensors(&self.mesh, "all_reduce", &groups).await?;
         let trees = self.trees.iter().zip(totals).map(|(t, leaves)| t.unflatten(leaves)).collect::<Result<_>>()?;
         Ok(Replicas { mesh: self.mesh.clone(), trees })
     }

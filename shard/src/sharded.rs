@@ -471,7 +471,7 @@ impl Sharded {
             return Ok(self.clone());
         }
         let groups: Vec<Vec<Tensor>> = self.shards.iter().map(|s| vec![s.clone()]).collect();
-        let totals = all_reduce_tensors(&self.mesh, "all_reduce", &groups, &[]).await?;
+        let totals = all_reduce_tensors(&self.mesh, "all_reduce", &groups).await?;
         let shards = totals.into_iter().map(|mut t| t.remove(0)).collect();
         Ok(self.with(Sharding::Replicated, self.shape.clone(), shards))
     }
@@ -520,13 +520,11 @@ fn exact_f32(op: &'static str, host: &HostArray) -> Result<Vec<f32>> {
 
 /// Sum over all ranks of each group of tensors (one group per local rank,
 /// the same f32 shapes in each): one realization and readback per device,
-/// in which `also[i]` is realized too (one submit), and one collective for
-/// all of them. Returns each local rank's copies.
+/// one collective for all of them. Returns each local rank's copies.
 pub(crate) async fn all_reduce_tensors(
     mesh: &Mesh,
     op: &'static str,
     per_rank: &[Vec<Tensor>],
-    also: &[Vec<Tensor>],
 ) -> Result<Vec<Vec<Tensor>>> {
     let first = &per_rank[0];
     for t in first {
@@ -542,12 +540,7 @@ pub(crate) async fn all_reduce_tensors(
         Tensor::concat(&pieces.iter().collect::<Vec<_>>(), 0)
     };
     let flats = per_rank.iter().map(flat).collect::<Result<Vec<_>>>()?;
-    let reads = flats.iter().enumerate().map(|(i, flat)| async move {
-        let keep: Vec<&Tensor> = also.get(i).map(|a| a.iter().collect()).unwrap_or_default();
-        let host = flat.to_host_realizing(&keep).await?;
-        Ok::<_, KilnError>(host.data.iter().map(|&v| v as f32).collect::<Vec<f32>>())
-    });
-    let local = futures_util::future::try_join_all(reads).await?;
+    let local = futures_util::future::try_join_all(flats.iter().map(Tensor::to_vec::<f32>)).await?;
     let total = all_reduce_sum(mesh.collective(), local)?;
     mesh.devices()
         .iter()

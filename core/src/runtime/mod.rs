@@ -479,25 +479,17 @@ impl Device {
 
     /// Realize `node` and read it back as a contiguous host array.
     pub async fn read(&self, node: &Node) -> Result<HostArray> {
-        self.read_realizing(node, &[]).await
-    }
-
-    /// Realize `node` and `also` together (on a GPU, one submit, the copy
-    /// to staging included) and read `node` back: a step that reads one
-    /// value and keeps others for the next step submits once.
-    pub async fn read_realizing(&self, node: &Node, also: &[Node]) -> Result<HostArray> {
         match &*self.0 {
             Backend::Cpu => {
-                interp::realize(also)?;
                 interp::realize(std::slice::from_ref(node))?;
                 match node.realized_value() {
                     Some(Realized::Host(h)) => Ok((*h).clone()),
                     _ => Err(KilnError::Readback("a GPU tensor read through the CPU device".into())),
                 }
             }
-            Backend::Gpu(g) => g.read(node, also).await,
+            Backend::Gpu(g) => g.read(node).await,
             #[cfg(not(target_arch = "wasm32"))]
-            Backend::Cuda(c) => c.read(node, also),
+            Backend::Cuda(c) => c.read(node),
         }
     }
 }

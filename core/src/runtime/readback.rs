@@ -15,10 +15,8 @@ impl Gpu {
         self.tuner.tune_pending(self).await
     }
 
-    /// Realize `also` and read `node` back, in one submit.
-    pub(super) async fn read(&self, node: &Node, also: &[Node]) -> Result<HostArray> {
+    pub(super) async fn read(&self, node: &Node) -> Result<HostArray> {
         let mut scheduler = self.scheduler();
-        scheduler.run(also)?;
         let value = scheduler.readback(node)?;
         let plan = Plan::record(self, scheduler.finish(), Purpose::Run)?;
         let (words, array) = (value.words, plan.resolve(&value.array));

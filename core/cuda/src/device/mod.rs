@@ -188,11 +188,9 @@ impl CudaDevice {
         Ok(planned)
     }
 
-    /// Realize `also` and `node`, and read `node` back as a contiguous
-    /// host array.
-    pub fn read(&self, node: &Node, also: &[Node]) -> Result<HostArray> {
+    /// Realize `node` and read it back as a contiguous host array.
+    pub fn read(&self, node: &Node) -> Result<HostArray> {
         let mut scheduler = self.scheduler();
-        scheduler.run(also)?;
         let value = scheduler.readback(node)?;
         let slots = self.run(scheduler.finish())?;
         let held = resolved(&slots, &value.array.buffer);
