@@ -81,7 +81,7 @@ fn a_replicated_operand_with_the_split_extent_is_sliced_to_each_block() {
     })
 }
 
-#[derive(Tree, Clone)]
+#[derive(Tree, Clone, Debug)]
 struct Linear {
     weight: Tensor,
     bias: Tensor,
@@ -137,6 +137,34 @@ fn data_parallel_gradients_equal_the_whole_batch_gradient_and_repeat_bit_for_bit
             runs.push(run);
         }
         assert_eq!(runs[0], runs[1], "two runs of the same world size differ");
+    })
+}
+
+#[test]
+fn a_loss_that_is_not_one_reduced_value_is_an_error() {
+    kiln::block_on(async {
+        let m = mesh(2);
+        let one = Device::cpu();
+        let p = Linear {
+            weight: Tensor::from_slice(&one, &values(4, 1), &[2, 2]).unwrap(),
+            bias: Tensor::from_slice(&one, &values(2, 2), &[2]).unwrap(),
+        };
+        let params = Replicas::new(&m, &p).await.unwrap();
+        let xs = Sharded::from_slice(&m, &values(8, 3), &[4, 2], Sharding::Split(0)).unwrap();
+        let forward = |p: &Replicas<Linear>| xs.map_with(p, "forward", |p, x| x.matmul(&p.weight)?.add(&p.bias));
+        let e = kiln_shard::value_and_grad(&params, forward).await.unwrap_err().to_string();
+        assert!(e.contains("the loss must be one f32 value, got f32 [4, 2]"), "{e}");
+        // One value split over one rank is still split: reduce it first.
+        let solo = mesh(1);
+        let params = Replicas::new(&solo, &p).await.unwrap();
+        let e = kiln_shard::value_and_grad(&params, |p| {
+            let row = Sharded::from_slice(&solo, &[1.0f32], &[1], Sharding::Split(0))?;
+            row.map_with(p, "scale", |p, r| r.mul(&p.bias.sum(&[], false)?))
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("the loss is split across ranks"), "{e}");
     })
 }
 
