@@ -6,8 +6,9 @@
 use crate::collective::all_reduce_sum;
 use crate::mesh::Mesh;
 use crate::replicas::Replicas;
-use crate::sharding::{Sharding, block, normalize};
+use crate::sharding::{Sharding, block};
 use kiln::core::interp::HostArray;
+use kiln::core::shape::{Layout, SliceSpec, broadcast_shapes, normalize_axis};
 use kiln::prelude::*;
 use kiln::{Element, KilnError};
 use std::future::Future;
@@ -60,7 +61,7 @@ impl Sharded {
                 return Err(sharding_err(op, "a whole value cannot be laid out as a partial sum".into()));
             }
             Sharding::Split(axis) => {
-                let a = normalize(op, axis, shape.len())?;
+                let a = normalize_axis(op, axis, shape.len())?;
                 if shape[a] < world {
                     return Err(sharding_err(
                         op,
@@ -117,7 +118,7 @@ impl Sharded {
             }
         }
         let sharding = match sharding {
-            Sharding::Split(axis) => Sharding::Split(normalize(op, axis, shape.len())? as isize),
+            Sharding::Split(axis) => Sharding::Split(normalize_axis(op, axis, shape.len())? as isize),
             other => other,
         };
         Ok(Sharded { mesh: mesh.clone(), sharding, shape, shards })
@@ -228,7 +229,7 @@ impl Sharded {
         f: impl Fn(&Tensor, &Tensor) -> Result<Tensor>,
     ) -> Result<Sharded> {
         self.expect_same_mesh(op, &other.mesh)?;
-        let shape = broadcast_shape(op, &self.shape, &other.shape)?;
+        let shape = broadcast_shapes(op, &self.shape, &other.shape)?;
         let rank = shape.len();
         // The split axis in the result's coordinates.
         let placed = |s: &Sharded| s.split_axis().map(|a| a + rank - s.shape.len());
@@ -358,7 +359,7 @@ impl Sharded {
                 None => a.matmul(b),
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut shape = broadcast_shape(op, &self.shape[..ra - 2], &other.shape[..rb - 2])?;
+        let mut shape = broadcast_shapes(op, &self.shape[..ra - 2], &other.shape[..rb - 2])?;
         shape.extend([self.shape[ra - 2], other.shape[rb - 1]]);
         Ok(self.with(sharding, shape, shards))
     }
@@ -380,7 +381,7 @@ impl Sharded {
         if axes.is_empty() {
             return Ok((0..self.shape.len()).collect());
         }
-        axes.iter().map(|&a| normalize(op, a, self.shape.len())).collect()
+        axes.iter().map(|&a| normalize_axis(op, a, self.shape.len())).collect()
     }
 
     fn reduce(&self, op: &'static str, axes: &[isize], keepdim: bool, scale: f64) -> Result<Sharded> {
@@ -413,7 +414,7 @@ impl Sharded {
 
     /// A row op along `axis` on every shard; refused along the split axis.
     fn along(&self, op: &'static str, axis: isize, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Sharded> {
-        let a = normalize(op, axis, self.shape.len())?;
+        let a = normalize_axis(op, axis, self.shape.len())?;
         if self.split_axis() == Some(a) {
             return Err(sharding_err(
                 op,
@@ -562,18 +563,15 @@ pub(crate) async fn all_reduce_tensors(
 
 /// Rank `rank`'s block of `host` along `axis` over `world` ranks, with its shape.
 fn host_block(host: &HostArray, axis: usize, world: usize, rank: usize) -> (Vec<f64>, Vec<usize>) {
-    let shape = &host.shape;
-    let (start, len) = block(shape[axis], world, rank);
-    let inner: usize = shape[axis + 1..].iter().product();
-    let outer: usize = shape[..axis].iter().product();
-    let mut data = Vec::with_capacity(outer * len * inner);
-    for o in 0..outer {
-        let from = (o * shape[axis] + start) * inner;
-        data.extend_from_slice(&host.data[from..from + len * inner]);
-    }
-    let mut local = shape.clone();
-    local[axis] = len;
-    (data, local)
+    let (start, len) = block(host.shape[axis], world, rank);
+    let specs: Vec<SliceSpec> = (0..host.shape.len())
+        .map(|d| match d == axis {
+            true => SliceSpec { start, len, step: 1 },
+            false => SliceSpec { start: 0, len: host.shape[d], step: 1 },
+        })
+        .collect();
+    let layout = Layout::contiguous(&host.shape).slice(&specs);
+    (host.view(&layout), layout.shape)
 }
 
 /// Blocks of `shapes` (one per rank) put back together along `axis`.
@@ -588,19 +586,6 @@ fn concat_host(parts: &[Vec<f32>], shapes: &[Vec<usize>], axis: usize, dtype: DT
         }
     }
     HostArray::new(dtype, shape.to_vec(), data)
-}
-
-/// NumPy broadcasting of two shapes, or an error naming `op` and both.
-fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[usize], i: usize| if i + s.len() >= rank { s[i + s.len() - rank] } else { 1 };
-    (0..rank)
-        .map(|i| match (dim(a, i), dim(b, i)) {
-            (x, y) if x == y || y == 1 => Ok(x),
-            (1, y) => Ok(y),
-            _ => Err(KilnError::Shape { op, detail: format!("shapes {a:?} and {b:?} do not broadcast") }),
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -621,11 +606,5 @@ mod tests {
             let back = concat_host(&parts, &shapes, axis, DType::F32, &host.shape);
             assert_eq!(back.data, host.data, "axis {axis}");
         }
-    }
-
-    #[test]
-    fn broadcasting_follows_numpy() {
-        assert_eq!(broadcast_shape("add", &[4, 1, 3], &[5, 1]).unwrap(), [4, 5, 3]);
-        assert!(broadcast_shape("add", &[4, 3], &[2, 3]).unwrap_err().to_string().contains("[4, 3] and [2, 3]"));
     }
 }

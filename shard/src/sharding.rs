@@ -1,6 +1,5 @@
 //! How a tensor lies across the ranks of a mesh.
 
-use kiln::{KilnError, Result};
 use std::fmt;
 
 /// How a tensor's values are laid across a mesh's ranks.
@@ -27,15 +26,6 @@ impl fmt::Display for Sharding {
     }
 }
 
-/// `axis` as an index into a shape of `rank` dimensions.
-pub(crate) fn normalize(op: &'static str, axis: isize, rank: usize) -> Result<usize> {
-    let a = if axis < 0 { axis + rank as isize } else { axis };
-    if a < 0 || a >= rank as isize {
-        return Err(KilnError::Axis { op, axis, rank });
-    }
-    Ok(a as usize)
-}
-
 /// The start and length of rank `rank`'s block of `n` items over `world` ranks.
 pub(crate) fn block(n: usize, world: usize, rank: usize) -> (usize, usize) {
     let (base, extra) = (n / world, n % world);
@@ -60,13 +50,5 @@ mod tests {
             let lens: Vec<usize> = blocks.iter().map(|b| b.1).collect();
             assert!(lens.windows(2).all(|w| w[0] >= w[1] && w[0] - w[1] <= 1), "{lens:?}");
         }
-    }
-
-    #[test]
-    fn axes_normalize_or_fail_naming_the_op() {
-        assert_eq!(normalize("shard", -1, 3).unwrap(), 2);
-        assert_eq!(normalize("shard", 0, 1).unwrap(), 0);
-        let e = normalize("shard", 2, 2).unwrap_err();
-        assert_eq!(e, KilnError::Axis { op: "shard", axis: 2, rank: 2 });
     }
 }
