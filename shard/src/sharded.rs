@@ -45,8 +45,10 @@ fn sharding_err(op: &'static str, detail: String) -> KilnError {
 enum Linearity {
     /// `p + q` of two partial sums is the partial sum of the total.
     Additive,
-    /// `p * r` (`p / r`) with `r` replicated on the right, or `r * p`.
-    Scaling,
+    /// `p * r` or `r * p` with `r` replicated.
+    Product,
+    /// `p / r` with `r` replicated.
+    Quotient,
     Nonlinear,
 }
 
@@ -149,6 +151,14 @@ impl Sharded {
         }
     }
 
+    /// Local rank `i`'s block along `axis` of this replicated tensor: its
+    /// part against an operand split along that axis.
+    fn block_of(&self, i: usize, axis: usize) -> Result<Tensor> {
+        let rank = self.mesh.local_ranks().start + i;
+        let (start, len) = block(self.shape[axis], self.mesh.world_size(), rank);
+        self.shards[i].narrow(axis as isize, start, len)
+    }
+
     fn with(&self, sharding: Sharding, shape: Vec<usize>, shards: Vec<Tensor>) -> Sharded {
         Sharded { mesh: self.mesh.clone(), sharding, shape, shards }
     }
@@ -236,8 +246,8 @@ impl Sharded {
         use Sharding::*;
         let sharding = match (self.sharding, other.sharding) {
             (Partial, Partial) if linearity == Linearity::Additive => Partial,
-            (Partial, Replicated) if linearity == Linearity::Scaling => Partial,
-            (Replicated, Partial) if linearity == Linearity::Scaling && op == "mul" => Partial,
+            (Partial, Replicated) if matches!(linearity, Linearity::Product | Linearity::Quotient) => Partial,
+            (Replicated, Partial) if linearity == Linearity::Product => Partial,
             (Partial, _) | (_, Partial) => {
                 return Err(sharding_err(
                     op,
@@ -270,9 +280,7 @@ impl Sharded {
             if let (Split(axis), Replicated) = (sharding, s.sharding) {
                 let at = axis - (rank - s.shape.len()) as isize;
                 if at >= 0 && s.shape[at as usize] > 1 {
-                    let rank_no = s.mesh.local_ranks().start + i;
-                    let (start, len) = block(s.shape[at as usize], s.mesh.world_size(), rank_no);
-                    return s.shards[i].narrow(at, start, len);
+                    return s.block_of(i, at as usize);
                 }
             }
             Ok(s.shards[i].clone())
@@ -289,10 +297,10 @@ impl Sharded {
         self.binary("sub", other, Linearity::Additive, Tensor::sub)
     }
     pub fn mul(&self, other: &Sharded) -> Result<Sharded> {
-        self.binary("mul", other, Linearity::Scaling, Tensor::mul)
+        self.binary("mul", other, Linearity::Product, Tensor::mul)
     }
     pub fn div(&self, other: &Sharded) -> Result<Sharded> {
-        self.binary("div", other, Linearity::Scaling, Tensor::div)
+        self.binary("div", other, Linearity::Quotient, Tensor::div)
     }
     /// `f` on every pair of shards, for any other elementwise binary op
     /// (not linear: partial sums are refused).
@@ -351,11 +359,7 @@ impl Sharded {
             .zip(&other.shards)
             .enumerate()
             .map(|(i, (a, b))| match slice_right_batch {
-                Some(at) => {
-                    let rank_no = self.mesh.local_ranks().start + i;
-                    let (start, len) = block(other.shape[at], self.mesh.world_size(), rank_no);
-                    a.matmul(&b.narrow(at as isize, start, len)?)
-                }
+                Some(at) => a.matmul(&other.block_of(i, at)?),
                 None => a.matmul(b),
             })
             .collect::<Result<Vec<_>>>()?;
