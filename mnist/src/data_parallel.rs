@@ -19,7 +19,7 @@ use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::{ImageLayout, Mnist};
 use kiln_nn::loss::cross_entropy;
 use kiln_nn::optim::{Transform, apply_updates};
-use kiln_shard::{Mesh, Sharded, Sharding};
+use kiln_shard::{Mesh, Sharded, Sharding, ravel, unravel};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
@@ -58,12 +58,7 @@ impl Update {
         let n = self.model.leaves().len();
         let p = self.model.unflatten(leaves[..n].to_vec())?;
         let s = self.state.unflatten(leaves[n..].to_vec())?;
-        let mut at = 1;
-        let grads = p.map_leaves(|_, leaf| {
-            let g = total.narrow(0, at, leaf.numel())?;
-            at += leaf.numel();
-            g.reshape(&leaf.shape().iter().map(|&d| d as isize).collect::<Vec<_>>())
-        })?;
+        let grads = p.unflatten(unravel(total, 1, &p.leaves())?)?;
         let (updates, s) = self.opt.update(&grads, &s, Some(&p))?;
         Ok([apply_updates(&p, &updates)?.leaves(), s.leaves()].concat())
     }
@@ -76,11 +71,7 @@ fn partial(model: &Sequential, x: &Tensor, labels: &Tensor, params: &[Tensor], b
     let weight = x.shape()[0] as f64 / batch as f64;
     let loss = |p: &Sequential| cross_entropy(&p.forward(x)?, labels)?.mul_scalar(weight);
     let (value, grads) = value_and_grad(loss)(&p)?;
-    let mut flat = vec![value.reshape(&[1])?];
-    for g in grads.leaves() {
-        flat.push(g.reshape(&[-1])?);
-    }
-    Tensor::concat(&flat.iter().collect::<Vec<_>>(), 0)
+    ravel(&[vec![value], grads.leaves()].concat())
 }
 
 fn fingerprint(value: impl Hash) -> u64 {

@@ -25,6 +25,7 @@ mod grad;
 mod mesh;
 #[cfg(feature = "mpi")]
 mod mpi_world;
+mod ravel;
 mod replicas;
 mod sharded;
 mod sharding;
@@ -34,6 +35,7 @@ pub use grad::value_and_grad;
 pub use mesh::Mesh;
 #[cfg(feature = "mpi")]
 pub use mpi_world::MpiWorld;
+pub use ravel::{ravel, unravel};
 pub use replicas::Replicas;
 pub use sharded::{ShardTensor, Sharded};
 pub use sharding::Sharding;

@@ -5,6 +5,7 @@
 
 use crate::collective::all_reduce_sum;
 use crate::mesh::Mesh;
+use crate::ravel::{ravel, unravel};
 use crate::replicas::Replicas;
 use crate::sharding::{Sharding, block};
 use kiln::core::interp::HostArray;
@@ -540,28 +541,12 @@ pub(crate) async fn all_reduce_tensors(
             });
         }
     }
-    let flat = |group: &Vec<Tensor>| -> Result<Tensor> {
-        let pieces = group.iter().map(|t| t.reshape(&[-1])).collect::<Result<Vec<_>>>()?;
-        Tensor::concat(&pieces.iter().collect::<Vec<_>>(), 0)
-    };
-    let flats = per_rank.iter().map(flat).collect::<Result<Vec<_>>>()?;
+    let flats = per_rank.iter().map(|group| ravel(group)).collect::<Result<Vec<_>>>()?;
     let local = futures_util::future::try_join_all(flats.iter().map(Tensor::to_vec::<f32>)).await?;
     let total = all_reduce_sum(mesh.collective(), local)?;
     mesh.devices()
         .iter()
-        .map(|device| {
-            let whole = Tensor::from_slice(device, &total, &[total.len()])?;
-            let mut at = 0;
-            first
-                .iter()
-                .map(|t| {
-                    let piece = whole.narrow(0, at, t.numel())?;
-                    at += t.numel();
-                    let shape: Vec<isize> = t.shape().iter().map(|&d| d as isize).collect();
-                    piece.reshape(&shape)
-                })
-                .collect()
-        })
+        .map(|device| unravel(&Tensor::from_slice(device, &total, &[total.len()])?, 0, first))
         .collect()
 }
 
