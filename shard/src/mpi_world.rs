@@ -7,6 +7,7 @@ use crate::collective::{Collective, expect_local_parts};
 use kiln::{KilnError, Result};
 use mpi::datatype::PartitionMut;
 use mpi::environment::Universe;
+use mpi::request::{Request, Scope};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use std::ops::Range;
@@ -62,13 +63,17 @@ impl MpiWorld {
         self.rank
     }
 
-    /// Run a non-blocking exchange to completion, or abort the whole job
-    /// once the deadline passes: a collective cannot be cancelled, and a
-    /// rank that died or hung would otherwise keep this one waiting.
-    fn finish(&self, what: &str, comm: &SimpleCommunicator, mut pending: impl FnMut() -> bool) {
+    /// Wait for a non-blocking exchange, or abort the whole job once the
+    /// deadline passes: a collective cannot be cancelled, and a rank that
+    /// died or hung would otherwise keep this one waiting.
+    fn wait<'a, D: ?Sized, S: Scope<'a>>(&self, what: &str, comm: &SimpleCommunicator, mut req: Request<'a, D, S>) {
         let started = Instant::now();
         let mut pause = Duration::from_micros(10);
-        while pending() {
+        loop {
+            match req.test() {
+                Ok(_) => return,
+                Err(pending) => req = pending,
+            }
             if started.elapsed() > self.timeout {
                 eprintln!(
                     "kiln: rank {} of {}: {what} waited {:.0} s for the other ranks (one died, hung or is \
@@ -91,28 +96,14 @@ impl MpiWorld {
         let mut counts = vec![0i32; self.size];
         let count = [values.len() as i32];
         mpi::request::scope(|scope| {
-            let mut req = Some(world.immediate_all_gather_into(scope, &count[..], &mut counts[..]));
-            self.finish(what, world, || match req.take().map(|r| r.test()) {
-                Some(Ok(_)) | None => false,
-                Some(Err(r)) => {
-                    req = Some(r);
-                    true
-                }
-            });
+            self.wait(what, world, world.immediate_all_gather_into(scope, &count[..], &mut counts[..]));
         });
         let displs: Vec<i32> = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
         let mut all = vec![T::default(); counts.iter().map(|&c| c as usize).sum()];
         {
             let mut parts = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
             mpi::request::scope(|scope| {
-                let mut req = Some(world.immediate_all_gather_varcount_into(scope, values, &mut parts));
-                self.finish(what, world, || match req.take().map(|r| r.test()) {
-                    Some(Ok(_)) | None => false,
-                    Some(Err(r)) => {
-                        req = Some(r);
-                        true
-                    }
-                });
+                self.wait(what, world, world.immediate_all_gather_varcount_into(scope, values, &mut parts));
             });
         }
         let mut at = 0;
