@@ -146,7 +146,7 @@ impl Trainer {
     }
 
     pub fn steps_per_epoch(&self) -> u64 {
-        (self.data.train.len() / self.config.batch_size) as u64
+        self.batches.steps_per_epoch()
     }
 
     pub fn total_steps(&self) -> u64 {
@@ -280,14 +280,13 @@ pub(crate) async fn checkpoint(
     let mut ck = Checkpoint::new();
     ck.add("params", model).await?;
     ck.add("opt", state).await?;
-    let c = config;
     for (k, v) in [
-        ("model", c.model.name().to_string()),
+        ("model", config.model.name().to_string()),
         ("step", steps.to_string()),
-        ("seed", c.seed.to_string()),
-        ("epochs", c.epochs.to_string()),
-        ("batch_size", c.batch_size.to_string()),
-        ("lr", format!("{:e}", c.lr)),
+        ("seed", config.seed.to_string()),
+        ("epochs", config.epochs.to_string()),
+        ("batch_size", config.batch_size.to_string()),
+        ("lr", format!("{:e}", config.lr)),
     ] {
         ck.set_metadata(k, &v)?;
     }
