@@ -11,6 +11,6 @@ pub mod metrics;
 pub mod optim;
 
 pub use layers::{
-    AvgPool2d, Conv2d, Conv2dConfig, ConvAlgorithm, Dropout, Embedding, Layer, LayerNorm, Linear, MaxPool2d,
-    Sequential, mlp,
+    AvgPool2d, Block, CausalSelfAttention, Conv2d, Conv2dConfig, ConvAlgorithm, Dropout, Embedding, GeluMlp, KvCache,
+    Layer, LayerNorm, Linear, MaxPool2d, RmsNorm, Sequential, mlp,
 };

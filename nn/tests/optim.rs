@@ -294,3 +294,39 @@ fn bad_inputs_are_errors_naming_the_leaf() {
     let err = opt.init(&Vec::<Tensor>::new()).err().unwrap().to_string();
     assert!(err.contains("no leaves"), "{err}");
 }
+
+#[test]
+fn a_decay_mask_keeps_vectors_from_decaying() {
+    let decayed = adamw_ref(0.05, 0.8, 0.99, 1e-6, 0.1, 3, grads_ref);
+    let plain = adamw_ref(0.05, 0.8, 0.99, 1e-6, 0.0, 3, grads_ref);
+    // Entries are independent: the matrix w decays, the vector b does not.
+    let want = [&decayed[..6], &plain[6..]].concat();
+    let opt = adamw(0.05, 0.8, 0.99, 1e-6, add_decayed_weights(0.1).masked(matrices_only));
+    check("adamw masked to matrices", &opt, 3, &want);
+}
+
+/// The mean of micro-batch gradients `3k..3k + 3`.
+fn mean_of_three(k: usize) -> Vec<f64> {
+    let g: Vec<Vec<f64>> = (3 * k..3 * k + 3).map(grads_ref).collect();
+    (0..8).map(|i| g.iter().map(|g| g[i]).sum::<f64>() / 3.0).collect()
+}
+
+#[test]
+fn multi_steps_applies_the_mean_of_every_k_gradients() {
+    let opt = multi_steps(adam(0.1, 0.9, 0.999, 1e-8), 3);
+    check(
+        "multi_steps(adam, 3) after 6 micro-steps",
+        &opt,
+        6,
+        &adamw_ref(0.1, 0.9, 0.999, 1e-8, 0.0, 2, mean_of_three),
+    );
+    check(
+        "multi_steps(adam, 3) after 5 micro-steps",
+        &opt,
+        5,
+        &adamw_ref(0.1, 0.9, 0.999, 1e-8, 0.0, 1, mean_of_three),
+    );
+    let dev = Device::cpu();
+    let err = multi_steps(adam(0.1, 0.9, 0.999, 1e-8), 0).init(&params(&dev)).err().unwrap().to_string();
+    assert!(err.contains("multi_steps") && err.contains("0 micro-batches"), "{err}");
+}

@@ -56,6 +56,7 @@ pub fn all() -> Vec<Case> {
     indexing(&mut s);
     bitwise(&mut s);
     s.0.extend(crate::nn_cases::cases());
+    s.0.extend(crate::transformer_cases::cases());
     s.0
 }
 

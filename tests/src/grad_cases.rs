@@ -76,6 +76,7 @@ pub fn all() -> Vec<GradCase> {
     joins_and_indexing(&mut s);
     composites(&mut s);
     s.0.extend(crate::nn_cases::grads());
+    s.0.extend(crate::transformer_cases::grads());
     s.0
 }
 

@@ -19,6 +19,7 @@ pub mod matmul_family;
 pub mod nn_cases;
 pub mod report;
 pub mod rng;
+pub mod transformer_cases;
 pub mod validation;
 pub mod workgroup_reductions;
 

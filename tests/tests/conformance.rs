@@ -43,8 +43,12 @@ const OTHER_OPS: [&str; 31] = [
 ];
 const INDEXING_OPS: [&str; 2] = ["index_select", "one_hot"];
 /// kiln-nn layers, losses and metrics, and `kiln::random`.
-const NN_OPS: [&str; 22] = [
+const NN_OPS: [&str; 26] = [
     "Linear",
+    "RmsNorm",
+    "CausalSelfAttention",
+    "GeluMlp",
+    "Block",
     "Conv2d",
     "MaxPool2d",
     "AvgPool2d",

@@ -61,4 +61,14 @@ impl Embedding {
         shape.push(dim);
         rows.reshape(&shape)
     }
+
+    /// `x @ weightᵀ`: `[.., dim]` → `[.., vocab]`, the table reused as the
+    /// output projection (weight tying, as GPT-2; its gradient sums both uses).
+    pub fn attend(&self, x: &Tensor) -> Result<Tensor> {
+        let dim = self.weight.shape()[1];
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != dim {
+            return bad_input("Embedding::attend", format!("[.., {dim}]"), x.shape());
+        }
+        x.matmul(&self.weight.t()?)
+    }
 }

@@ -1,19 +1,23 @@
 //! Layers. Each is a parameter tree with a `forward` that checks its
 //! input's shape and names itself and the shapes in the error.
 
+mod attention;
 mod conv;
 mod dense;
 mod dropout;
 mod norm;
 mod pool;
 mod sequential;
+mod transformer;
 
+pub use attention::{CausalSelfAttention, KvCache};
 pub use conv::{Conv2d, Conv2dConfig, ConvAlgorithm};
 pub use dense::{Embedding, Linear};
 pub use dropout::Dropout;
-pub use norm::LayerNorm;
+pub use norm::{LayerNorm, RmsNorm};
 pub use pool::{AvgPool2d, MaxPool2d};
 pub use sequential::{Layer, Sequential, mlp};
+pub use transformer::{Block, GeluMlp};
 
 use kiln::{KilnError, Result};
 

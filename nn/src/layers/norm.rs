@@ -31,3 +31,28 @@ impl LayerNorm {
         centered.mul(&var.add_scalar(self.eps)?.rsqrt()?)?.mul(&self.weight)?.add(&self.bias)
     }
 }
+
+/// Root-mean-square normalization over the last axis (Zhang & Sennrich
+/// 2019): `x / sqrt(mean(x²) + eps) · weight`, no centering, no bias.
+#[derive(Tree, Clone, Debug)]
+pub struct RmsNorm {
+    pub weight: Tensor,
+    #[tree(skip)]
+    pub eps: f64,
+}
+
+impl RmsNorm {
+    /// Weight 1, eps 1e-6.
+    pub fn new(dev: &Device, dim: usize) -> Result<RmsNorm> {
+        Ok(RmsNorm { weight: Tensor::ones(dev, &[dim], DType::F32)?, eps: 1e-6 })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let d = self.weight.shape()[0];
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != d {
+            return bad_input("RmsNorm", format!("[.., {d}]"), x.shape());
+        }
+        let mean_square = x.mul(x)?.mean(&[-1], true)?;
+        x.mul(&mean_square.add_scalar(self.eps)?.rsqrt()?)?.mul(&self.weight)
+    }
+}

@@ -2,8 +2,8 @@
 //! numbers or [`Schedule`]s.
 
 use super::{
-    AddDecayedWeights, Chain, ScaleByAdam, ScaleByLearningRate, ScaleByRms, Schedule, Trace, add_decayed_weights,
-    chain, scale_by_adam, scale_by_learning_rate, scale_by_rms, trace,
+    AddDecayedWeights, Chain, ScaleByAdam, ScaleByLearningRate, ScaleByRms, Schedule, Trace, chain, scale_by_adam,
+    scale_by_learning_rate, scale_by_rms, trace,
 };
 
 /// Plain SGD: `-lr · g`.
@@ -27,15 +27,17 @@ pub fn adam(lr: impl Schedule + 'static, b1: f64, b2: f64, eps: f64) -> Chain<(S
 }
 
 /// AdamW (Loshchilov & Hutter): Adam plus `weight_decay · params`, both
-/// scaled by the learning rate.
+/// scaled by the learning rate. `weight_decay` is a number (every leaf
+/// decays) or `add_decayed_weights(wd).masked(matrices_only)` (no decay on
+/// biases and norms).
 pub fn adamw(
     lr: impl Schedule + 'static,
     b1: f64,
     b2: f64,
     eps: f64,
-    weight_decay: f64,
+    weight_decay: impl Into<AddDecayedWeights>,
 ) -> Chain<(ScaleByAdam, AddDecayedWeights, ScaleByLearningRate)> {
-    chain((scale_by_adam(b1, b2, eps), add_decayed_weights(weight_decay), scale_by_learning_rate(lr)))
+    chain((scale_by_adam(b1, b2, eps), weight_decay.into(), scale_by_learning_rate(lr)))
 }
 
 /// RMSprop: `-lr · g / (sqrt(v) + eps)`.

@@ -62,13 +62,49 @@ impl<P: Tree> Transform<P> for ScaleByLearningRate {
     }
 }
 
+/// Which leaves weight decay applies to, given each leaf's path and value.
+pub type DecayMask = Arc<dyn Fn(&str, &Tensor) -> bool + Send + Sync>;
+
 /// Add `weight_decay · params` to the updates (decoupled weight decay when
-/// placed before the learning rate, as in AdamW).
-#[derive(Debug, Clone, Copy)]
-pub struct AddDecayedWeights(pub f64);
+/// placed before the learning rate, as in AdamW), on every leaf or only on
+/// those a mask selects.
+#[derive(Clone)]
+pub struct AddDecayedWeights {
+    weight_decay: f64,
+    mask: Option<DecayMask>,
+}
 
 pub fn add_decayed_weights(weight_decay: f64) -> AddDecayedWeights {
-    AddDecayedWeights(weight_decay)
+    AddDecayedWeights { weight_decay, mask: None }
+}
+
+/// The usual decay mask: matrices (weights, embeddings) decay; vectors
+/// (biases, norm scales) do not.
+pub fn matrices_only(_path: &str, leaf: &Tensor) -> bool {
+    leaf.rank() >= 2
+}
+
+impl AddDecayedWeights {
+    /// Decay only the leaves for which `mask(path, leaf)` is true (optax's
+    /// `mask`); the others' updates pass through unchanged.
+    pub fn masked(self, mask: impl Fn(&str, &Tensor) -> bool + Send + Sync + 'static) -> AddDecayedWeights {
+        AddDecayedWeights { mask: Some(Arc::new(mask)), ..self }
+    }
+}
+
+impl From<f64> for AddDecayedWeights {
+    fn from(weight_decay: f64) -> AddDecayedWeights {
+        add_decayed_weights(weight_decay)
+    }
+}
+
+impl std::fmt::Debug for AddDecayedWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddDecayedWeights")
+            .field("weight_decay", &self.weight_decay)
+            .field("masked", &self.mask.is_some())
+            .finish()
+    }
 }
 
 impl<P: Tree> Transform<P> for AddDecayedWeights {
@@ -81,8 +117,11 @@ impl<P: Tree> Transform<P> for AddDecayedWeights {
         let params = params.ok_or_else(|| KilnError::Invalid { op: OP, detail: "needs the parameters".into() })?;
         let mut p = leaves_like(OP, "params", params, &updates.named_leaves())?.into_iter();
         let out = updates.map_leaves(|path, u| {
-            let p = as_f32(OP, path, &p.next().expect("one parameter per leaf"))?;
-            as_f32(OP, path, u)?.add(&p.mul_scalar(self.0)?)?.cast(u.dtype())
+            let p = p.next().expect("one parameter per leaf");
+            if self.mask.as_ref().is_some_and(|decays| !decays(path, &p)) {
+                return Ok(u.clone());
+            }
+            as_f32(OP, path, u)?.add(&as_f32(OP, path, &p)?.mul_scalar(self.weight_decay)?)?.cast(u.dtype())
         })?;
         Ok((out, ()))
     }

@@ -26,6 +26,7 @@
 //! # let _ = (params, state); Ok(()) }
 //! ```
 
+mod accumulate;
 mod aliases;
 mod basic;
 mod chain;
@@ -33,10 +34,11 @@ mod ema;
 mod moments;
 mod schedule;
 
+pub use accumulate::{MultiSteps, MultiStepsState, multi_steps};
 pub use aliases::{adam, adamw, nesterov, rmsprop, sgd, sgd_momentum};
 pub use basic::{
-    AddDecayedWeights, ClipByGlobalNorm, CountState, Scale, ScaleByLearningRate, add_decayed_weights,
-    clip_by_global_norm, global_norm, scale, scale_by_learning_rate,
+    AddDecayedWeights, ClipByGlobalNorm, CountState, DecayMask, Scale, ScaleByLearningRate, add_decayed_weights,
+    clip_by_global_norm, global_norm, matrices_only, scale, scale_by_learning_rate,
 };
 pub use chain::{Chain, chain};
 pub use ema::ParamEma;

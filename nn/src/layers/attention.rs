@@ -1,0 +1,157 @@
+//! Causal multi-head self-attention, with an optional padding mask, and a
+//! fixed-size key/value cache for generating one token at a time.
+
+use super::{Linear, bad_input};
+use crate::init;
+use kiln::prelude::*;
+use kiln::{Key, KilnError};
+
+/// What a masked score becomes before the softmax: finite, so a row whose
+/// every key is masked (a padded query) gives a uniform row, not NaN.
+const MASKED: f64 = -1e9;
+
+/// `heads` heads of width `dim / heads` over `[batch, time, dim]`.
+#[derive(Tree, Clone, Debug)]
+pub struct CausalSelfAttention {
+    /// `[dim, 3·dim]`: the queries', keys' and values' projections side by side.
+    pub qkv: Linear,
+    pub out: Linear,
+    #[tree(skip)]
+    pub heads: usize,
+}
+
+/// The keys and values of the positions seen so far, `[batch, heads,
+/// capacity, head_dim]` each; positions not yet written are masked out.
+#[derive(Tree, Clone, Debug)]
+pub struct KvCache {
+    pub keys: Tensor,
+    pub values: Tensor,
+}
+
+impl KvCache {
+    /// An empty cache for `attention` over `batch` sequences of at most
+    /// `capacity` positions.
+    pub fn new(attention: &CausalSelfAttention, dev: &Device, batch: usize, capacity: usize) -> Result<KvCache> {
+        let shape = [batch, attention.heads, capacity, attention.head_dim()];
+        Ok(KvCache { keys: Tensor::zeros(dev, &shape, DType::F32)?, values: Tensor::zeros(dev, &shape, DType::F32)? })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.keys.shape()[2]
+    }
+}
+
+impl CausalSelfAttention {
+    /// Projections N(0, 0.02) with zero biases (GPT-2's initialization);
+    /// the output projection's std is further divided by `sqrt(2 · layers)`
+    /// by the caller that knows the depth.
+    pub fn new(dev: &Device, key: Key, dim: usize, heads: usize) -> Result<CausalSelfAttention> {
+        if heads == 0 || dim % heads != 0 {
+            return Err(KilnError::Invalid {
+                op: "CausalSelfAttention",
+                detail: format!("width {dim} does not split into {heads} heads"),
+            });
+        }
+        let [kq, ko] = [key.fold_in(0), key.fold_in(1)];
+        let linear = |key, outputs| -> Result<Linear> {
+            Ok(Linear {
+                weight: init::normal(dev, key, &[dim, outputs], 0.02)?,
+                bias: Some(init::zeros(dev, &[outputs])?),
+            })
+        };
+        Ok(CausalSelfAttention { qkv: linear(kq, 3 * dim)?, out: linear(ko, dim)?, heads })
+    }
+
+    pub fn dim(&self) -> usize {
+        self.out.weight.shape()[1]
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.dim() / self.heads
+    }
+
+    fn check(&self, x: &Tensor) -> Result<()> {
+        let c = self.dim();
+        if x.rank() != 3 || x.shape()[2] != c {
+            return bad_input("CausalSelfAttention", format!("[batch, time, {c}]"), x.shape());
+        }
+        Ok(())
+    }
+
+    /// `x` `[B, T, dim]` → queries, keys and values `[B, heads, T, head_dim]`.
+    fn project(&self, x: &Tensor) -> Result<[Tensor; 3]> {
+        let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
+        let qkv = self.qkv.forward(x)?.reshape(&[b, t, 3, self.heads as isize, self.head_dim() as isize])?;
+        let qkv = qkv.permute(&[2, 0, 3, 1, 4])?;
+        let part = |i: usize| qkv.narrow(0, i, 1)?.squeeze(0);
+        Ok([part(0)?, part(1)?, part(2)?])
+    }
+
+    /// Softmax-weighted values where `allowed` (broadcast to the scores
+    /// `[B, heads, Tq, Tk]`), then the heads merged and projected.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, allowed: &Tensor) -> Result<Tensor> {
+        let scale = 1.0 / (self.head_dim() as f64).sqrt();
+        let scores = q.matmul(&k.transpose(-1, -2)?)?.mul_scalar(scale)?;
+        let scores = Tensor::where_cond(allowed, &scores, &scores.scalar_like(MASKED)?)?;
+        let mixed = scores.softmax(-1)?.matmul(v)?;
+        let (b, t) = (q.shape()[0] as isize, q.shape()[2] as isize);
+        self.out.forward(&mixed.permute(&[0, 2, 1, 3])?.reshape(&[b, t, self.dim() as isize])?)
+    }
+
+    /// Attention over `x` `[B, T, dim]` where each position sees itself and
+    /// the positions before it. `padding`, `[B, T]` (nonzero or true: a
+    /// real token), also hides the padded keys.
+    pub fn forward(&self, x: &Tensor, padding: Option<&Tensor>) -> Result<Tensor> {
+        self.check(x)?;
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let mut allowed = causal_mask(x.device(), t)?;
+        if let Some(pad) = padding {
+            if pad.shape() != [b, t] {
+                return Err(KilnError::Shape {
+                    op: "CausalSelfAttention",
+                    detail: format!("padding mask must be [{b}, {t}] for input {:?}, got {:?}", x.shape(), pad.shape()),
+                });
+            }
+            let real = pad.ne(&pad.scalar_like(0.0)?)?.reshape(&[b as isize, 1, 1, t as isize])?;
+            allowed = allowed.logical_and(&real)?;
+        }
+        let [q, k, v] = self.project(x)?;
+        self.attend(&q, &k, &v, &allowed)
+    }
+
+    /// One new position per sequence: `x` `[B, 1, dim]` at position `pos`
+    /// (an i32 scalar tensor, so a jit'd step replays for every position).
+    /// Writes its key and value into the cache and attends to positions
+    /// `0..=pos`; returns the output and the updated cache.
+    pub fn forward_cached(&self, x: &Tensor, cache: &KvCache, pos: &Tensor) -> Result<(Tensor, KvCache)> {
+        self.check(x)?;
+        let want = [x.shape()[0], self.heads, cache.capacity(), self.head_dim()];
+        if x.shape()[1] != 1 || cache.keys.shape() != want || cache.values.shape() != want {
+            return Err(KilnError::Shape {
+                op: "CausalSelfAttention",
+                detail: format!(
+                    "a cached step takes [batch, 1, {}] and a cache of {want:?}, got {:?} and {:?}",
+                    self.dim(),
+                    x.shape(),
+                    cache.keys.shape()
+                ),
+            });
+        }
+        let positions =
+            Tensor::arange(x.device(), 0.0, cache.capacity() as f64, 1.0, DType::I32)?.reshape(&[1, 1, -1, 1])?;
+        let here = positions.eq(pos)?;
+        let [q, k, v] = self.project(x)?;
+        let cache = KvCache {
+            keys: Tensor::where_cond(&here, &k, &cache.keys)?,
+            values: Tensor::where_cond(&here, &v, &cache.values)?,
+        };
+        let seen = positions.le(pos)?.reshape(&[1, 1, 1, -1])?;
+        Ok((self.attend(&q, &cache.keys, &cache.values, &seen)?, cache))
+    }
+}
+
+/// `[t, t]`, true where key `j ≤ query i`.
+fn causal_mask(dev: &Device, t: usize) -> Result<Tensor> {
+    let idx = Tensor::arange(dev, 0.0, t as f64, 1.0, DType::I32)?;
+    idx.unsqueeze(0)?.le(&idx.unsqueeze(1)?)
+}
