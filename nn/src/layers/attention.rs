@@ -46,7 +46,7 @@ impl CausalSelfAttention {
     /// the output projection's std is further divided by `sqrt(2 · layers)`
     /// by the caller that knows the depth.
     pub fn new(dev: &Device, key: Key, dim: usize, heads: usize) -> Result<CausalSelfAttention> {
-        if heads == 0 || dim % heads != 0 {
+        if heads == 0 || !dim.is_multiple_of(heads) {
             return Err(KilnError::Invalid {
                 op: "CausalSelfAttention",
                 detail: format!("width {dim} does not split into {heads} heads"),
