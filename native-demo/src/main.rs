@@ -1,7 +1,9 @@
-//! kiln's desktop demo: trains an MLP or a CNN on MNIST on the best adapter
-//! found (or `--adapter`), with a progress bar, a test evaluation after each
-//! epoch, a loss/accuracy plot and a checkpoint.
+//! kiln's desktop demo: trains an MLP or a CNN on MNIST, or a small
+//! character-level GPT on the King James Bible, on the best adapter found
+//! (or `--adapter`), with a progress bar, evaluations, a plot and a
+//! checkpoint; `--generate` samples text from a GPT checkpoint.
 
+mod gpt;
 mod notice;
 mod plot;
 mod progress;
@@ -21,17 +23,41 @@ use std::time::Instant;
 use training::Training;
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Train MNIST with kiln on any GPU (or a software adapter)")]
+#[command(version, about = "Train MNIST or a small GPT with kiln on any GPU (or a software adapter)")]
 struct Args {
-    /// Model to train.
-    #[arg(long, default_value = "mlp", value_parser = ["mlp", "cnn"])]
+    /// Model to train: MNIST's MLP or CNN, or the character-level GPT.
+    #[arg(long, default_value = "mlp", value_parser = ["mlp", "cnn", "gpt"])]
     model: String,
     /// Epochs (default: the model's, 12 for the MLP, 4 for the CNN).
     #[arg(long)]
     epochs: Option<usize>,
-    /// Images per step (default 64).
+    /// Images per step (default 64), or the GPT's sequences per step (default 16).
     #[arg(long)]
     batch_size: Option<usize>,
+    /// The GPT's run length in steps (default 600); its learning-rate schedule spans them.
+    #[arg(long)]
+    total_steps: Option<u64>,
+    /// The GPT's training text (UTF-8; the last 10% is held out for validation).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/kjv/genesis-ruth.txt"))]
+    corpus: PathBuf,
+    /// Sample text from this GPT checkpoint instead of training.
+    #[arg(long, conflicts_with_all = ["resume", "eval_only"])]
+    generate: Option<PathBuf>,
+    /// The text that generation continues.
+    #[arg(long, default_value = "")]
+    prompt: String,
+    /// Characters to generate.
+    #[arg(long, default_value_t = 500)]
+    tokens: usize,
+    /// Sampling temperature (0: always the most likely character).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    /// Sample among the k most likely characters only.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Generate without the KV cache (re-reading the whole window per character).
+    #[arg(long)]
+    no_cache: bool,
     /// Peak learning rate of Adam's warmup + cosine schedule.
     #[arg(long)]
     lr: Option<f64>,
@@ -83,6 +109,9 @@ fn mib(bytes: u64) -> f64 {
 }
 
 async fn run(args: Args) -> Result<()> {
+    if args.model == "gpt" || args.generate.is_some() {
+        return gpt::run(&args).await;
+    }
     let model: ModelKind = args.model.parse()?;
     let options = DeviceOptions { adapter: args.adapter.clone(), ..DeviceOptions::default() };
     #[cfg(feature = "mpi")]
@@ -196,7 +225,9 @@ async fn train(trainer: &mut impl Training, args: &Args) -> Result<()> {
     trainer.checkpoint().await?.save(&checkpoint)?;
     println!("checkpoint: {}", checkpoint.display());
     let png = args.out.join(format!("{}-training.png", c.model));
-    plot::write(&png, &format!("{} on {}", c.model, trainer.device().info().name), &losses, &accuracy)
+    let checks =
+        plot::Checks { title: "test accuracy after each epoch", y_desc: "accuracy", points: &accuracy, accuracy: true };
+    plot::write(&png, &format!("{} on {}", c.model, trainer.device().info().name), &losses, "loss", checks)
         .map_err(|e| kiln::KilnError::Invalid { op: "plot", detail: format!("{}: {e}", png.display()) })?;
     println!("plot: {}", png.display());
     if let Some(&(_, acc)) = accuracy.last() {

@@ -4,7 +4,11 @@
 
 use crate::Tensor;
 use kiln_core::shape::SliceSpec;
-use kiln_core::{DType, Device, KilnError, Node, Result};
+use kiln_core::{DType, Device, KilnError, Node, Prim, Result};
+
+/// The largest one-hot matrix (entries) a scatter-add builds to run as a
+/// matmul; past it (large vocabularies) it stays a fused reduction.
+const MATMUL_SCATTER_MAX: usize = 1 << 24;
 
 impl Tensor {
     /// Wrap a graph node (for transforms that rewrite graphs, like grad).
@@ -83,6 +87,9 @@ impl Tensor {
     /// it costs `index.numel() · shape[axis]` elements of work.
     pub fn scatter_add(&self, axis: usize, index: &Tensor, shape: &[usize]) -> Result<Tensor> {
         let n = shape[axis];
+        if let Some(rows) = Self::selected_rows(axis, index).filter(|r| r.numel() * n <= MATMUL_SCATTER_MAX) {
+            return self.scatter_rows(axis, &rows, n)?.pad_to(shape);
+        }
         let mut view = vec![1isize; self.rank() + 1];
         view[axis + 1] = n as isize;
         let classes = Tensor::arange(&self.device, 0.0, n as f64, 1.0, index.dtype())?.reshape(&view)?;
@@ -90,6 +97,31 @@ impl Tensor {
         let zero = self.scalar_like(0.0)?;
         let spread = Tensor::where_cond(&hit, &self.unsqueeze(axis as isize + 1)?, &zero)?;
         spread.sum(&[axis as isize], false)?.pad_to(shape)
+    }
+
+    /// The 1-D index of an `index_select` along `axis`: `index` when it is
+    /// that vector broadcast over the other axes.
+    fn selected_rows(axis: usize, index: &Tensor) -> Option<Tensor> {
+        let node = index.node();
+        let Prim::Expand { .. } = node.prim() else { return None };
+        let source = node.inputs().pop()?;
+        let along_axis_only = source.shape().iter().enumerate().all(|(d, &len)| d == axis || len == 1);
+        along_axis_only.then(|| Tensor::from_node(source, index.device().clone()).reshape(&[-1])).transpose().ok()?
+    }
+
+    /// `scatter_add` of an `index_select`'s gradient: `one_hot(rows)ᵀ @ g`
+    /// with `axis` moved first, one matmul where the general form is a
+    /// strided reduction per output element (the same sums of products).
+    fn scatter_rows(&self, axis: usize, rows: &Tensor, n: usize) -> Result<Tensor> {
+        let mut front: Vec<isize> = vec![axis as isize];
+        front.extend((0..self.rank() as isize).filter(|&d| d != axis as isize));
+        let moved = self.permute(&front)?;
+        let rest: Vec<isize> = moved.shape()[1..].iter().map(|&d| d as isize).collect();
+        let flat = moved.reshape(&[rows.numel() as isize, -1])?;
+        let summed = rows.one_hot(n, self.dtype())?.t()?.matmul(&flat)?;
+        let mut back: Vec<isize> = (1..self.rank() as isize).collect();
+        back.insert(axis, 0);
+        summed.reshape(&[&[n as isize][..], &rest].concat())?.permute(&back)
     }
 
     /// Pad with zeros at the end of each axis up to `shape`.

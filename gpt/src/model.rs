@@ -1,0 +1,131 @@
+//! The model: token and position embeddings, pre-norm transformer blocks,
+//! a final layer norm, and the token table reused as the output layer.
+
+use kiln::prelude::*;
+use kiln::{Key, KilnError};
+use kiln_nn::{Block, Embedding, KvCache, LayerNorm};
+
+/// The shape of a model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GptConfig {
+    pub vocab: usize,
+    /// The most positions the model reads at once.
+    pub context: usize,
+    pub width: usize,
+    pub heads: usize,
+    pub layers: usize,
+}
+
+impl GptConfig {
+    /// The demo's model: 4 layers of width 128 with 4 heads over 128
+    /// characters (about 0.8M parameters for a 63-character vocabulary).
+    pub fn small(vocab: usize) -> GptConfig {
+        GptConfig { vocab, context: 128, width: 128, heads: 4, layers: 4 }
+    }
+
+    pub fn check(&self) -> Result<()> {
+        let GptConfig { vocab, context, width, heads, layers } = *self;
+        if vocab == 0 || context == 0 || layers == 0 || heads == 0 || !width.is_multiple_of(heads) {
+            return Err(KilnError::Invalid { op: "GptConfig", detail: format!("{self:?} has no model") });
+        }
+        Ok(())
+    }
+}
+
+#[derive(Tree, Clone, Debug)]
+pub struct Gpt {
+    /// `[vocab, width]`, also the output layer.
+    pub tokens: Embedding,
+    /// `[context, width]`.
+    pub positions: Embedding,
+    pub blocks: Vec<Block>,
+    pub norm: LayerNorm,
+}
+
+impl Gpt {
+    /// Embeddings N(0, 0.02), as GPT-2.
+    pub fn new(dev: &Device, key: Key, config: GptConfig) -> Result<Gpt> {
+        config.check()?;
+        let GptConfig { vocab, context, width, heads, layers } = config;
+        let table = |key: Key, rows| -> Result<Embedding> {
+            Ok(Embedding { weight: kiln_nn::init::normal(dev, key, &[rows, width], 0.02)? })
+        };
+        Ok(Gpt {
+            tokens: table(key.fold_in(0), vocab)?,
+            positions: table(key.fold_in(1), context)?,
+            blocks: (0..layers)
+                .map(|i| Block::new(dev, key.fold_in(2 + i as u32), width, heads, layers))
+                .collect::<Result<_>>()?,
+            norm: LayerNorm::new(dev, width)?,
+        })
+    }
+
+    pub fn config(&self) -> GptConfig {
+        let [vocab, width] = [self.tokens.weight.shape()[0], self.tokens.weight.shape()[1]];
+        let heads = self.blocks.first().map_or(1, |b| b.attention.heads);
+        GptConfig { vocab, context: self.positions.weight.shape()[0], width, heads, layers: self.blocks.len() }
+    }
+
+    pub fn parameters(&self) -> usize {
+        self.leaves().iter().map(|t| t.numel()).sum()
+    }
+
+    /// Logits `[B, T, vocab]` of the next character after each position of
+    /// `ids` (`[B, T]`, i32, `T ≤ context`).
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let context = self.config().context;
+        if ids.rank() != 2 || ids.shape()[1] > context || !ids.dtype().is_int() {
+            return Err(KilnError::Shape {
+                op: "Gpt",
+                detail: format!("takes i32 ids [batch, ≤ {context}], got {} ids {:?}", ids.dtype(), ids.shape()),
+            });
+        }
+        let t = ids.shape()[1];
+        let at = Tensor::arange(ids.device(), 0.0, t as f64, 1.0, DType::I32)?;
+        let mut x = self.tokens.forward(ids)?.add(&self.positions.forward(&at)?)?;
+        for block in &self.blocks {
+            x = block.forward(&x, None)?;
+        }
+        self.tokens.attend(&self.norm.forward(&x)?)
+    }
+
+    /// Mean cross-entropy (nats) of predicting `targets` from `ids`, both `[B, T]`.
+    pub fn loss(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        let logits = self.forward(ids)?;
+        let vocab = logits.shape()[2] as isize;
+        kiln_nn::loss::cross_entropy(&logits.reshape(&[-1, vocab])?, &targets.reshape(&[-1])?)
+    }
+
+    /// Empty caches for generating `batch` sequences.
+    pub fn caches(&self, batch: usize) -> Result<Vec<KvCache>> {
+        let dev = self.tokens.weight.device();
+        self.blocks.iter().map(|b| KvCache::new(&b.attention, dev, batch, self.config().context)).collect()
+    }
+
+    /// One position: `ids` `[B, 1]` at position `pos` (i32 scalar tensor)
+    /// with the caches of the positions before it; logits `[B, vocab]` and
+    /// the caches with this position written.
+    pub fn step(&self, ids: &Tensor, caches: &[KvCache], pos: &Tensor) -> Result<(Tensor, Vec<KvCache>)> {
+        if ids.rank() != 2 || ids.shape()[1] != 1 || caches.len() != self.blocks.len() {
+            return Err(KilnError::Shape {
+                op: "Gpt::step",
+                detail: format!(
+                    "takes ids [batch, 1] and {} caches, got ids {:?} and {} caches",
+                    self.blocks.len(),
+                    ids.shape(),
+                    caches.len()
+                ),
+            });
+        }
+        let here = self.positions.weight.index_select(0, &pos.reshape(&[1])?)?;
+        let mut x = self.tokens.forward(ids)?.add(&here)?;
+        let mut written = Vec::with_capacity(caches.len());
+        for (block, cache) in self.blocks.iter().zip(caches) {
+            let (y, cache) = block.forward_cached(&x, cache, pos)?;
+            x = y;
+            written.push(cache);
+        }
+        let logits = self.tokens.attend(&self.norm.forward(&x)?)?;
+        Ok((logits.reshape(&[ids.shape()[0] as isize, -1])?, written))
+    }
+}

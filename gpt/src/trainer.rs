@@ -1,0 +1,326 @@
+//! The training loop: AdamW (decay on matrices only) after clipping the
+//! global gradient norm to 1, a warmup + cosine schedule, one jit-captured
+//! step per batch (one submit). Batches are random windows of the training
+//! split drawn from the seed and the step number, so a run is repeatable
+//! and a resumed run continues the same curve.
+
+use crate::corpus::{Corpus, Vocab};
+use crate::model::{Gpt, GptConfig};
+use kiln::prelude::*;
+use kiln::{Jit, Key, KilnError};
+use kiln_nn::checkpoint::Checkpoint;
+use kiln_nn::optim::{
+    AddDecayedWeights, Chain, ClipByGlobalNorm, ScaleByAdam, ScaleByLearningRate, Transform, adamw,
+    add_decayed_weights, apply_updates, chain, clip_by_global_norm, matrices_only, warmup_cosine_decay,
+};
+use std::sync::Arc;
+
+type Optimizer = Chain<(ClipByGlobalNorm, Chain<(ScaleByAdam, AddDecayedWeights, ScaleByLearningRate)>)>;
+type OptState = <Optimizer as Transform<Gpt>>::State;
+type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
+
+/// Validation windows read by `evaluate`, spread evenly over the split.
+const EVAL_WINDOWS: usize = 64;
+
+/// Everything that decides a run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainConfig {
+    pub model: GptConfig,
+    /// Sequences of `model.context` characters per step.
+    pub batch: usize,
+    pub steps: u64,
+    /// Peak learning rate, reached after the warmup and decayed to a tenth.
+    pub lr: f64,
+    pub weight_decay: f64,
+    pub seed: u64,
+}
+
+impl TrainConfig {
+    /// The demo's run: the small model, 16 sequences a step.
+    pub fn demo(vocab: usize) -> TrainConfig {
+        TrainConfig { model: GptConfig::small(vocab), batch: 16, steps: 600, lr: 3e-3, weight_decay: 0.1, seed: 0 }
+    }
+
+    pub fn check(&self) -> Result<()> {
+        self.model.check()?;
+        if self.batch == 0 || self.steps == 0 || !(self.lr > 0.0) || !(self.weight_decay >= 0.0) {
+            return Err(KilnError::Invalid { op: "TrainConfig", detail: format!("{self:?} cannot train") });
+        }
+        Ok(())
+    }
+
+    pub fn tokens_per_step(&self) -> usize {
+        self.batch * self.model.context
+    }
+
+    fn warmup(&self) -> u64 {
+        (self.steps / 10).clamp(1, 100)
+    }
+
+    fn optimizer(&self) -> Optimizer {
+        let schedule = warmup_cosine_decay(0.0, self.lr, self.warmup(), self.steps, self.lr / 10.0);
+        let decay = add_decayed_weights(self.weight_decay).masked(matrices_only);
+        chain((clip_by_global_norm(1.0), adamw(schedule, 0.9, 0.99, 1e-8, decay)))
+    }
+}
+
+pub struct GptTrainer {
+    device: Device,
+    config: TrainConfig,
+    corpus: Arc<Corpus>,
+    template: Gpt,
+    opt_template: OptState,
+    /// The parameters' leaves, then the optimizer state's.
+    leaves: Vec<Tensor>,
+    step_fn: Jit<StepFn>,
+    eval_fn: Jit<StepFn>,
+    steps: u64,
+}
+
+impl GptTrainer {
+    /// A fresh run: weights from `config.seed`.
+    pub fn new(device: &Device, corpus: Arc<Corpus>, config: TrainConfig) -> Result<GptTrainer> {
+        config.check()?;
+        let model = Gpt::new(device, Key::new(config.seed), config.model)?;
+        GptTrainer::with_params(device, corpus, config, model, None, 0)
+    }
+
+    fn with_params(
+        device: &Device,
+        corpus: Arc<Corpus>,
+        config: TrainConfig,
+        model: Gpt,
+        state: Option<OptState>,
+        steps: u64,
+    ) -> Result<GptTrainer> {
+        let context = config.model.context;
+        for (split, ids) in [("training", &corpus.train), ("validation", &corpus.valid)] {
+            if ids.len() <= context {
+                return Err(KilnError::Invalid {
+                    op: "GptTrainer",
+                    detail: format!(
+                        "the {split} split has {} characters, fewer than a window of {}",
+                        ids.len(),
+                        context + 1
+                    ),
+                });
+            }
+        }
+        if corpus.vocab.len() != config.model.vocab {
+            return Err(KilnError::Invalid {
+                op: "GptTrainer",
+                detail: format!("the corpus has {} characters, the model {}", corpus.vocab.len(), config.model.vocab),
+            });
+        }
+        let opt = config.optimizer();
+        let opt_template = opt.init(&model)?;
+        let state = match state {
+            Some(s) => s,
+            None => opt.init(&model)?,
+        };
+        let leaves = [model.leaves(), state.leaves()].concat();
+        let (template, state_template) = (model.clone(), opt_template.clone());
+        let n = template.leaves().len();
+        // (ids, targets, params.., state..) → (loss, params.., state..)
+        let step: StepFn = Box::new(move |inputs: &[Tensor]| {
+            let (ids, targets) = (&inputs[0], &inputs[1]);
+            let p = template.unflatten(inputs[2..2 + n].to_vec())?;
+            let s = state_template.unflatten(inputs[2 + n..].to_vec())?;
+            let (loss, grads) = value_and_grad(|p: &Gpt| p.loss(ids, targets))(&p)?;
+            let (updates, s) = opt.update(&grads, &s, Some(&p))?;
+            Ok([vec![loss], apply_updates(&p, &updates)?.leaves(), s.leaves()].concat())
+        });
+        let template = model.clone();
+        // (ids, targets, params..) → (loss,)
+        let eval: StepFn = Box::new(move |inputs: &[Tensor]| {
+            let p = template.unflatten(inputs[2..].to_vec())?;
+            Ok(vec![p.loss(&inputs[0], &inputs[1])?])
+        });
+        Ok(GptTrainer {
+            device: device.clone(),
+            config,
+            corpus,
+            template: model,
+            opt_template,
+            leaves,
+            step_fn: kiln::jit(step),
+            eval_fn: kiln::jit(eval),
+            steps,
+        })
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn vocab(&self) -> &Vocab {
+        &self.corpus.vocab
+    }
+
+    /// Steps taken so far (including before a resume).
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Programs the training step captured (one per batch shape).
+    pub fn captures(&self) -> usize {
+        self.step_fn.captures()
+    }
+
+    /// The current parameters as a model.
+    pub fn model(&self) -> Result<Gpt> {
+        self.template.unflatten(self.leaves[..self.template.leaves().len()].to_vec())
+    }
+
+    /// `windows` (start offsets into `ids`) as ids and next-character
+    /// targets, `[windows, context]` each.
+    fn windows(&self, ids: &[u32], starts: &[usize]) -> Result<(Tensor, Tensor)> {
+        let t = self.config.model.context;
+        let take = |shift: usize| -> Vec<i32> {
+            starts.iter().flat_map(|&s| ids[s + shift..s + shift + t].iter().map(|&c| c as i32)).collect()
+        };
+        let shape = [starts.len(), t];
+        Ok((Tensor::from_slice(&self.device, &take(0), &shape)?, Tensor::from_slice(&self.device, &take(1), &shape)?))
+    }
+
+    /// The start offsets of step `step`'s batch: uniform over the
+    /// training split, from the seed and the step number.
+    pub fn batch_starts(&self, step: u64) -> Vec<usize> {
+        let span = (self.corpus.train.len() - self.config.model.context) as u64;
+        let key = Key::new(self.config.seed).fold_in(step as u32);
+        key.random_bits_host(self.config.batch).iter().map(|&b| (u64::from(b) % span) as usize).collect()
+    }
+
+    /// One training step (one submit); returns its loss (computed, not read).
+    pub async fn step(&mut self) -> Result<Tensor> {
+        let (ids, targets) = self.windows(&self.corpus.train, &self.batch_starts(self.steps))?;
+        let inputs = [vec![ids, targets], self.leaves.clone()].concat();
+        let mut out = self.step_fn.call(&inputs).await?;
+        self.leaves = out.split_off(1);
+        self.steps += 1;
+        Ok(out.remove(0))
+    }
+
+    /// `n` steps (at most to the end of the run); their losses in nats,
+    /// read back together.
+    pub async fn run(&mut self, n: usize) -> Result<Vec<f32>> {
+        let n = n.min(self.config.steps.saturating_sub(self.steps) as usize);
+        let mut losses = Vec::with_capacity(n);
+        for _ in 0..n {
+            losses.push(self.step().await?);
+        }
+        if losses.is_empty() {
+            return Ok(Vec::new());
+        }
+        Tensor::stack(&losses.iter().collect::<Vec<_>>(), 0)?.to_vec::<f32>().await
+    }
+
+    /// Validation loss in bits per character: the mean over
+    /// `EVAL_WINDOWS` windows spread evenly over the validation split,
+    /// `batch` windows per (captured) forward pass.
+    pub async fn evaluate(&self) -> Result<f32> {
+        let valid = &self.corpus.valid;
+        let last = valid.len() - self.config.model.context - 1;
+        let starts: Vec<usize> = (0..EVAL_WINDOWS).map(|i| i * last / (EVAL_WINDOWS - 1)).collect();
+        let params = &self.leaves[..self.template.leaves().len()];
+        let mut losses = Vec::new();
+        for chunk in starts.chunks(self.config.batch) {
+            let (ids, targets) = self.windows(valid, chunk)?;
+            let out = self.eval_fn.call(&[vec![ids, targets], params.to_vec()].concat()).await?;
+            losses.push((out[0].clone(), chunk.len()));
+        }
+        let mut total = 0.0;
+        for (loss, windows) in losses {
+            total += f64::from(loss.item::<f32>().await?) * windows as f64;
+        }
+        Ok((total / EVAL_WINDOWS as f64 / std::f64::consts::LN_2) as f32)
+    }
+
+    /// The parameters, the optimizer state, the vocabulary and the config.
+    pub async fn checkpoint(&self) -> Result<Checkpoint> {
+        let n = self.template.leaves().len();
+        let state = self.opt_template.unflatten(self.leaves[n..].to_vec())?;
+        let mut ck = Checkpoint::new();
+        ck.add("params", &self.model()?).await?;
+        ck.add("opt", &state).await?;
+        let c = &self.config;
+        let m = &c.model;
+        for (k, v) in [
+            ("model", "gpt".to_string()),
+            ("vocab", self.corpus.vocab.as_string()),
+            ("context", m.context.to_string()),
+            ("width", m.width.to_string()),
+            ("heads", m.heads.to_string()),
+            ("layers", m.layers.to_string()),
+            ("batch", c.batch.to_string()),
+            ("steps", c.steps.to_string()),
+            ("lr", format!("{:e}", c.lr)),
+            ("weight_decay", format!("{:e}", c.weight_decay)),
+            ("seed", c.seed.to_string()),
+            ("step", self.steps.to_string()),
+        ] {
+            ck.set_metadata(k, &v)?;
+        }
+        Ok(ck)
+    }
+
+    /// A trainer continuing the run saved in `ck` (its config included).
+    pub fn restore(device: &Device, corpus: Arc<Corpus>, ck: &Checkpoint) -> Result<GptTrainer> {
+        let (config, vocab) = config_of(ck)?;
+        if vocab != corpus.vocab {
+            return Err(KilnError::Invalid {
+                op: "checkpoint",
+                detail: format!(
+                    "its vocabulary {:?} is not the corpus's {:?}",
+                    vocab.as_string(),
+                    corpus.vocab.as_string()
+                ),
+            });
+        }
+        let fresh = Gpt::new(device, Key::new(config.seed), config.model)?;
+        let model = ck.tree("params", &fresh, device)?;
+        let state = ck.tree("opt", &config.optimizer().init(&fresh)?, device)?;
+        GptTrainer::with_params(device, corpus, config, model, Some(state), meta(ck, "step")?)
+    }
+}
+
+/// The model and vocabulary saved in a checkpoint, for sampling.
+pub fn load_model(device: &Device, ck: &Checkpoint) -> Result<(Gpt, Vocab)> {
+    let (config, vocab) = config_of(ck)?;
+    let fresh = Gpt::new(device, Key::new(config.seed), config.model)?;
+    Ok((ck.tree("params", &fresh, device)?, vocab))
+}
+
+fn meta<T: std::str::FromStr>(ck: &Checkpoint, key: &str) -> Result<T> {
+    let bad = |detail: String| KilnError::Invalid { op: "checkpoint", detail };
+    let v = ck.metadata().get(key).ok_or_else(|| bad(format!("no `{key}` in its metadata (not a GPT checkpoint)")))?;
+    v.parse().map_err(|_| bad(format!("metadata `{key}` = `{v}` is malformed")))
+}
+
+fn config_of(ck: &Checkpoint) -> Result<(TrainConfig, Vocab)> {
+    let model: String = meta(ck, "model")?;
+    if model != "gpt" {
+        return Err(KilnError::Invalid { op: "checkpoint", detail: format!("it holds a {model} model, not a GPT") });
+    }
+    let vocab = Vocab::from_chars(&meta::<String>(ck, "vocab")?)?;
+    let config = TrainConfig {
+        model: GptConfig {
+            vocab: vocab.len(),
+            context: meta(ck, "context")?,
+            width: meta(ck, "width")?,
+            heads: meta(ck, "heads")?,
+            layers: meta(ck, "layers")?,
+        },
+        batch: meta(ck, "batch")?,
+        steps: meta(ck, "steps")?,
+        lr: meta(ck, "lr")?,
+        weight_decay: meta(ck, "weight_decay")?,
+        seed: meta(ck, "seed")?,
+    };
+    config.check()?;
+    Ok((config, vocab))
+}
