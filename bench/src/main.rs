@@ -7,6 +7,7 @@
 
 mod ceilings;
 mod data_parallel;
+mod gpt;
 mod measure;
 mod report;
 mod row_layouts;

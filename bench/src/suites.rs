@@ -1,5 +1,6 @@
 //! The kiln figures: matmul, reductions and row kernels, the fused chains,
-//! dispatch overhead, training steps, per-example gradients. Every timing is a realization (one submit) plus a
+//! dispatch overhead, training steps, per-example gradients (data
+//! parallelism and the GPT have modules of their own). Every timing is a realization (one submit) plus a
 //! one-element readback that waits for the device.
 
 use crate::ceilings::Ceilings;
@@ -349,7 +350,8 @@ fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         }
     }
     per_example(cx, out)?;
-    crate::data_parallel::data_parallel(cx, out)
+    crate::data_parallel::data_parallel(cx, out)?;
+    crate::gpt::gpt(cx, out)
 }
 
 /// Per-example gradients of the demo's MLP for a batch of 64: `vmap(grad)`

@@ -14,17 +14,21 @@ pub struct GptConfig {
     pub width: usize,
     pub heads: usize,
     pub layers: usize,
+    /// Positions from ALiBi's distance penalty in every attention layer
+    /// instead of a learned `[context, width]` table.
+    pub alibi: bool,
 }
 
 impl GptConfig {
     /// The demo's model: 4 layers of width 128 with 4 heads over 128
-    /// characters (about 0.8M parameters for a 63-character vocabulary).
+    /// characters, ALiBi positions (about 0.8M parameters for a
+    /// 62-character vocabulary).
     pub fn small(vocab: usize) -> GptConfig {
-        GptConfig { vocab, context: 128, width: 128, heads: 4, layers: 4 }
+        GptConfig { vocab, context: 128, width: 128, heads: 4, layers: 4, alibi: true }
     }
 
     pub fn check(&self) -> Result<()> {
-        let GptConfig { vocab, context, width, heads, layers } = *self;
+        let GptConfig { vocab, context, width, heads, layers, .. } = *self;
         if vocab == 0 || context == 0 || layers == 0 || heads == 0 || !width.is_multiple_of(heads) {
             return Err(KilnError::Invalid { op: "GptConfig", detail: format!("{self:?} has no model") });
         }
@@ -36,34 +40,39 @@ impl GptConfig {
 pub struct Gpt {
     /// `[vocab, width]`, also the output layer.
     pub tokens: Embedding,
-    /// `[context, width]`.
-    pub positions: Embedding,
+    /// `[context, width]`, unless the attention layers use ALiBi.
+    pub positions: Option<Embedding>,
     pub blocks: Vec<Block>,
     pub norm: LayerNorm,
+    #[tree(skip)]
+    config: GptConfig,
 }
 
 impl Gpt {
     /// Embeddings N(0, 0.02), as GPT-2.
     pub fn new(dev: &Device, key: Key, config: GptConfig) -> Result<Gpt> {
         config.check()?;
-        let GptConfig { vocab, context, width, heads, layers } = config;
+        let GptConfig { vocab, context, width, heads, layers, alibi } = config;
         let table = |key: Key, rows| -> Result<Embedding> {
             Ok(Embedding { weight: kiln_nn::init::normal(dev, key, &[rows, width], 0.02)? })
         };
         Ok(Gpt {
             tokens: table(key.fold_in(0), vocab)?,
-            positions: table(key.fold_in(1), context)?,
+            positions: (!alibi).then(|| table(key.fold_in(1), context)).transpose()?,
             blocks: (0..layers)
-                .map(|i| Block::new(dev, key.fold_in(2 + i as u32), width, heads, layers))
+                .map(|i| {
+                    let mut block = Block::new(dev, key.fold_in(2 + i as u32), width, heads, layers)?;
+                    block.attention.alibi = alibi;
+                    Ok(block)
+                })
                 .collect::<Result<_>>()?,
             norm: LayerNorm::new(dev, width)?,
+            config,
         })
     }
 
     pub fn config(&self) -> GptConfig {
-        let [vocab, width] = [self.tokens.weight.shape()[0], self.tokens.weight.shape()[1]];
-        let heads = self.blocks.first().map_or(1, |b| b.attention.heads);
-        GptConfig { vocab, context: self.positions.weight.shape()[0], width, heads, layers: self.blocks.len() }
+        self.config
     }
 
     pub fn parameters(&self) -> usize {
@@ -80,9 +89,11 @@ impl Gpt {
                 detail: format!("takes i32 ids [batch, ≤ {context}], got {} ids {:?}", ids.dtype(), ids.shape()),
             });
         }
-        let t = ids.shape()[1];
-        let at = Tensor::arange(ids.device(), 0.0, t as f64, 1.0, DType::I32)?;
-        let mut x = self.tokens.forward(ids)?.add(&self.positions.forward(&at)?)?;
+        let mut x = self.tokens.forward(ids)?;
+        if let Some(table) = &self.positions {
+            let at = Tensor::arange(ids.device(), 0.0, ids.shape()[1] as f64, 1.0, DType::I32)?;
+            x = x.add(&table.forward(&at)?)?;
+        }
         for block in &self.blocks {
             x = block.forward(&x, None)?;
         }
@@ -117,8 +128,10 @@ impl Gpt {
                 ),
             });
         }
-        let here = self.positions.weight.index_select(0, &pos.reshape(&[1])?)?;
-        let mut x = self.tokens.forward(ids)?.add(&here)?;
+        let mut x = self.tokens.forward(ids)?;
+        if let Some(table) = &self.positions {
+            x = x.add(&table.weight.index_select(0, &pos.reshape(&[1])?)?)?;
+        }
         let mut written = Vec::with_capacity(caches.len());
         for (block, cache) in self.blocks.iter().zip(caches) {
             let (y, cache) = block.forward_cached(&x, cache, pos)?;

@@ -30,7 +30,7 @@ pub struct Sampling {
 
 impl Sampling {
     fn check(&self) -> Result<()> {
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) || self.top_k == Some(0) {
+        if !self.temperature.is_finite() || self.temperature < 0.0 || self.top_k == Some(0) {
             return Err(KilnError::Invalid {
                 op: "generate",
                 detail: format!(

@@ -34,7 +34,7 @@ struct Args {
     /// Images per step (default 64), or the GPT's sequences per step (default 16).
     #[arg(long)]
     batch_size: Option<usize>,
-    /// The GPT's run length in steps (default 600); its learning-rate schedule spans them.
+    /// The GPT's run length in steps (default 450); its learning-rate schedule spans them.
     #[arg(long)]
     total_steps: Option<u64>,
     /// The GPT's training text (UTF-8; the last 10% is held out for validation).

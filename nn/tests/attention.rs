@@ -48,8 +48,9 @@ fn affine(x: &[f64], w: &[f64], b: &[f64], n: usize, m: usize) -> Vec<f64> {
     x.chunks(n).flat_map(|row| (0..m).map(move |j| b[j] + (0..n).map(|k| row[k] * w[k * m + j]).sum::<f64>())).collect()
 }
 
-/// The layer's output `[B, T, C]`; `real[b][t]`: whether key t of sequence b is a token.
-fn reference(w: &Weights, real: &[[bool; T]; B]) -> Vec<f64> {
+/// The layer's output `[B, T, C]`; `real[b][t]`: whether key t of
+/// sequence b is a token; `alibi`: with ALiBi's distance penalty.
+fn reference(w: &Weights, real: &[[bool; T]; B], alibi: bool) -> Vec<f64> {
     let qkv = affine(&w.x, &w.qkv, &w.qkv_bias, C, 3 * C);
     let at = |b: usize, t: usize, part: usize, h: usize, d: usize| qkv[(b * T + t) * 3 * C + part * C + h * D + d];
     let mut mixed = vec![0.0; B * T * C];
@@ -59,7 +60,11 @@ fn reference(w: &Weights, real: &[[bool; T]; B]) -> Vec<f64> {
                 let seen: Vec<usize> = (0..=i).filter(|&j| real[b][j]).collect();
                 let scores: Vec<f64> = seen
                     .iter()
-                    .map(|&j| (0..D).map(|d| at(b, i, 0, h, d) * at(b, j, 1, h, d)).sum::<f64>() / (D as f64).sqrt())
+                    .map(|&j| {
+                        let slope = if alibi { 2f64.powf(-8.0 * (h + 1) as f64 / H as f64) } else { 0.0 };
+                        let dot: f64 = (0..D).map(|d| at(b, i, 0, h, d) * at(b, j, 1, h, d)).sum();
+                        dot / (D as f64).sqrt() - slope * (i - j) as f64
+                    })
                     .collect();
                 let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let total: f64 = scores.iter().map(|s| (s - top).exp()).sum();
@@ -74,23 +79,26 @@ fn reference(w: &Weights, real: &[[bool; T]; B]) -> Vec<f64> {
     affine(&mixed, &w.out, &w.out_bias, C, C)
 }
 
-fn layer(dev: &Device, w: &Weights) -> CausalSelfAttention {
+fn layer(dev: &Device, w: &Weights, alibi: bool) -> CausalSelfAttention {
     let t = |v: &[f64], shape: &[usize]| Tensor::from_f64(dev, v, shape, DType::F32).unwrap();
     CausalSelfAttention {
         qkv: Linear { weight: t(&w.qkv, &[C, 3 * C]), bias: Some(t(&w.qkv_bias, &[3 * C])) },
         out: Linear { weight: t(&w.out, &[C, C]), bias: Some(t(&w.out_bias, &[C])) },
         heads: H,
+        alibi,
     }
 }
 
 #[test]
 fn causal_attention_matches_a_direct_computation() {
     let w = weights();
-    let want = reference(&w, &[[true; T]; B]);
-    for (label, dev, tol) in devices() {
-        let x = Tensor::from_f64(&dev, &w.x, &[B, T, C], DType::F32).unwrap();
-        let got = read(&layer(&dev, &w).forward(&x, None).unwrap());
-        assert_close(&format!("attention on {label}"), &got, &want, tol);
+    for alibi in [false, true] {
+        let want = reference(&w, &[[true; T]; B], alibi);
+        for (label, dev, tol) in devices() {
+            let x = Tensor::from_f64(&dev, &w.x, &[B, T, C], DType::F32).unwrap();
+            let got = read(&layer(&dev, &w, alibi).forward(&x, None).unwrap());
+            assert_close(&format!("attention (ALiBi {alibi}) on {label}"), &got, &want, tol);
+        }
     }
 }
 
@@ -102,12 +110,12 @@ fn padded_keys_are_hidden() {
     let mut real = [[true; T]; B];
     real[1][..5].fill(false);
     real[1][T - 7..].fill(false);
-    let want = reference(&w, &real);
+    let want = reference(&w, &real, false);
     let mask: Vec<i32> = real.iter().flat_map(|r| r.iter().map(|&k| k as i32)).collect();
     for (label, dev, tol) in devices() {
         let x = Tensor::from_f64(&dev, &w.x, &[B, T, C], DType::F32).unwrap();
         let pad = Tensor::from_slice(&dev, &mask, &[B, T]).unwrap();
-        let got = read(&layer(&dev, &w).forward(&x, Some(&pad)).unwrap());
+        let got = read(&layer(&dev, &w, false).forward(&x, Some(&pad)).unwrap());
         let checked: Vec<usize> = (0..B * T).filter(|&r| !(r / T == 1 && r % T < 5)).collect();
         let pick = |v: &[f64]| checked.iter().flat_map(|&r| v[r * C..(r + 1) * C].to_vec()).collect::<Vec<_>>();
         assert_close(&format!("padded attention on {label}"), &pick(&got), &pick(&want), tol);
@@ -117,9 +125,9 @@ fn padded_keys_are_hidden() {
 #[test]
 fn cached_steps_match_the_whole_sequence() {
     let w = weights();
-    let want = reference(&w, &[[true; T]; B]);
+    let want = reference(&w, &[[true; T]; B], true);
     for (label, dev, tol) in devices().into_iter().take(2) {
-        let a = layer(&dev, &w);
+        let a = layer(&dev, &w, true);
         let mut cache = KvCache::new(&a, &dev, B, T).unwrap();
         for t in 0..T {
             let row: Vec<f64> = (0..B).flat_map(|b| w.x[(b * T + t) * C..(b * T + t + 1) * C].to_vec()).collect();

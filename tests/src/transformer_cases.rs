@@ -24,7 +24,11 @@ fn linear(w: &Tensor, b: &Tensor) -> Linear {
 
 /// Attention from 4 tensors: qkv weight and bias, out weight and bias.
 fn attention(p: &[Tensor]) -> CausalSelfAttention {
-    CausalSelfAttention { qkv: linear(&p[0], &p[1]), out: linear(&p[2], &p[3]), heads: HEADS }
+    CausalSelfAttention { qkv: linear(&p[0], &p[1]), out: linear(&p[2], &p[3]), heads: HEADS, alibi: false }
+}
+
+fn alibi(p: &[Tensor]) -> CausalSelfAttention {
+    CausalSelfAttention { alibi: true, ..attention(p) }
 }
 
 fn mlp(p: &[Tensor]) -> GeluMlp {
@@ -73,8 +77,11 @@ pub fn cases() -> Vec<Case> {
             let x = input(d, 5029, &[2, 5, DIM], DType::F32, -1.0, 1.0)?;
             attention(&attention_params(d, 5020)?).forward(&x, Some(&padding(d)?))
         }),
-        case("CausalSelfAttention", "cached step [2, 1, 8] at position 3 of 6", |d| {
-            let a = attention(&attention_params(d, 5030)?);
+        case("CausalSelfAttention", "[2, 5, 8], 2 heads, ALiBi", |d| {
+            alibi(&attention_params(d, 5080)?).forward(&input(d, 5089, &[2, 5, DIM], DType::F32, -1.0, 1.0)?, None)
+        }),
+        case("CausalSelfAttention", "cached step [2, 1, 8] at position 3 of 6, ALiBi", |d| {
+            let a = alibi(&attention_params(d, 5030)?);
             let cache = KvCache {
                 keys: input(d, 5035, &[2, HEADS, 6, DIM / HEADS], DType::F32, -1.0, 1.0)?,
                 values: input(d, 5036, &[2, HEADS, 6, DIM / HEADS], DType::F32, -1.0, 1.0)?,
@@ -126,6 +133,9 @@ pub fn grads() -> Vec<GradCase> {
         }),
         grad_case("CausalSelfAttention", "[2, 4, 8], 2 heads", 5110, attention_inputs.clone(), |p| {
             attention(&p[1..]).forward(&p[0], None)
+        }),
+        grad_case("CausalSelfAttention", "[2, 4, 8], 2 heads, ALiBi", 5160, attention_inputs.clone(), |p| {
+            alibi(&p[1..]).forward(&p[0], None)
         }),
         grad_case("CausalSelfAttention", "[2, 4, 8], 2 heads, padding mask", 5120, attention_inputs, |p| {
             let pad = Tensor::from_slice(p[0].device(), &[1i32, 1, 1, 1, 1, 1, 0, 0], &[2, 4])?;

@@ -134,6 +134,63 @@ fn cross_entropy_is_two_kernels() {
     );
 }
 
+/// A layer of the GPT's shape, small: width 32, 4 heads, ALiBi, its
+/// weights drawn like the other inputs here.
+fn attention_layer(d: &Device) -> kiln_nn::CausalSelfAttention {
+    let linear = |inputs: usize, outputs: usize, seed: u64| kiln_nn::Linear {
+        weight: kiln_conformance::rng::tensor(d, &[inputs, outputs], seed, -0.4, 0.4),
+        bias: Some(random(d, &[outputs], seed + 1)),
+    };
+    kiln_nn::CausalSelfAttention { qkv: linear(32, 96, 20), out: linear(32, 32, 22), heads: 4, alibi: true }
+}
+
+/// The qkv projection (a matmul, then its bias: three views read it), the
+/// scores (a matmul whose epilogue scales, adds ALiBi's bias and masks),
+/// the softmax (a row kernel), the weighted sum (a matmul), the heads
+/// merged (a copy) and the output projection with its bias: 7, whatever
+/// the sequence length.
+#[test]
+fn one_attention_layer_is_a_fixed_number_of_kernels() {
+    for t in [16, 40] {
+        check(
+            &format!("causal attention [2, {t}, 32], 4 heads"),
+            |d| attention_layer(d).forward(&random(d, &[2, t, 32], 24), None),
+            |k| k == ATTENTION_KERNELS,
+            1e-4,
+        );
+    }
+}
+
+const ATTENTION_KERNELS: u64 = 7;
+const BLOCK_KERNELS: u64 = 13;
+
+/// A pre-norm block: the attention's 7, a row kernel per layer norm, the
+/// MLP's two matmuls (bias and GELU in the first's epilogue) and two
+/// elementwise passes.
+#[test]
+fn one_transformer_block_is_a_fixed_number_of_kernels() {
+    check(
+        "pre-norm block [2, 16, 32], 4 heads",
+        |d| {
+            let norm = || kiln_nn::LayerNorm::new(d, 32).unwrap();
+            let mlp = kiln_nn::GeluMlp {
+                up: kiln_nn::Linear {
+                    weight: random(d, &[32, 128], 30).mul_scalar(0.2)?,
+                    bias: Some(random(d, &[128], 31)),
+                },
+                down: kiln_nn::Linear {
+                    weight: random(d, &[128, 32], 32).mul_scalar(0.1)?,
+                    bias: Some(random(d, &[32], 33)),
+                },
+            };
+            let block = kiln_nn::Block { norm1: norm(), attention: attention_layer(d), norm2: norm(), mlp };
+            block.forward(&random(d, &[2, 16, 32], 34), None)
+        },
+        |k| k == BLOCK_KERNELS,
+        1e-4,
+    );
+}
+
 #[test]
 fn views_fuse_into_index_arithmetic() {
     // A transposed, sliced and broadcast operand, then a reshape that

@@ -18,6 +18,12 @@ pub struct CausalSelfAttention {
     pub out: Linear,
     #[tree(skip)]
     pub heads: usize,
+    /// Add ALiBi's linear distance penalty to the scores (Press et al.
+    /// 2022): head `h` of `H` scores key `j` for query `i` lower by
+    /// `2^(-8(h+1)/H) · (i − j)`, so position comes from the layer itself
+    /// and depends only on distance.
+    #[tree(skip)]
+    pub alibi: bool,
 }
 
 /// The keys and values of the positions seen so far, `[batch, heads,
@@ -59,7 +65,7 @@ impl CausalSelfAttention {
                 bias: Some(init::zeros(dev, &[outputs])?),
             })
         };
-        Ok(CausalSelfAttention { qkv: linear(kq, 3 * dim)?, out: linear(ko, dim)?, heads })
+        Ok(CausalSelfAttention { qkv: linear(kq, 3 * dim)?, out: linear(ko, dim)?, heads, alibi: false })
     }
 
     pub fn dim(&self) -> usize {
@@ -87,12 +93,30 @@ impl CausalSelfAttention {
         Ok([part(0)?, part(1)?, part(2)?])
     }
 
-    /// Softmax-weighted values where `allowed` (broadcast to the scores
-    /// `[B, heads, Tq, Tk]`), then the heads merged and projected.
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, allowed: &Tensor) -> Result<Tensor> {
+    /// Softmax-weighted values of the keys at `key_pos` (`[1, Tk]`, i32)
+    /// that a query at `query_pos` (`[Tq, 1]`) may see (the key is not
+    /// after it, and `visible`, broadcast to `[B, heads, Tq, Tk]`, allows
+    /// it), then the heads merged and projected.
+    fn attend(
+        &self,
+        [q, k, v]: [&Tensor; 3],
+        query_pos: &Tensor,
+        key_pos: &Tensor,
+        visible: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let scale = 1.0 / (self.head_dim() as f64).sqrt();
-        let scores = q.matmul(&k.transpose(-1, -2)?)?.mul_scalar(scale)?;
-        let scores = Tensor::where_cond(allowed, &scores, &scores.scalar_like(MASKED)?)?;
+        let mut scores = q.matmul(&k.transpose(-1, -2)?)?.mul_scalar(scale)?;
+        if self.alibi {
+            let slopes: Vec<f32> =
+                (0..self.heads).map(|h| (-8.0 * (h + 1) as f32 / self.heads as f32).exp2()).collect();
+            let slopes = Tensor::from_slice(q.device(), &slopes, &[1, self.heads, 1, 1])?;
+            scores = scores.add(&key_pos.sub(query_pos)?.cast(DType::F32)?.mul(&slopes)?)?;
+        }
+        let mut allowed = key_pos.le(query_pos)?;
+        if let Some(visible) = visible {
+            allowed = allowed.logical_and(visible)?;
+        }
+        let scores = Tensor::where_cond(&allowed, &scores, &scores.scalar_like(MASKED)?)?;
         let mixed = scores.softmax(-1)?.matmul(v)?;
         let (b, t) = (q.shape()[0] as isize, q.shape()[2] as isize);
         self.out.forward(&mixed.permute(&[0, 2, 1, 3])?.reshape(&[b, t, self.dim() as isize])?)
@@ -104,19 +128,19 @@ impl CausalSelfAttention {
     pub fn forward(&self, x: &Tensor, padding: Option<&Tensor>) -> Result<Tensor> {
         self.check(x)?;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let mut allowed = causal_mask(x.device(), t)?;
-        if let Some(pad) = padding {
-            if pad.shape() != [b, t] {
+        let real = match padding {
+            Some(pad) if pad.shape() != [b, t] => {
                 return Err(KilnError::Shape {
                     op: "CausalSelfAttention",
                     detail: format!("padding mask must be [{b}, {t}] for input {:?}, got {:?}", x.shape(), pad.shape()),
                 });
             }
-            let real = pad.ne(&pad.scalar_like(0.0)?)?.reshape(&[b as isize, 1, 1, t as isize])?;
-            allowed = allowed.logical_and(&real)?;
-        }
+            Some(pad) => Some(pad.ne(&pad.scalar_like(0.0)?)?.reshape(&[b as isize, 1, 1, t as isize])?),
+            None => None,
+        };
+        let at = Tensor::arange(x.device(), 0.0, t as f64, 1.0, DType::I32)?;
         let [q, k, v] = self.project(x)?;
-        self.attend(&q, &k, &v, &allowed)
+        self.attend([&q, &k, &v], &at.unsqueeze(1)?, &at.unsqueeze(0)?, real.as_ref())
     }
 
     /// One new position per sequence: `x` `[B, 1, dim]` at position `pos`
@@ -137,21 +161,15 @@ impl CausalSelfAttention {
                 ),
             });
         }
-        let positions =
-            Tensor::arange(x.device(), 0.0, cache.capacity() as f64, 1.0, DType::I32)?.reshape(&[1, 1, -1, 1])?;
-        let here = positions.eq(pos)?;
+        let positions = Tensor::arange(x.device(), 0.0, cache.capacity() as f64, 1.0, DType::I32)?;
+        let here = positions.reshape(&[1, 1, -1, 1])?.eq(pos)?;
         let [q, k, v] = self.project(x)?;
         let cache = KvCache {
             keys: Tensor::where_cond(&here, &k, &cache.keys)?,
             values: Tensor::where_cond(&here, &v, &cache.values)?,
         };
-        let seen = positions.le(pos)?.reshape(&[1, 1, 1, -1])?;
-        Ok((self.attend(&q, &cache.keys, &cache.values, &seen)?, cache))
+        let y =
+            self.attend([&q, &cache.keys, &cache.values], &pos.reshape(&[1, 1])?, &positions.unsqueeze(0)?, None)?;
+        Ok((y, cache))
     }
-}
-
-/// `[t, t]`, true where key `j ≤ query i`.
-fn causal_mask(dev: &Device, t: usize) -> Result<Tensor> {
-    let idx = Tensor::arange(dev, 0.0, t as f64, 1.0, DType::I32)?;
-    idx.unsqueeze(0)?.le(&idx.unsqueeze(1)?)
 }
