@@ -145,3 +145,36 @@ fn bad_inputs_are_errors_that_name_them() {
     mnist.set_metadata("model", "mlp").unwrap();
     assert!(load_model(&dev, &mnist).err().unwrap().to_string().contains("mlp model, not a GPT"));
 }
+
+/// Device memory stays flat over 2,000 steps: once the step, a
+/// validation pass and a generation have each run and the step has run
+/// again after them (by step 600: the pool's last two buffers come then),
+/// no buffer is created and the bytes in use and held do not grow,
+/// sampled every 100 steps, with a validation pass and a sample every 500
+/// as the demo makes them.
+#[test]
+fn device_memory_stays_flat_over_two_thousand_steps() {
+    let corpus = corpus();
+    let dev = &adapters::shared()[0].1;
+    let config = TrainConfig { steps: 2000, ..tiny(corpus.vocab.len()) };
+    let mut t = GptTrainer::new(dev, corpus.clone(), config).unwrap();
+    let mut settled = None;
+    for at in (100..=2000).step_by(100) {
+        kiln::block_on(t.run(100)).unwrap();
+        if at % 500 == 0 {
+            kiln::block_on(t.evaluate()).unwrap();
+            let sampling = Sampling { temperature: 1.0, top_k: None, key: Key::new(at), cached: true };
+            kiln::block_on(generate(&t.model().unwrap(), &corpus.vocab, "And", 20, sampling)).unwrap();
+        }
+        let pool = dev.stats().pool;
+        let Some(first) = settled else {
+            settled = (at == 600).then_some(pool);
+            continue;
+        };
+        let sampled = format!("after {at} steps: {pool:?}; after 600: {first:?}");
+        assert_eq!(pool.buffers_created, first.buffers_created, "{sampled}");
+        assert!(pool.bytes_in_use + pool.bytes_free <= first.bytes_in_use + first.bytes_free, "{sampled}");
+    }
+    assert_eq!(t.steps(), 2000);
+    assert_eq!(t.captures(), 1);
+}
