@@ -2,8 +2,12 @@
 // Debian's Chromium (headless, WebGPU on SwiftShader) with playwright-core,
 // trains a fixed number of steps from a fixed seed, checks the loss falls
 // and the test accuracy, draws a digit on the pad, runs the conformance
-// page, and fails on any GPU, WGSL or console error.
-// Env: CHROMIUM (default /usr/bin/chromium), KILN_E2E_STEPS (default 300).
+// page, trains the GPT page's small model and generates text (from its
+// weights and from a native checkpoint), and fails on any GPU, WGSL or
+// console error.
+// Env: CHROMIUM (default /usr/bin/chromium), KILN_E2E_STEPS (default 300),
+// KILN_NATIVE_LOSSES and KILN_NATIVE_GPT (the native runs to compare with),
+// KILN_E2E_ONLY=gpt (the GPT page alone).
 import { chromium } from 'playwright-core';
 import http from 'node:http';
 import fs from 'node:fs';
@@ -18,7 +22,7 @@ const STEPS = Number(process.env.KILN_E2E_STEPS ?? 300);
 const SEED = 7;
 const MIN_ACCURACY = 0.8;
 
-const types = { '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css', '.wasm': 'application/wasm', '.json': 'application/json' };
+const types = { '.txt': 'text/plain', '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css', '.wasm': 'application/wasm', '.json': 'application/json' };
 
 function serve() {
   const server = http.createServer((req, res) => {
@@ -71,6 +75,11 @@ async function main() {
     ],
   });
   try {
+    if (process.env.KILN_E2E_ONLY === 'gpt') {
+      await gptPage(browser, base);
+      check(problems.length === 0, `no GPU, WGSL or console errors${problems.length ? ':\n' + problems.join('\n') : ''}`);
+      return;
+    }
     const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
     watch(page, 'demo');
     const t0 = Date.now();
@@ -127,6 +136,8 @@ async function main() {
       console.log('skipped: the native comparison (set KILN_NATIVE_LOSSES to native_losses output)');
     }
 
+    await gptPage(browser, base);
+
     const tc = Date.now();
     const conf = await browser.newPage();
     watch(conf, 'conformance');
@@ -155,6 +166,58 @@ async function main() {
     await browser.close();
     server.close();
   }
+}
+
+// The GPT page with a small model (the numbers of
+// web/examples/native_gpt.rs): 200 steps, the loss falls, samples appear,
+// the prompt box generates; the first losses match the native run, and the
+// native run's checkpoint, dropped on the page, generates the native text.
+async function gptPage(browser, base) {
+  const t0 = Date.now();
+  const page = await browser.newPage();
+  watch(page, 'gpt');
+  const config = 'seed=3&total=200&context=32&width=32&heads=2&layers=2&batch=8';
+  await page.goto(`${base}/gpt.html?${config}&steps=200&chunk=10&eval=50`);
+  await waitFor(page, () => ['done', 'error'].includes(window.gpt?.status), 10 * 60_000);
+  const run = await page.evaluate(() => window.gpt);
+  check(!run.error && run.steps === 200, `the GPT page trained ${run.steps} steps in ${((Date.now() - t0) / 1000).toFixed(1)} s${run.error ? `: ${run.error}` : ''}`);
+  const bits = run.losses.map(([, b]) => b);
+  const first = bits[0], last = bits.slice(-10).reduce((a, b) => a + b) / 10;
+  check(bits.length === 200 && bits.every(Number.isFinite), 'every GPT loss is finite');
+  check(last < 0.75 * first, `GPT loss falls: ${first.toFixed(3)} -> ${last.toFixed(3)} bits/char (mean of the last 10 steps)`);
+  const valid = run.validation.map(([, b]) => b);
+  check(valid.length >= 2 && valid.at(-1) < valid[0], `GPT validation falls: ${valid.map((b) => b.toFixed(2)).join(', ')} bits/char`);
+  check(run.samples.length > 0 && run.samples.at(-1)[1].length === 200, `the page shows samples as it learns (${run.samples.length})`);
+  console.log(`GPT characters/s: ${run.charsPerSecond.toFixed(0)} (${run.parameters} parameters, headless Chromium on SwiftShader)`);
+  await page.fill('#prompt', 'And God');
+  await page.fill('#tokens', '80');
+  await page.click('#generate');
+  await waitFor(page, () => window.gpt.generated !== null || window.gpt.error, 120_000);
+  const generated = await page.evaluate(() => window.gpt.generated);
+  check(generated?.startsWith('And God') && generated.length === 87, `the prompt box generates from the trained weights: ${JSON.stringify(generated)}`);
+
+  const nativeFile = process.env.KILN_NATIVE_GPT;
+  if (!nativeFile) {
+    console.log('skipped: the GPT native comparison (set KILN_NATIVE_GPT to native_gpt\'s JSON)');
+    await page.close();
+    return;
+  }
+  const native = JSON.parse(fs.readFileSync(nativeFile, 'utf8'));
+  const worst = Math.max(...native.losses.map((l, i) => Math.abs(bits[i] - l) / Math.abs(l)));
+  check(worst <= 1e-3, `seed 3: the first ${native.losses.length} GPT losses match native ${native.adapter} within ${worst.toExponential(2)} relative (<= 1e-3)`);
+  await page.evaluate(() => { window.gpt.generated = null; });
+  await page.setInputFiles('#checkpoint', native.checkpoint);
+  await waitFor(page, () => document.getElementById('loaded').textContent !== '' || window.gpt.error, 60_000);
+  await page.fill('#prompt', native.prompt);
+  await page.fill('#tokens', String(native.tokens));
+  await page.fill('#temperature', '0.8');
+  await page.fill('#topk', '10');
+  await page.fill('#seed', String(native.seed));
+  await page.click('#generate');
+  await waitFor(page, () => window.gpt.generated !== null || window.gpt.error, 120_000);
+  const fromCheckpoint = await page.evaluate(() => window.gpt.generated);
+  check(fromCheckpoint === native.prompt + native.generated, `the dropped native checkpoint generates the native text from the same key: ${JSON.stringify(fromCheckpoint)}`);
+  await page.close();
 }
 
 main().then(

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-fn js_err(e: impl std::fmt::Display) -> JsValue {
+pub(crate) fn js_err(e: impl std::fmt::Display) -> JsValue {
     JsError::new(&e.to_string()).into()
 }
 
@@ -26,7 +26,7 @@ fn quote(s: &str) -> String {
 /// own limits (kiln checks every buffer against them).
 #[wasm_bindgen]
 pub struct Gpu {
-    device: Device,
+    pub(crate) device: Device,
 }
 
 #[wasm_bindgen]
@@ -149,14 +149,40 @@ impl Dataset {
     }
 }
 
+/// A value that one call at a time owns: empty while a call runs, so an
+/// overlapping call rejects instead of waiting on a borrow.
+pub(crate) struct Exclusive<T>(Rc<RefCell<Option<T>>>);
+
+impl<T: 'static> Exclusive<T> {
+    pub(crate) fn new(value: T) -> Exclusive<T> {
+        Exclusive(Rc::new(RefCell::new(Some(value))))
+    }
+
+    /// `f` on the value, as a Promise; `after` sees the value once `f` is done.
+    pub(crate) fn call<R, F>(&self, f: F, after: impl FnOnce(&T) + 'static) -> Promise
+    where
+        F: AsyncFnOnce(&mut T) -> kiln::Result<R> + 'static,
+        R: Into<JsValue>,
+    {
+        let inner = self.0.clone();
+        future_to_promise(async move {
+            let taken = inner.borrow_mut().take();
+            let mut value = taken.ok_or_else(|| js_err("busy: await the previous call"))?;
+            let result = f(&mut value).await;
+            after(&value);
+            *inner.borrow_mut() = Some(value);
+            result.map(Into::into).map_err(js_err)
+        })
+    }
+}
+
 /// The demo's model and optimizer state: the MLP and training loop of
 /// `kiln-mnist`, the same code the desktop demo runs. Calls must not
 /// overlap (each returns a Promise; await it first); an overlapping call
 /// rejects.
 #[wasm_bindgen]
 pub struct Trainer {
-    /// Empty while a call runs: the call owns the trainer until it is done.
-    inner: Rc<RefCell<Option<kiln_mnist::Trainer>>>,
+    inner: Exclusive<kiln_mnist::Trainer>,
     train_len: usize,
     steps: Rc<Cell<usize>>,
 }
@@ -167,15 +193,8 @@ impl Trainer {
         F: AsyncFnOnce(&mut kiln_mnist::Trainer) -> kiln::Result<T> + 'static,
         T: Into<JsValue>,
     {
-        let (inner, steps) = (self.inner.clone(), self.steps.clone());
-        future_to_promise(async move {
-            let taken = inner.borrow_mut().take();
-            let mut t = taken.ok_or_else(|| js_err("the trainer is busy: await the previous call"))?;
-            let result = f(&mut t).await;
-            steps.set(t.steps() as usize);
-            *inner.borrow_mut() = Some(t);
-            result.map(Into::into).map_err(js_err)
-        })
+        let steps = self.steps.clone();
+        self.inner.call(f, move |t| steps.set(t.steps() as usize))
     }
 }
 
@@ -187,7 +206,7 @@ impl Trainer {
         let t = kiln_mnist::Trainer::new(&gpu.device, data.inner.clone(), config)
             .map_err(|e| JsError::new(&e.to_string()))?;
         let train_len = data.inner.train.len();
-        Ok(Trainer { inner: Rc::new(RefCell::new(Some(t))), steps: Rc::default(), train_len })
+        Ok(Trainer { inner: Exclusive::new(t), steps: Rc::default(), train_len })
     }
 
     /// `n` training steps; resolves to the mean of their losses (NaN when

@@ -1,0 +1,161 @@
+//! The GPT page's API: `GptTrainer` (the desktop demo's `kiln-gpt`
+//! trainer on a text the page fetched) and `GptModel` (a checkpoint
+//! dropped on the page, for sampling). Methods that touch the GPU return
+//! Promises; calls on one object must not overlap.
+
+use crate::bindings::{Exclusive, Gpu, js_err};
+use js_sys::{Float32Array, Promise, Uint8Array};
+use kiln::Key;
+use kiln_gpt::{Corpus, Gpt, GptConfig, Sampling, TrainConfig, Vocab, generate, load_model};
+use kiln_nn::checkpoint::Checkpoint;
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+/// The run's config: the desktop demo's, with any of `context`, `width`,
+/// `heads`, `layers`, `batch`, `steps`, `lr` and `seed` from a JSON object.
+fn config(vocab: usize, options: &str) -> Result<TrainConfig, JsError> {
+    let json: serde_json::Value = serde_json::from_str(if options.is_empty() { "{}" } else { options })
+        .map_err(|e| JsError::new(&format!("GptTrainer options: {e}")))?;
+    let get = |key: &str| json.get(key).and_then(serde_json::Value::as_f64);
+    let d = TrainConfig::demo(vocab);
+    let n = |key: &str, default: usize| get(key).map_or(default, |v| v as usize);
+    let model = GptConfig {
+        context: n("context", d.model.context),
+        width: n("width", d.model.width),
+        heads: n("heads", d.model.heads),
+        layers: n("layers", d.model.layers),
+        ..d.model
+    };
+    Ok(TrainConfig {
+        model,
+        batch: n("batch", d.batch),
+        steps: get("steps").map_or(d.steps, |v| v as u64),
+        lr: get("lr").unwrap_or(d.lr),
+        seed: get("seed").map_or(d.seed, |v| v as u64),
+        ..d
+    })
+}
+
+/// Sampling options as the page passes them (`top_k` 0: all characters).
+fn sampling(temperature: f64, top_k: usize, seed: u32, cached: bool) -> Sampling {
+    Sampling { temperature, top_k: (top_k > 0).then_some(top_k), key: Key::new(u64::from(seed)), cached }
+}
+
+#[wasm_bindgen]
+pub struct GptTrainer {
+    inner: Exclusive<kiln_gpt::GptTrainer>,
+    config: TrainConfig,
+    parameters: usize,
+    steps: Rc<Cell<usize>>,
+}
+
+impl GptTrainer {
+    fn call<T, F>(&self, f: F) -> Promise
+    where
+        F: AsyncFnOnce(&mut kiln_gpt::GptTrainer) -> kiln::Result<T> + 'static,
+        T: Into<JsValue>,
+    {
+        let steps = self.steps.clone();
+        self.inner.call(f, move |t| steps.set(t.steps() as usize))
+    }
+}
+
+#[wasm_bindgen]
+impl GptTrainer {
+    /// A fresh run on `text` (the last 10% held out), `options` a JSON
+    /// object overriding the demo's config (see `config`).
+    #[wasm_bindgen(constructor)]
+    pub fn new(gpu: &Gpu, text: &str, options: &str) -> Result<GptTrainer, JsError> {
+        let corpus = Corpus::from_text(text, 0.1).map_err(|e| JsError::new(&e.to_string()))?;
+        let config = config(corpus.vocab.len(), options)?;
+        let t = kiln_gpt::GptTrainer::new(&gpu.device, Arc::new(corpus), config)
+            .map_err(|e| JsError::new(&e.to_string()))?;
+        let parameters = t.model().map_err(|e| JsError::new(&e.to_string()))?.parameters();
+        Ok(GptTrainer { inner: Exclusive::new(t), config, parameters, steps: Rc::default() })
+    }
+
+    /// `n` steps; resolves to a Float32Array of their losses in bits/char.
+    pub fn step(&self, n: usize) -> Promise {
+        self.call(async move |t| {
+            let nats = t.run(n).await?;
+            let bits: Vec<f32> = nats.iter().map(|l| l / std::f32::consts::LN_2).collect();
+            Ok(Float32Array::from(bits.as_slice()))
+        })
+    }
+
+    /// Resolves to the validation loss in bits/char.
+    pub fn evaluate(&self) -> Promise {
+        self.call(async |t| t.evaluate().await)
+    }
+
+    /// Resolves to `tokens` characters after `prompt`, from the current
+    /// weights, through the KV cache.
+    pub fn generate(&self, prompt: String, tokens: usize, temperature: f64, top_k: usize, seed: u32) -> Promise {
+        self.call(async move |t| {
+            let s = sampling(temperature, top_k, seed, true);
+            generate(&t.model()?, t.vocab(), &prompt, tokens, s).await
+        })
+    }
+
+    /// Resolves to the checkpoint's safetensors bytes (what the desktop
+    /// demo saves and `--generate` reads).
+    pub fn checkpoint(&self) -> Promise {
+        self.call(async |t| Ok(Uint8Array::from(t.checkpoint().await?.to_bytes()?.as_slice())))
+    }
+
+    /// Steps taken, as of the last call that finished.
+    #[wasm_bindgen(getter)]
+    pub fn steps(&self) -> usize {
+        self.steps.get()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn total_steps(&self) -> usize {
+        self.config.steps as usize
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn characters_per_step(&self) -> usize {
+        self.config.tokens_per_step()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn parameters(&self) -> usize {
+        self.parameters
+    }
+}
+
+/// A model read from a GPT checkpoint (the desktop demo's or this page's),
+/// for sampling.
+#[wasm_bindgen]
+pub struct GptModel {
+    model: Rc<Gpt>,
+    vocab: Rc<Vocab>,
+}
+
+#[wasm_bindgen]
+impl GptModel {
+    /// The model and vocabulary saved in a checkpoint's bytes.
+    pub fn load(gpu: &Gpu, bytes: &[u8]) -> Result<GptModel, JsError> {
+        let ck = Checkpoint::from_bytes(bytes, "the dropped file").map_err(|e| JsError::new(&e.to_string()))?;
+        let (model, vocab) = load_model(&gpu.device, &ck).map_err(|e| JsError::new(&e.to_string()))?;
+        Ok(GptModel { model: Rc::new(model), vocab: Rc::new(vocab) })
+    }
+
+    /// Resolves to `tokens` characters after `prompt`.
+    pub fn generate(&self, prompt: String, tokens: usize, temperature: f64, top_k: usize, seed: u32) -> Promise {
+        let (model, vocab) = (self.model.clone(), self.vocab.clone());
+        future_to_promise(async move {
+            let s = sampling(temperature, top_k, seed, true);
+            generate(&model, &vocab, &prompt, tokens, s).await.map(Into::into).map_err(js_err)
+        })
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn parameters(&self) -> usize {
+        self.model.parameters()
+    }
+}
