@@ -82,7 +82,7 @@ pub async fn generate(model: &Gpt, vocab: &Vocab, prompt: &str, tokens: usize, s
     let mut start = text.len().saturating_sub(context);
     for i in 0..tokens {
         if text.len() - start > context {
-            start += context / 2;
+            start += (context / 2).max(1);
             reader.forget();
         }
         let logits = reader.next_logits(&text[start..]).await?;

@@ -10,14 +10,13 @@ use kiln::prelude::*;
 use kiln::{Jit, Key, KilnError};
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::optim::{
-    AddDecayedWeights, Chain, ClipByGlobalNorm, ScaleByAdam, ScaleByLearningRate, Transform, adamw,
-    add_decayed_weights, apply_updates, chain, clip_by_global_norm, matrices_only, warmup_cosine_decay,
+    AddDecayedWeights, Chain, ClipByGlobalNorm, ScaleByAdam, ScaleByLearningRate, StepFn, Transform, adamw,
+    add_decayed_weights, chain, clip_by_global_norm, matrices_only, training_step, warmup_cosine_decay,
 };
 use std::sync::Arc;
 
 type Optimizer = Chain<(ClipByGlobalNorm, Chain<(ScaleByAdam, AddDecayedWeights, ScaleByLearningRate)>)>;
 type OptState = <Optimizer as Transform<Gpt>>::State;
-type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
 
 /// Validation windows read by `evaluate`, spread evenly over the split.
 const EVAL_WINDOWS: usize = 64;
@@ -123,17 +122,8 @@ impl GptTrainer {
             None => opt.init(&model)?,
         };
         let leaves = [model.leaves(), state.leaves()].concat();
-        let (template, state_template) = (model.clone(), opt_template.clone());
-        let n = template.leaves().len();
         // (ids, targets, params.., state..) → (loss, params.., state..)
-        let step: StepFn = Box::new(move |inputs: &[Tensor]| {
-            let (ids, targets) = (&inputs[0], &inputs[1]);
-            let p = template.unflatten(inputs[2..2 + n].to_vec())?;
-            let s = state_template.unflatten(inputs[2 + n..].to_vec())?;
-            let (loss, grads) = value_and_grad(|p: &Gpt| p.loss(ids, targets))(&p)?;
-            let (updates, s) = opt.update(&grads, &s, Some(&p))?;
-            Ok([vec![loss], apply_updates(&p, &updates)?.leaves(), s.leaves()].concat())
-        });
+        let step = training_step(&model, &opt_template, opt, 2, |p: &Gpt, d: &[Tensor]| p.loss(&d[0], &d[1]));
         let template = model.clone();
         // (ids, targets, params..) → (loss,)
         let eval: StepFn = Box::new(move |inputs: &[Tensor]| {

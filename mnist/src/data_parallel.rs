@@ -18,12 +18,10 @@ use kiln_nn::Sequential;
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::{ImageLayout, Mnist};
 use kiln_nn::loss::cross_entropy;
-use kiln_nn::optim::{Transform, apply_updates};
+use kiln_nn::optim::{StepFn, Transform, apply_updates};
 use kiln_shard::{Mesh, Sharded, Sharding, ravel, unravel};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
-
-type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
 
 pub struct DataParallelTrainer {
     mesh: Mesh,

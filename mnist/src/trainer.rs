@@ -11,12 +11,13 @@ use kiln::{Jit, Key, KilnError};
 use kiln_nn::Sequential;
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::{Dataset, ImageLayout, Mnist};
-use kiln_nn::optim::{AdamState, Chain, ScaleByAdam, ScaleByLearningRate, Transform, adam, warmup_cosine_decay};
+use kiln_nn::optim::{
+    AdamState, Chain, ScaleByAdam, ScaleByLearningRate, StepFn, Transform, adam, training_step, warmup_cosine_decay,
+};
 use std::sync::Arc;
 
 pub(crate) type Optimizer = Chain<(ScaleByAdam, ScaleByLearningRate)>;
 pub(crate) type OptState = (AdamState<Sequential>, kiln_nn::optim::CountState);
-type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
 
 /// Test images per forward pass when evaluating.
 const EVAL_CHUNK: usize = 500;
@@ -106,17 +107,9 @@ impl Trainer {
             None => opt.init(&model)?,
         };
         let leaves = [model.leaves(), state.leaves()].concat();
-        let (template, state_template) = (model.clone(), opt_template.clone());
-        let n = template.leaves().len();
         // (x, labels, params.., state..) → (loss, params.., state..)
-        let step: StepFn = Box::new(move |inputs: &[Tensor]| {
-            let (x, labels) = (&inputs[0], &inputs[1]);
-            let p = template.unflatten(inputs[2..2 + n].to_vec())?;
-            let s = state_template.unflatten(inputs[2 + n..].to_vec())?;
-            let loss = |p: &Sequential| kiln_nn::loss::cross_entropy(&p.forward(x)?, labels);
-            let (value, grads) = value_and_grad(loss)(&p)?;
-            let (updates, s) = opt.update(&grads, &s, Some(&p))?;
-            Ok([vec![value], kiln_nn::optim::apply_updates(&p, &updates)?.leaves(), s.leaves()].concat())
+        let step = training_step(&model, &opt_template, opt, 2, |p: &Sequential, d: &[Tensor]| {
+            kiln_nn::loss::cross_entropy(&p.forward(&d[0])?, &d[1])
         });
         let batches = Batches::new(data.clone(), &config);
         Ok(Trainer {

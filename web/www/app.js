@@ -2,6 +2,7 @@
 // event loop between chunks of steps so the tab stays responsive.
 import init, { Gpu, Dataset, Trainer } from './pkg/kiln_web.js';
 import { describeAdapter } from './adapter.js';
+import { TrainingLoop, drawCurves, oneAtATime, yieldToBrowser } from './training.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -13,7 +14,7 @@ const EVAL_EVERY = 50;
 const demo = { status: 'loading', losses: [], accuracies: [], steps: 0, stepsPerSecond: 0, prediction: null, error: null };
 window.demo = demo;
 
-let gpu, data, trainer, running = false, loop = null;
+let gpu, data, trainer;
 
 function setStatus(s) { demo.status = s; $('status').textContent = s; }
 
@@ -31,25 +32,11 @@ async function fetchBytes(name) {
 }
 
 function drawChart() {
-  const c = $('chart'), g = c.getContext('2d'), w = c.width, h = c.height, pad = 30;
-  g.clearRect(0, 0, w, h);
-  g.strokeStyle = '#ccc'; g.strokeRect(pad, 5, w - pad - 5, h - pad - 5);
-  g.fillStyle = '#555'; g.font = '11px sans-serif';
-  g.fillText('steps', w / 2, h - 8);
-  const maxStep = Math.max(100, demo.steps);
-  const x = (s) => pad + (w - pad - 5) * s / maxStep;
-  const y = (v, max) => 5 + (h - pad - 5) * (1 - Math.min(v / max, 1));
   const maxLoss = Math.max(2.5, ...demo.losses.map(([, l]) => l));
-  const plot = (pts, max, color) => {
-    g.strokeStyle = color; g.beginPath();
-    pts.forEach(([s, v], i) => (i ? g.lineTo(x(s), y(v, max)) : g.moveTo(x(s), y(v, max))));
-    g.stroke();
-  };
-  plot(demo.losses, maxLoss, '#c33');
-  plot(demo.accuracies, 1, '#36c');
-  g.fillStyle = '#c33'; g.fillText(`loss (0–${maxLoss.toFixed(1)})`, pad + 5, 18);
-  g.fillStyle = '#36c'; g.fillText('test accuracy (0–1)', pad + 5, 32);
-  g.fillStyle = '#555'; g.fillText(String(maxStep), w - 30, h - 18);
+  drawCurves($('chart'), Math.max(100, demo.steps), [
+    { points: demo.losses, max: maxLoss, color: '#c33', label: `loss (0–${maxLoss.toFixed(1)})` },
+    { points: demo.accuracies, max: 1, color: '#36c', label: 'test accuracy (0–1)' },
+  ]);
 }
 
 function showStats() {
@@ -61,28 +48,20 @@ function showStats() {
   drawChart();
 }
 
-const yieldToBrowser = () => new Promise((r) => setTimeout(r, 0));
-
 // The trainer takes one call at a time: training chunks and predictions
 // from the pad queue here.
-let queue = Promise.resolve();
-function exclusive(f) {
-  const p = queue.then(f);
-  queue = p.catch(() => {});
-  return p;
-}
+const exclusive = oneAtATime();
 
 async function evaluate() {
   demo.accuracies.push([trainer.steps, await exclusive(() => trainer.evaluate())]);
 }
 
-async function run(maxSteps) {
+async function run(isRunning, maxSteps) {
   // The run's schedule ends after its epochs (kiln-mnist's default config).
   maxSteps = Math.min(maxSteps || Infinity, trainer.total_steps);
-  running = true;
   setStatus('training');
   let trainedSteps = 0, trainedMs = 0;
-  while (running && trainer.steps < maxSteps) {
+  while (isRunning() && trainer.steps < maxSteps) {
     const n = Math.min(STEPS_PER_CHUNK, maxSteps - trainer.steps);
     const t0 = performance.now();
     const loss = await exclusive(() => trainer.step(n));
@@ -98,19 +77,12 @@ async function run(maxSteps) {
   if (demo.accuracies.at(-1)?.[0] !== trainer.steps) await evaluate();
   demo.matmulChoices = JSON.parse(gpu.matmul_choices());
   showStats();
-  running = false;
   setStatus(trainer.steps >= maxSteps ? 'done' : 'paused');
 }
 
-function start(maxSteps) {
-  if (running) return;
-  loop = run(maxSteps).catch((e) => fail(`training failed: ${e.message ?? e}`));
-}
-
-async function pause() {
-  running = false;
-  await loop;
-}
+const training = new TrainingLoop(run, (e) => fail(`training failed: ${e.message ?? e}`));
+const start = (maxSteps) => training.start(maxSteps);
+const pause = () => training.pause();
 
 async function reset() {
   await pause();

@@ -5,6 +5,7 @@
 // width, heads, layers, batch, total (its steps), lr.
 import init, { Gpu, GptTrainer, GptModel } from './pkg/kiln_web.js';
 import { describeAdapter } from './adapter.js';
+import { TrainingLoop, drawCurves, oneAtATime, yieldToBrowser } from './training.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -16,7 +17,7 @@ const SAMPLE_EVERY = 2 * EVAL_EVERY;
 const gpt = { status: 'loading', losses: [], validation: [], samples: [], generated: null, steps: 0, charsPerSecond: 0, error: null };
 window.gpt = gpt;
 
-let gpu, text, trainer, model = null, running = false, loop = null;
+let gpu, text, trainer, model = null;
 
 function setStatus(s) { gpt.status = s; $('status').textContent = s; }
 
@@ -29,33 +30,14 @@ function fail(message) {
 
 // The trainer takes one call at a time: training chunks, evaluations and
 // generation queue here.
-let queue = Promise.resolve();
-function exclusive(f) {
-  const p = queue.then(f);
-  queue = p.catch(() => {});
-  return p;
-}
+const exclusive = oneAtATime();
 
 function drawChart() {
-  const c = $('chart'), g = c.getContext('2d'), w = c.width, h = c.height, pad = 30;
-  g.clearRect(0, 0, w, h);
-  g.strokeStyle = '#ccc'; g.strokeRect(pad, 5, w - pad - 5, h - pad - 5);
-  g.fillStyle = '#555'; g.font = '11px sans-serif';
-  g.fillText('steps', w / 2, h - 8);
-  const maxStep = Math.max(100, gpt.steps);
   const maxBits = Math.max(5, ...gpt.losses.map(([, l]) => l));
-  const x = (s) => pad + (w - pad - 5) * s / maxStep;
-  const y = (v) => 5 + (h - pad - 5) * (1 - Math.min(v / maxBits, 1));
-  const plot = (pts, color) => {
-    g.strokeStyle = color; g.beginPath();
-    pts.forEach(([s, v], i) => (i ? g.lineTo(x(s), y(v)) : g.moveTo(x(s), y(v))));
-    g.stroke();
-  };
-  plot(gpt.losses, '#c33');
-  plot(gpt.validation, '#36c');
-  g.fillStyle = '#c33'; g.fillText(`training bits/char (0–${maxBits.toFixed(1)})`, pad + 5, 18);
-  g.fillStyle = '#36c'; g.fillText('validation bits/char', pad + 5, 32);
-  g.fillStyle = '#555'; g.fillText(String(maxStep), w - 30, h - 18);
+  drawCurves($('chart'), Math.max(100, gpt.steps), [
+    { points: gpt.losses, max: maxBits, color: '#c33', label: `training bits/char (0–${maxBits.toFixed(1)})` },
+    { points: gpt.validation, max: maxBits, color: '#36c', label: 'validation bits/char' },
+  ]);
 }
 
 function showStats() {
@@ -66,8 +48,6 @@ function showStats() {
     (gpt.charsPerSecond ? ` · ${gpt.charsPerSecond.toFixed(0)} characters/s` : '');
   drawChart();
 }
-
-const yieldToBrowser = () => new Promise((r) => setTimeout(r, 0));
 
 async function evaluate() {
   gpt.validation.push([trainer.steps, await exclusive(() => trainer.evaluate())]);
@@ -80,12 +60,11 @@ async function sample() {
   $('samples').textContent = gpt.samples.slice(-3).map(([s, t]) => `step ${s}:\n${t}`).join('\n\n');
 }
 
-async function run(maxSteps) {
+async function run(isRunning, maxSteps) {
   maxSteps = Math.min(maxSteps || Infinity, trainer.total_steps);
-  running = true;
   setStatus('training');
   let trained = 0, trainedMs = 0;
-  while (running && trainer.steps < maxSteps) {
+  while (isRunning() && trainer.steps < maxSteps) {
     const n = Math.min(STEPS_PER_CHUNK, maxSteps - trainer.steps, EVAL_EVERY - trainer.steps % EVAL_EVERY);
     const t0 = performance.now();
     const bits = await exclusive(() => trainer.step(n));
@@ -102,19 +81,12 @@ async function run(maxSteps) {
   if (gpt.validation.at(-1)?.[0] !== trainer.steps) await evaluate();
   if (gpt.samples.at(-1)?.[0] !== trainer.steps) await sample();
   showStats();
-  running = false;
   setStatus(trainer.steps >= maxSteps ? 'done' : 'paused');
 }
 
-function start(maxSteps) {
-  if (running) return;
-  loop = run(maxSteps).catch((e) => fail(`training failed: ${e.message ?? e}`));
-}
-
-async function pause() {
-  running = false;
-  await loop;
-}
+const training = new TrainingLoop(run, (e) => fail(`training failed: ${e.message ?? e}`));
+const start = (maxSteps) => training.start(maxSteps);
+const pause = () => training.pause();
 
 function options() {
   const o = { seed: Number($('seed').value) >>> 0 };

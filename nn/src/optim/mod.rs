@@ -33,6 +33,7 @@ mod chain;
 mod ema;
 mod moments;
 mod schedule;
+mod step;
 
 pub use accumulate::{MultiSteps, MultiStepsState, multi_steps};
 pub use aliases::{adam, adamw, nesterov, rmsprop, sgd, sgd_momentum};
@@ -48,6 +49,7 @@ pub use moments::{
 pub use schedule::{
     Constant, CosineDecay, Join, Linear, Schedule, constant, cosine_decay, join, linear, warmup_cosine_decay,
 };
+pub use step::{StepFn, training_step};
 
 use kiln_autodiff::Tree;
 use kiln_core::{DType, KilnError, Result};

@@ -1,0 +1,39 @@
+//! A whole training step as one pure function of tensors, the shape
+//! `kiln::jit` captures: data and state go in as leaves and come out as
+//! leaves, so a replayed step keeps training.
+
+use super::{Transform, apply_updates};
+use kiln_autodiff::{Tree, value_and_grad};
+use kiln_core::Result;
+use kiln_ops::Tensor;
+
+/// A step's function over flat inputs.
+pub type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
+
+/// `(data.., params.., state..) → (loss, params.., state..)`: the loss and
+/// gradient of `loss(params, data)` (`data` the first `data_inputs`
+/// tensors), then `opt`'s update applied. `params` and `state` give the
+/// trees' shapes.
+pub fn training_step<P, T>(
+    params: &P,
+    state: &T::State,
+    opt: T,
+    data_inputs: usize,
+    loss: impl Fn(&P, &[Tensor]) -> Result<Tensor> + 'static,
+) -> StepFn
+where
+    P: Tree + Clone + 'static,
+    T: Transform<P> + 'static,
+    T::State: Clone + 'static,
+{
+    let (template, state_template) = (params.clone(), state.clone());
+    let n = template.leaves().len();
+    Box::new(move |inputs: &[Tensor]| {
+        let (data, rest) = inputs.split_at(data_inputs);
+        let p = template.unflatten(rest[..n].to_vec())?;
+        let s = state_template.unflatten(rest[n..].to_vec())?;
+        let (value, grads) = value_and_grad(|p: &P| loss(p, data))(&p)?;
+        let (updates, s) = opt.update(&grads, &s, Some(&p))?;
+        Ok([vec![value], apply_updates(&p, &updates)?.leaves(), s.leaves()].concat())
+    })
+}
