@@ -93,9 +93,15 @@ impl Ctx<'_> {
         time_paired(self.reps, || (self.ceilings.copy_run)().map_err(KilnError::Gpu), run)
     }
 
-    /// GFLOP/s of an m×k @ k×n f32 product with the tuned config (or `config`).
-    fn matmul(&self, bench: &str, m: usize, k: usize, n: usize, config: Option<MatmulConfig>) -> Result<Record> {
-        let (a, b) = (input(self.dev, &[m, k])?, input(self.dev, &[k, n])?);
+    /// GFLOP/s of an m×k @ k×n product of `dtype` operands with the tuned
+    /// config (or `config`).
+    fn matmul(&self, bench: &str, dtype: DType, [m, k, n]: [usize; 3], config: Option<MatmulConfig>) -> Result<Record> {
+        let operand = |shape: &[usize]| -> Result<Tensor> {
+            let t = input(self.dev, shape)?.cast(dtype)?;
+            kiln::block_on(t.realize())?;
+            Ok(t)
+        };
+        let (a, b) = (operand(&[m, k])?, operand(&[k, n])?);
         self.dev.set_matmul_config(config)?;
         wait(&a.matmul(&b)?)?; // tunes this shape class if needed
         let p = self.against_fma(|| wait(&a.matmul(&b)?));
@@ -105,7 +111,7 @@ impl Ctx<'_> {
         let chosen = match config {
             Some(c) => c.name(),
             None => {
-                let class = ShapeClass::of(DType::F32, m, n, k).name();
+                let class = ShapeClass::of(dtype, m, n, k).name();
                 let tuned = self.dev.matmul_choices().into_iter().find(|(c, _)| *c == class);
                 tuned.map_or_else(
                     || format!("default {}", MatmulConfig::default_for(&self.dev.info().caps()).name()),
@@ -168,24 +174,39 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
         ("matmul 8192×256×256", 8192, 256, 256),
     ] {
         if cx.wants(bench) {
-            out(cx.matmul(bench, m, k, n, None)?);
+            out(cx.matmul(bench, DType::F32, [m, k, n], None)?);
         }
     }
     // Too slow for the CPU adapters; the size cuBLAS is measured at.
     if cx.wants("matmul 4096³") && !cx.dev.info().is_cpu_adapter() {
-        out(cx.matmul("matmul 4096³", 4096, 4096, 4096, None)?);
+        out(cx.matmul("matmul 4096³", DType::F32, [4096; 3], None)?);
+    }
+    // Packed operands, unpacked in registers and multiplied in f32: against
+    // the f32 row above, what reading half the bytes is worth.
+    for dtype in [DType::F16, DType::BF16] {
+        let bench = format!("matmul 2048³ {dtype}");
+        if cx.wants(&bench) {
+            out(cx.matmul(&bench, dtype, [2048; 3], None)?);
+        }
     }
     // Every kernel version at one size, so progress is visible.
     if !quick {
         let info = cx.dev.info();
         let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&info.caps()));
         for c in usable.filter(|c| cx.wants(&format!("matmul 1024³ {}", c.name()))) {
-            out(cx.matmul(&format!("matmul 1024³ {}", c.name()), 1024, 1024, 1024, Some(c))?);
+            out(cx.matmul(&format!("matmul 1024³ {}", c.name()), DType::F32, [1024; 3], Some(c))?);
         }
     }
     let n = 1 << 24;
     if cx.wants("sum 16M f32") {
         out(cx.memory("sum 16M f32", &[n], 4.0, |x| x.sum(&[], false))?);
+    }
+    // 4 bytes read and 2 written per element.
+    for dtype in [DType::F16, DType::BF16] {
+        let bench = format!("cast 16M f32 → {dtype}");
+        if cx.wants(&bench) {
+            out(cx.memory(&bench, &[n], 6.0, |x| x.cast(dtype))?);
+        }
     }
     if cx.wants("softmax [4096,1024]") {
         out(cx.memory("softmax [4096,1024]", &[4096, 1024], 8.0, |x| x.softmax(-1))?);

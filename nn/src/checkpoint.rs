@@ -33,6 +33,7 @@ impl View for &Stored {
         match self.dtype {
             DType::F32 => Dtype::F32,
             DType::F16 => Dtype::F16,
+            DType::BF16 => Dtype::BF16,
             DType::I32 => Dtype::I32,
             DType::U32 => Dtype::U32,
             DType::Bool => Dtype::BOOL,
@@ -53,6 +54,7 @@ fn kiln_dtype(d: Dtype) -> Option<DType> {
     Some(match d {
         Dtype::F32 => DType::F32,
         Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
         Dtype::I32 => DType::I32,
         Dtype::U32 => DType::U32,
         Dtype::BOOL => DType::Bool,
@@ -65,6 +67,7 @@ fn encode(dtype: DType, values: &[f64]) -> Vec<u8> {
     match dtype {
         DType::F32 => values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
         DType::F16 => values.iter().flat_map(|&v| half::f16::from_f64(v).to_le_bytes()).collect(),
+        DType::BF16 => values.iter().flat_map(|&v| half::bf16::from_f64(v).to_le_bytes()).collect(),
         DType::I32 => values.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
         DType::U32 => values.iter().flat_map(|&v| (v as u32).to_le_bytes()).collect(),
         DType::Bool => values.iter().map(|&v| (v != 0.0) as u8).collect(),
@@ -76,6 +79,7 @@ fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
     match dtype {
         DType::F32 => words(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64).collect(),
         DType::F16 => words(2).map(|b| half::f16::from_le_bytes(b.try_into().unwrap()).to_f64()).collect(),
+        DType::BF16 => words(2).map(|b| half::bf16::from_le_bytes(b.try_into().unwrap()).to_f64()).collect(),
         DType::I32 => words(4).map(|b| i32::from_le_bytes(b.try_into().unwrap()) as f64).collect(),
         DType::U32 => words(4).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as f64).collect(),
         DType::Bool => bytes.iter().map(|&b| (b != 0) as u8 as f64).collect(),

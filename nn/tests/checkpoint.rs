@@ -1,5 +1,5 @@
 //! Checkpoints: a bit-exact round trip of parameters and optimizer state
-//! (f32, f16, i32 leaves) onto the CPU reference and a GPU adapter; bad
+//! (f32, f16, bf16, i32 leaves) onto the CPU reference and a GPU adapter; bad
 //! files and mismatched trees are errors naming the file and each leaf,
 //! and leave an existing checkpoint's bytes untouched.
 
@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 struct Model {
     weight: Tensor,
     scale: Tensor,
+    brain: Tensor,
     ids: Tensor,
 }
 
@@ -22,9 +23,13 @@ const W: [f32; 6] = [1.5, -0.0, 1e-40, f32::INFINITY, f32::MAX, -3.25e-7];
 
 fn model(dev: &Device) -> Model {
     let halves: Vec<half::f16> = [0.1, -65504.0, 6e-8, 3.0].iter().map(|&v| half::f16::from_f64(v)).collect();
+    // bf16 keeps f32's range: its largest finite value, a subnormal, -inf.
+    let bf = half::bf16::from_f64;
+    let brains = [half::bf16::MAX, half::bf16::from_bits(1), half::bf16::NEG_INFINITY, bf(0.1), bf(-7.0)];
     Model {
         weight: Tensor::from_slice(dev, &W, &[2, 3]).unwrap(),
         scale: Tensor::from_slice(dev, &halves, &[4]).unwrap(),
+        brain: Tensor::from_slice(dev, &brains, &[5]).unwrap(),
         ids: Tensor::from_slice(dev, &[7i32, -1, i32::MAX], &[3]).unwrap(),
     }
 }
@@ -40,6 +45,7 @@ fn bits(t: &Tensor) -> Vec<u64> {
     match t.dtype() {
         DType::F32 => kiln::block_on(t.to_vec::<f32>()).unwrap().iter().map(|v| v.to_bits() as u64).collect(),
         DType::F16 => kiln::block_on(t.to_vec::<half::f16>()).unwrap().iter().map(|v| v.to_bits() as u64).collect(),
+        DType::BF16 => kiln::block_on(t.to_vec::<half::bf16>()).unwrap().iter().map(|v| v.to_bits() as u64).collect(),
         DType::I32 => kiln::block_on(t.to_vec::<i32>()).unwrap().iter().map(|&v| v as u32 as u64).collect(),
         d => panic!("no bits for {d}"),
     }
@@ -76,7 +82,16 @@ fn params_and_optimizer_state_round_trip_bit_exactly() {
         let names: Vec<&str> = ck.names().collect();
         assert_eq!(
             names,
-            ["opt.0.count", "opt.0.mu.0", "opt.0.nu.0", "opt.1.count", "params.ids", "params.scale", "params.weight"]
+            [
+                "opt.0.count",
+                "opt.0.mu.0",
+                "opt.0.nu.0",
+                "opt.1.count",
+                "params.brain",
+                "params.ids",
+                "params.scale",
+                "params.weight"
+            ]
         );
         let back = Checkpoint::load(&path).unwrap();
         assert_eq!(back.metadata().get("step").map(String::as_str), Some("1"), "{label}");

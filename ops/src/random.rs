@@ -229,7 +229,7 @@ fn float_dtype(op: &'static str, dtype: DType) -> Result<()> {
     if dtype.is_float() {
         Ok(())
     } else {
-        Err(KilnError::DType { op, detail: format!("draws f32 or f16, not {dtype}") })
+        Err(KilnError::DType { op, detail: format!("draws a float dtype (f32, f16, bf16), not {dtype}") })
     }
 }
 

@@ -64,7 +64,11 @@ fn creation(s: &mut Suite) {
     use DType::*;
     s.add("full", "f32 [7, 1023] = 2.5", Tol::EXACT, |d| Tensor::full(d, &[7, 1023], 2.5, F32));
     s.add("full", "i32 [4097] = -3", Tol::EXACT, |d| Tensor::full(d, &[4097], -3.0, I32));
-    s.add("full", "f16 [1023] = 0.1", Tol::F16, |d| Tensor::full(d, &[1023], 0.1, F16));
+    for dtype in [F16, BF16] {
+        s.add("full", format!("{dtype} [1023] = 0.1"), Tol::storage(dtype), move |d| {
+            Tensor::full(d, &[1023], 0.1, dtype)
+        });
+    }
     s.add("full", "bool [7] = true", Tol::EXACT, |d| Tensor::full(d, &[7], 1.0, Bool));
     s.add("zeros", "f32 [1]", Tol::EXACT, |d| Tensor::zeros(d, &[1], F32));
     s.add("ones", "u32 [7, 3]", Tol::EXACT, |d| Tensor::ones(d, &[7, 3], U32));
@@ -72,8 +76,8 @@ fn creation(s: &mut Suite) {
     s.add("arange", "i32 -7..4097 step 3", Tol::EXACT, |d| Tensor::arange(d, -7.0, 4097.0, 3.0, I32));
     s.add("arange", "f32 10..0 step -0.5", Tol::F32, |d| Tensor::arange(d, 10.0, 0.0, -0.5, F32));
     s.add("eye", "f32 7×5", Tol::EXACT, |d| Tensor::eye(d, 7, 5, F32));
-    for (dtype, shape) in [(F32, vec![1023]), (F16, vec![1023]), (Bool, vec![7]), (U32, vec![4097]), (I32, vec![7, 7])]
-    {
+    let inputs = [(F32, vec![1023]), (F16, vec![1023]), (BF16, vec![1023]), (Bool, vec![7]), (U32, vec![4097])];
+    for (dtype, shape) in inputs.into_iter().chain([(I32, vec![7, 7])]) {
         let (lo, hi) = if dtype == Bool { (0.0, 1.0) } else { (-100.0, 100.0) };
         let (lo, hi) = if dtype == U32 { (0.0, 4e9) } else { (lo, hi) };
         s.add("from_slice", format!("{dtype} {shape:?}"), Tol::EXACT, move |d| input(d, 1, &shape, dtype, lo, hi));
@@ -117,8 +121,11 @@ fn unary(s: &mut Suite) {
         s.add(op.name(), "f32 [33, 65] transposed view", tol, move |d| {
             transposed(d, 11, [33, 65], DType::F32, lo, hi)?.unary(op)
         });
-        let f16_tol = Tol { abs: tol.abs.max(Tol::F16.abs), rel: tol.rel.max(Tol::F16.rel) };
-        s.add(op.name(), "f16 [1023]", f16_tol, move |d| input(d, 12, &[1023], DType::F16, lo, hi)?.unary(op));
+        for dtype in [DType::F16, DType::BF16] {
+            s.add(op.name(), format!("{dtype} [1023]"), tol.max(Tol::storage(dtype)), move |d| {
+                input(d, 12, &[1023], dtype, lo, hi)?.unary(op)
+            });
+        }
     }
     s.add("round", "f32 exact halves (ties to even)", Tol::EXACT, |d| {
         input(d, 13, &[1023], DType::I32, -20.0, 20.0)?.cast(DType::F32)?.mul_scalar(0.5)?.round()
@@ -196,9 +203,11 @@ fn binary(s: &mut Suite) {
     s.add("add", "u32 wrapping", Tol::EXACT, |d| {
         input(d, 28, &[1023], DType::U32, 3e9, 4e9)?.add(&input(d, 29, &[1023], DType::U32, 1e9, 4e9)?)
     });
-    s.add("mul", "f16 [7, 1] ⊕ [1, 1023]", Tol::F16, |d| {
-        input(d, 30, &[7, 1], DType::F16, -4.0, 4.0)?.mul(&input(d, 31, &[1, 1023], DType::F16, -4.0, 4.0)?)
-    });
+    for dtype in [DType::F16, DType::BF16] {
+        s.add("mul", format!("{dtype} [7, 1] ⊕ [1, 1023]"), Tol::storage(dtype), move |d| {
+            input(d, 30, &[7, 1], dtype, -4.0, 4.0)?.mul(&input(d, 31, &[1, 1023], dtype, -4.0, 4.0)?)
+        });
+    }
 }
 
 /// Bitwise ops on i32 and u32: broadcasts, a transposed view, and shift
@@ -231,7 +240,7 @@ fn bitwise(s: &mut Suite) {
 
 fn where_and_cast(s: &mut Suite) {
     use DType::*;
-    for dtype in [F32, I32, F16] {
+    for dtype in [F32, I32, F16, BF16] {
         s.add("where", format!("{dtype} cond [7, 1023], a [1023], b [7, 1]"), Tol::EXACT, move |d| {
             let c = input(d, 40, &[7, 1023], Bool, 0.0, 1.0)?;
             Tensor::where_cond(&c, &input(d, 41, &[1023], dtype, -9.0, 9.0)?, &input(d, 42, &[7, 1], dtype, -9.0, 9.0)?)
@@ -241,7 +250,7 @@ fn where_and_cast(s: &mut Suite) {
         let c = transposed(d, 43, [33, 65], Bool, 0.0, 1.0)?;
         Tensor::where_cond(&c, &input(d, 44, &[33, 65], F32, -9.0, 9.0)?, &Tensor::scalar(d, 0.5, F32)?)
     });
-    let pairs: [(DType, DType, f64, f64); 13] = [
+    let pairs: [(DType, DType, f64, f64); 23] = [
         (F32, I32, -1000.0, 1000.0),
         (F32, U32, 0.0, 1000.0),
         (F32, F16, -100.0, 100.0),
@@ -255,10 +264,44 @@ fn where_and_cast(s: &mut Suite) {
         (I32, Bool, -2.0, 2.0),
         (F16, I32, -100.0, 100.0),
         (I32, F16, -1000.0, 1000.0),
+        (F32, BF16, -1e30, 1e30),
+        (BF16, F32, -1e30, 1e30),
+        (F16, BF16, -100.0, 100.0),
+        (BF16, F16, -100.0, 100.0),
+        (BF16, I32, -1e5, 1e5),
+        (I32, BF16, -1e6, 1e6),
+        (BF16, U32, 0.0, 1e5),
+        (U32, BF16, 0.0, 4e9),
+        (Bool, BF16, 0.0, 1.0),
+        (BF16, Bool, -2.0, 2.0),
     ];
     for (from, to, lo, hi) in pairs {
-        let tol = if to == F16 { Tol::F16 } else { Tol::EXACT };
+        let tol = Tol::storage(to);
         s.add("cast", format!("{from} → {to} [1023]"), tol, move |d| input(d, 45, &[1023], from, lo, hi)?.cast(to));
+    }
+    // Rounding to nearest, ties to even (1 + half an ulp down, 1 + three
+    // halves up), overflow to infinity past the largest finite value (a tie
+    // above it too), NaN kept: the same on every adapter.
+    for (packed, ulp, max, above) in [
+        (F16, 2f32.powi(-10), 65504.0, 65520.0),
+        (BF16, 2f32.powi(-7), f32::from_bits(0x7f7f_0000), f32::from_bits(0x7f7f_8000)),
+    ] {
+        s.add("cast", format!("f32 → {packed} ties, overflow, infinities and NaN"), Tol::EXACT, move |d| {
+            let tie = ulp / 2.0;
+            let values = [
+                1.0 + tie,
+                1.0 + 3.0 * tie,
+                -(1.0 + tie),
+                max,
+                -max,
+                above,
+                -above,
+                f32::MAX,
+                f32::NEG_INFINITY,
+                f32::NAN,
+            ];
+            Tensor::from_slice(d, &values, &[values.len()])?.cast(packed)
+        });
     }
     s.add("cast", "f32 → bool with zeros", Tol::EXACT, |d| {
         input(d, 46, &[1023], F32, -2.0, 2.0)?.round()?.cast(Bool)
@@ -345,12 +388,12 @@ fn reductions(s: &mut Suite) {
                 apply(&input(d, 53, &[7, 1023], DType::I32, -1.0, hi)?, &[-1], false)
             });
         }
-        s.add(
-            name,
-            "f16 [7, 1023] over axis -1",
-            if is_arg { Tol::EXACT } else { Tol { abs: 2e-2, rel: 2e-3 } },
-            move |d| apply(&input(d, 54, &[7, 1023], DType::F16, lo, hi)?, &[-1], false),
-        );
+        for dtype in [DType::F16, DType::BF16] {
+            let tol = if is_arg { Tol::EXACT } else { Tol { abs: 2e-2, rel: Tol::storage(dtype).rel } };
+            s.add(name, format!("{dtype} [7, 1023] over axis -1"), tol, move |d| {
+                apply(&input(d, 54, &[7, 1023], dtype, lo, hi)?, &[-1], false)
+            });
+        }
     }
     s.add("sum", "zero-size axis [3, 0] → zeros", Tol::EXACT, |d| {
         Tensor::zeros(d, &[3, 0], DType::F32)?.sum(&[1], false)
@@ -385,9 +428,12 @@ fn matmul(s: &mut Suite) {
     s.add("matmul", "f32 [65, 33] @ [31, 33]ᵀ (transposed operand)", Tol { abs: 4e-5, rel: 1e-5 }, |d| {
         input(d, 62, &[65, 33], F32, -1.0, 1.0)?.matmul(&input(d, 63, &[31, 33], F32, -1.0, 1.0)?.t()?)
     });
-    s.add("matmul", "f16 [7, 33] @ [33, 5]", Tol { abs: 2e-2, rel: 2e-3 }, |d| {
-        input(d, 64, &[7, 33], F16, -1.0, 1.0)?.matmul(&input(d, 65, &[33, 5], F16, -1.0, 1.0)?)
-    });
+    for dtype in [F16, BF16] {
+        let tol = Tol { abs: 2e-2, rel: Tol::storage(dtype).rel };
+        s.add("matmul", format!("{dtype} [7, 33] @ [33, 5]"), tol, move |d| {
+            input(d, 64, &[7, 33], dtype, -1.0, 1.0)?.matmul(&input(d, 65, &[33, 5], dtype, -1.0, 1.0)?)
+        });
+    }
     s.add("matmul", "f32 [3, 0] @ [0, 4] → zeros", Tol::EXACT, |d| {
         Tensor::zeros(d, &[3, 0], F32)?.matmul(&Tensor::zeros(d, &[0, 4], F32)?)
     });
@@ -404,9 +450,11 @@ fn views(s: &mut Suite) {
     s.add("slice", "[7, 1023] axis 1, 3..1000 step 7", Tol::EXACT, move |d| x(d)?.slice(1, Some(3), Some(1000), 7));
     s.add("slice", "[7, 1023] axis 0 reversed (step -1)", Tol::EXACT, move |d| x(d)?.slice(0, None, None, -1));
     s.add("slice", "[7, 1023] axis 1, -10.. step -3", Tol::EXACT, move |d| x(d)?.slice(1, Some(-10), None, -3));
-    s.add("slice", "f16 [1023] from odd offset 1..", Tol::EXACT, |d| {
-        input(d, 72, &[1023], F16, -9.0, 9.0)?.slice(0, Some(1), None, 1)
-    });
+    for dtype in [F16, BF16] {
+        s.add("slice", format!("{dtype} [1023] from odd offset 1.."), Tol::EXACT, move |d| {
+            input(d, 72, &[1023], dtype, -9.0, 9.0)?.slice(0, Some(1), None, 1)
+        });
+    }
     s.add("narrow", "[3, 5, 7] axis 1, 1..4", Tol::EXACT, move |d| cube(d)?.narrow(1, 1, 3));
     s.add("expand", "[1, 7] → [5, 7]", Tol::EXACT, |d| input(d, 73, &[1, 7], F32, -9.0, 9.0)?.expand(&[5, 7]));
     s.add("expand", "[3, 1] → [2, 3, 4]", Tol::EXACT, |d| input(d, 74, &[3, 1], I32, -9.0, 9.0)?.expand(&[2, 3, 4]));
@@ -432,14 +480,16 @@ fn joins(s: &mut Suite) {
     s.add("concat", "i32 [3, 4] ‖ [1, 4] on axis 0", Tol::EXACT, |d| {
         Tensor::concat(&[&input(d, 83, &[3, 4], I32, -9.0, 9.0)?, &input(d, 84, &[1, 4], I32, -9.0, 9.0)?], 0)
     });
-    s.add("concat", "f16 [7] ‖ [1023] ‖ [3]", Tol::EXACT, |d| {
-        let parts = [
-            input(d, 85, &[7], F16, -9.0, 9.0)?,
-            input(d, 86, &[1023], F16, -9.0, 9.0)?,
-            input(d, 87, &[3], F16, -9.0, 9.0)?,
-        ];
-        Tensor::concat(&[&parts[0], &parts[1], &parts[2]], 0)
-    });
+    for dtype in [F16, BF16] {
+        s.add("concat", format!("{dtype} [7] ‖ [1023] ‖ [3]"), Tol::EXACT, move |d| {
+            let parts = [
+                input(d, 85, &[7], dtype, -9.0, 9.0)?,
+                input(d, 86, &[1023], dtype, -9.0, 9.0)?,
+                input(d, 87, &[3], dtype, -9.0, 9.0)?,
+            ];
+            Tensor::concat(&[&parts[0], &parts[1], &parts[2]], 0)
+        });
+    }
     s.add("stack", "three f32 [5, 7] on axis 1", Tol::EXACT, |d| {
         let p: Vec<Tensor> = (0..3).map(|i| input(d, 88 + i, &[5, 7], F32, -9.0, 9.0)).collect::<Result<_>>()?;
         Tensor::stack(&[&p[0], &p[1], &p[2]], 1)
@@ -458,9 +508,11 @@ fn softmax(s: &mut Suite) {
         s.add(name, "f32 [33, 65] transposed, axis -1", tol, move |d| {
             f(transposed(d, 93, [33, 65], DType::F32, -5.0, 5.0)?, -1)
         });
-        s.add(name, "f16 [7, 1023] axis -1", Tol { abs: 2e-3, rel: 1e-2 }, move |d| {
-            f(input(d, 94, &[7, 1023], DType::F16, -5.0, 5.0)?, -1)
-        });
+        for dtype in [DType::F16, DType::BF16] {
+            s.add(name, format!("{dtype} [7, 1023] axis -1"), Tol { abs: 2e-3, rel: 1e-2 }, move |d| {
+                f(input(d, 94, &[7, 1023], dtype, -5.0, 5.0)?, -1)
+            });
+        }
         // The online max/sum pass must skip −∞ (a mask), also as a row's
         // first elements; [33, 1024] takes the row kernel (at least 32
         // rows) and its vec4 path.
@@ -498,10 +550,12 @@ fn indexing(s: &mut Suite) {
     s.add("gather", "f32 [7, 33] axis 1, index [7, 5] with out-of-range entries", Tol::EXACT, |d| {
         input(d, 100, &[7, 33], F32, -9.0, 9.0)?.gather(1, &input(d, 101, &[7, 5], I32, -2.0, 40.0)?)
     });
-    s.add("gather", "f16 [33, 7]ᵀ axis 0, u32 index [3, 33]", Tol::EXACT, |d| {
-        let src = input(d, 102, &[33, 7], F16, -9.0, 9.0)?.t()?;
-        src.gather(0, &input(d, 103, &[3, 33], U32, 0.0, 6.0)?)
-    });
+    for dtype in [F16, BF16] {
+        s.add("gather", format!("{dtype} [33, 7]ᵀ axis 0, u32 index [3, 33]"), Tol::EXACT, move |d| {
+            let src = input(d, 102, &[33, 7], dtype, -9.0, 9.0)?.t()?;
+            src.gather(0, &input(d, 103, &[3, 33], U32, 0.0, 6.0)?)
+        });
+    }
     s.add("index_select", "f32 [33, 7] axis 0, 5 indices", Tol::EXACT, |d| {
         input(d, 104, &[33, 7], F32, -9.0, 9.0)?.index_select(0, &input(d, 105, &[5], I32, 0.0, 32.0)?)
     });

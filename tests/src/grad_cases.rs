@@ -135,12 +135,15 @@ fn select_and_cast(s: &mut Cases) {
         let c = input(x[0].device(), 6, &[4, 3], DType::Bool, 0.0, 1.0)?.t()?;
         Tensor::where_cond(&c, &x[0].t()?, &x[1])
     });
-    // f16 rounding is a step function, so no finite differences here.
-    let case = s.add("cast", "f32 → f16 → exp → f32", &[(&[3, 5], -2.0, 2.0)], |x| {
-        x[0].cast(DType::F16)?.exp()?.cast(DType::F32)
-    });
-    case.fd = false;
-    case.check = Check::Elementwise(Tol { abs: 1e-2, rel: 1e-2 });
+    // Rounding to a packed dtype is a step function, so no finite
+    // differences here.
+    for packed in [DType::F16, DType::BF16] {
+        let case = s.add("cast", format!("f32 → {packed} → exp → f32"), &[(&[3, 5], -2.0, 2.0)], move |x| {
+            x[0].cast(packed)?.exp()?.cast(DType::F32)
+        });
+        case.fd = false;
+        case.check = Check::Elementwise(Tol { abs: 1e-2, rel: 1e-2 });
+    }
 }
 
 fn reductions(s: &mut Cases) {

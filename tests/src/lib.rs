@@ -41,6 +41,24 @@ impl Tol {
     pub const MATH: Tol = Tol { abs: 1e-5, rel: 1e-4 };
     /// f16 storage: one rounding to 11 significant bits.
     pub const F16: Tol = Tol { abs: 1e-3, rel: 2e-3 };
+    /// bf16 storage: 8 significant bits, so the reference's rounding and the
+    /// adapter's (of a result computed in f32) may land one ulp apart: 2^-7.
+    pub const BF16: Tol = Tol { abs: 1e-3, rel: 8e-3 };
+
+    /// What storing a result as `dtype` costs: the rounding of a packed
+    /// dtype, nothing for the others.
+    pub fn storage(dtype: DType) -> Tol {
+        match dtype {
+            DType::F16 => Tol::F16,
+            DType::BF16 => Tol::BF16,
+            _ => Tol::EXACT,
+        }
+    }
+
+    /// The looser of two tolerances, bound by bound.
+    pub fn max(self, other: Tol) -> Tol {
+        Tol { abs: self.abs.max(other.abs), rel: self.rel.max(other.rel) }
+    }
 }
 
 pub type Build = Box<dyn Fn(&Device) -> Result<Tensor> + Send + Sync>;

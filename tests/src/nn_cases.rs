@@ -158,9 +158,11 @@ fn random_cases(s: &mut Vec<Case>) {
     s.push(case("uniform", "f32 [7, 1023] in [-2, 3)", Tol::F32, |d| {
         random::uniform(d, Key::new(1), &[7, 1023], DType::F32, -2.0, 3.0)
     }));
-    s.push(case("uniform", "f16 [1023] in [0, 1)", Tol::F16, |d| {
-        random::uniform(d, Key::new(2), &[1023], DType::F16, 0.0, 1.0)
-    }));
+    for dtype in [DType::F16, DType::BF16] {
+        s.push(case("uniform", &format!("{dtype} [1023] in [0, 1)"), Tol::storage(dtype), move |d| {
+            random::uniform(d, Key::new(2), &[1023], dtype, 0.0, 1.0)
+        }));
+    }
     // Box–Muller: log and cos (SwiftShader's cos errs by up to 2^-11, times √(−2 ln u) ≤ 5.8).
     s.push(case("normal", "f32 [4097] mean 1, std 2", Tol { abs: 2e-2, rel: 1e-4 }, |d| {
         random::normal(d, Key::new(3), &[4097], DType::F32, 1.0, 2.0)

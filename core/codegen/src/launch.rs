@@ -194,7 +194,7 @@ pub fn elementwise(
     let dtypes = outputs.to_vec();
     let vec4 = out_region.is_none()
         && n.is_multiple_of(VEC)
-        && dtypes.iter().all(|&d| d != DType::F16)
+        && dtypes.iter().all(|&d| !d.is_packed())
         && vectorizable(&sig)
         && aligned4(&sig, args, true);
     let walk = if vec4 { vec4_walk(&sig, args, n) } else { Walk::Flat };
@@ -205,7 +205,7 @@ pub fn elementwise(
         }
         Walk::Vec4Segments => n / (VEC * ROWS_PER_INVOCATION),
         Walk::Vec4 | Walk::Vec4Straddling => n.div_ceil(VEC).div_ceil(ROWS_PER_INVOCATION),
-        Walk::Flat if dtypes.contains(&DType::F16) => n.div_ceil(2),
+        Walk::Flat if dtypes.iter().any(|d| d.is_packed()) => n.div_ceil(2),
         Walk::Flat => n,
     };
     let groups = grid(caps, op, threads.div_ceil(WG as usize))?;
@@ -244,7 +244,7 @@ pub fn row(
     }
     let dtypes = outputs.to_vec();
     // Rows read in lanes or as vec4s: word-sized values written per element.
-    let word_outputs = dtypes.iter().all(|&d| d != DType::F16 && d != DType::Bool) && vectorizable_reading_rows(&sig);
+    let word_outputs = dtypes.iter().all(|&d| !d.is_packed() && d != DType::Bool) && vectorizable_reading_rows(&sig);
     let words = !per_row && word_outputs;
     let vec4 = words && len.is_multiple_of(VEC) && aligned4(&sig, args, false);
     let (memory, cpu, width) = (caps.workgroup_memory, caps.cpu, subgroup_width);

@@ -121,7 +121,7 @@ impl Meta {
     /// A scalar of `dtype`'s compute type, as its bit pattern.
     pub fn scalar(&mut self, dtype: DType, v: f64) -> &mut Self {
         self.0.push(match dtype {
-            DType::F32 | DType::F16 => (v as f32).to_bits(),
+            DType::F32 | DType::F16 | DType::BF16 => (v as f32).to_bits(),
             DType::I32 => v as i64 as i32 as u32,
             DType::U32 => v as i64 as u32,
             DType::Bool => (v != 0.0) as u32,
@@ -140,7 +140,7 @@ impl Meta {
 /// WGSL type a value of `dtype` is computed in.
 pub fn compute_type(dtype: DType) -> &'static str {
     match dtype {
-        DType::F32 | DType::F16 => "f32",
+        DType::F32 | DType::F16 | DType::BF16 => "f32",
         DType::I32 => "i32",
         DType::U32 => "u32",
         DType::Bool => "bool",
@@ -152,7 +152,7 @@ pub fn storage_type(dtype: DType) -> &'static str {
     match dtype {
         DType::F32 => "f32",
         DType::I32 => "i32",
-        DType::U32 | DType::F16 | DType::Bool => "u32",
+        DType::U32 | DType::F16 | DType::BF16 | DType::Bool => "u32",
     }
 }
 
@@ -160,9 +160,38 @@ pub fn storage_type(dtype: DType) -> &'static str {
 pub fn load_expr(dtype: DType, buf: &str, j: &str) -> String {
     match dtype {
         DType::F16 => format!("unpack2x16float({buf}[({j}) >> 1u])[({j}) & 1u]"),
+        // A bf16 is an f32's upper half: shift the element's half word there.
+        DType::BF16 => format!("bitcast<f32>(({buf}[({j}) >> 1u] >> ((({j}) & 1u) * 16u)) << 16u)"),
         DType::Bool => format!("({buf}[{j}] != 0u)"),
         _ => format!("{buf}[{j}]"),
     }
+}
+
+/// `f16_bits(x)` and `bf16_bits(x)`: the f32 `x` rounded to the nearest f16
+/// or bf16 (ties to even), in the low 16 bits, the same on every adapter:
+/// past the largest finite value is ±inf and NaN stays a quiet NaN.
+/// `pack2x16float` leaves both undefined (adapters gave inf or garbage),
+/// and a bf16's rounding could carry a NaN into infinity. Declared by the
+/// kernels that write a packed dtype.
+pub const PACK_DECL: &str = "fn f16_bits(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    let sign = (b >> 16u) & 0x8000u;
+    if ((b & 0x7fffffffu) > 0x7f800000u) { return sign | 0x7e00u; }
+    if (abs(x) >= 65520.0) { return sign | 0x7c00u; }
+    return pack2x16float(vec2<f32>(x, 0.0)) & 0xffffu;
+}
+fn bf16_bits(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) { return (b >> 16u) | 0x40u; }
+    return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
+}
+";
+
+/// Expression packing two computed values of a packed dtype (f16 or bf16)
+/// into the word that stores them, `lo` first (needs [`PACK_DECL`]).
+pub fn pack_pair_expr(dtype: DType, lo: &str, hi: &str) -> String {
+    let bits = if dtype == DType::BF16 { "bf16_bits" } else { "f16_bits" };
+    format!("({bits}({lo}) | ({bits}({hi}) << 16u))")
 }
 
 /// Expression converting a computed value to what a 4-byte buffer stores.
@@ -176,7 +205,7 @@ pub fn store_expr(dtype: DType, v: &str) -> String {
 /// A literal of `dtype`'s compute type.
 pub fn literal(dtype: DType, v: f64) -> String {
     match dtype {
-        DType::F32 | DType::F16 => {
+        DType::F32 | DType::F16 | DType::BF16 => {
             // Through a function call, a runtime expression: WGSL const
             // evaluation rejects a non-finite f32 (Dawn enforces it, naga
             // does not), so `bitcast<f32>(0x7f800000u)` fails in browsers.

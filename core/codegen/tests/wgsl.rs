@@ -74,7 +74,7 @@ fn catalog() -> Vec<String> {
             for contiguous in [true, false] {
                 let s = sig(3, &[(d, contiguous)], &[], vec![(Op::Pointwise(Pointwise::Unary(op, LOAD)), d)], vec![0]);
                 // Strided leaves read vec4s too, where their rows split into them.
-                if d != DType::F16 {
+                if !d.is_packed() {
                     // With and without the grid-strided walk's bounds checks.
                     let key = KernelKey::Elementwise {
                         sig: s.clone(),
@@ -100,7 +100,7 @@ fn catalog() -> Vec<String> {
                 vec![0],
             );
             out.push(ew(s, vec![o]));
-            if op != BinaryOp::Pow && d != DType::F16 {
+            if op != BinaryOp::Pow && !d.is_packed() {
                 let s = sig(
                     2,
                     &[(d, true), (d, true)],
@@ -224,18 +224,21 @@ fn catalog() -> Vec<String> {
         };
         out.push(key.wgsl());
     }
-    // A multi-output kernel with f16 and f32 outputs sharing a subexpression.
-    let ops = vec![
-        (Op::Pointwise(Pointwise::Unary(UnaryOp::Exp, LOAD)), DType::F32),
-        (Op::Pointwise(Pointwise::Cast(0)), DType::F16),
-    ];
-    out.push(ew(sig(2, &[(DType::F32, false)], &[], ops, vec![0, 1]), vec![DType::F32, DType::F16]));
+    // A multi-output kernel with packed and f32 outputs sharing a
+    // subexpression.
+    for packed in [DType::F16, DType::BF16] {
+        let ops = vec![
+            (Op::Pointwise(Pointwise::Unary(UnaryOp::Exp, LOAD)), DType::F32),
+            (Op::Pointwise(Pointwise::Cast(0)), packed),
+        ];
+        out.push(ew(sig(2, &[(DType::F32, false)], &[], ops, vec![0, 1]), vec![DType::F32, packed]));
+    }
     let monoids = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min]
         .map(Monoid::Reduce)
         .into_iter()
         .chain([ArgOp::ArgMax, ArgOp::ArgMin].map(Monoid::Arg));
     for monoid in monoids {
-        for dtype in [DType::F32, DType::F16, DType::I32, DType::U32] {
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32] {
             for contiguous in [true, false] {
                 let s = sig(
                     3,
@@ -244,7 +247,7 @@ fn catalog() -> Vec<String> {
                     vec![(Op::Pointwise(Pointwise::Unary(UnaryOp::Abs, LOAD)), dtype)],
                     vec![0],
                 );
-                let runs = if matches!(monoid, Monoid::Reduce(_)) && dtype != DType::F16 {
+                let runs = if matches!(monoid, Monoid::Reduce(_)) && !dtype.is_packed() {
                     vec![Runs::Scalar, Runs::Vec4, Runs::Straddling]
                 } else {
                     vec![Runs::Scalar]
@@ -384,7 +387,7 @@ fn catalog() -> Vec<String> {
             configs.push(twin);
         }
     }
-    let pairs = configs.into_iter().flat_map(|c| [(c, DType::F32), (c, DType::F16)]);
+    let pairs = configs.into_iter().flat_map(|c| [(c, DType::F32), (c, DType::F16), (c, DType::BF16)]);
     // vec4 configs run on f32 operands only (the runtime falls back otherwise).
     for (config, dtype) in pairs.filter(|(c, d)| !c.vec || *d == DType::F32) {
         for batch_rank in 0..4 {

@@ -172,11 +172,12 @@ fn int_binary(op: BinaryOp, d: DType, x: u32, y: u32) -> Option<f64> {
     Some(if d == DType::I32 { bits as i32 as f64 } else { bits as f64 })
 }
 
-/// Float to integer truncates toward zero and saturates, as WGSL's
-/// conversions do; integer to integer wraps (in `DType::store`).
+/// Float to integer truncates toward zero and saturates (NaN → 0), as
+/// WGSL's conversions do; integer to integer wraps (in `DType::store`);
+/// between floats NaN stays NaN, and to bool it is true (nonzero).
 fn cast(x: &HostArray, to: DType) -> Vec<f64> {
     let saturate = |v: f64| match to {
-        _ if v.is_nan() => 0.0,
+        _ if v.is_nan() && to.is_int() => 0.0,
         DType::I32 => v.trunc().clamp(i32::MIN as f64, i32::MAX as f64),
         DType::U32 => v.trunc().clamp(0.0, u32::MAX as f64),
         _ => v,

@@ -79,7 +79,7 @@ impl UnaryOp {
     /// Which input dtypes the op accepts.
     pub fn accepts(self, d: DType) -> bool {
         match self {
-            UnaryOp::Neg => matches!(d, DType::F32 | DType::F16 | DType::I32),
+            UnaryOp::Neg => d.is_float() || d == DType::I32,
             UnaryOp::Abs | UnaryOp::Relu => d.is_numeric(),
             UnaryOp::Not => d == DType::Bool,
             _ => d.is_float(),

@@ -176,18 +176,15 @@ impl<'a> Scheduler<'a> {
     }
 
     /// `n` computed and laid out to be read back: contiguous, and starting
-    /// on a whole word (an f16 value at an odd offset is copied).
+    /// on a whole word (a packed value at an odd offset is copied).
     pub fn readback(&mut self, n: &Node) -> Result<Readback> {
         self.run(std::slice::from_ref(n))?;
         let mut array = self.array(n)?;
-        let word_aligned = array.dtype != DType::F16 || array.layout.offset % 2 == 0;
+        let word_aligned = !array.dtype.is_packed() || array.layout.offset % 2 == 0;
         if !array.layout.is_contiguous() || !word_aligned {
             array = self.contiguous(&array)?;
         }
-        let first_word = match array.dtype {
-            DType::F16 => array.layout.offset / 2,
-            _ => array.layout.offset,
-        } as u64;
+        let first_word = if array.dtype.is_packed() { array.layout.offset / 2 } else { array.layout.offset } as u64;
         let words = array.dtype.storage_bytes(kiln_ir::shape::numel(&array.layout.shape)) / 4;
         Ok(Readback { array, first_word, words })
     }

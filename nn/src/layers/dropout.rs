@@ -26,7 +26,11 @@ impl Dropout {
         if !x.dtype().is_float() {
             return Err(KilnError::DType {
                 op: "Dropout",
-                detail: format!("input must be f32 or f16, got {} of shape {:?}", x.dtype(), x.shape()),
+                detail: format!(
+                    "input must be a float dtype (f32, f16, bf16), got {} of shape {:?}",
+                    x.dtype(),
+                    x.shape()
+                ),
             });
         }
         let keep = random::bernoulli(x.device(), key, 1.0 - self.rate, x.shape())?;

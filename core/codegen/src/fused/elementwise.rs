@@ -2,7 +2,7 @@
 //! in one of the walks ([`Walk`]).
 
 use super::emit::{Emitter, Flat, ROWS_PER_INVOCATION, Walk};
-use crate::{META_DECL, WG, storage_type, store_expr, unravel};
+use crate::{META_DECL, PACK_DECL, WG, pack_pair_expr, storage_type, store_expr, unravel};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::BinaryOp;
 use kiln_sched::lower::{Access, Op, Sig};
@@ -16,10 +16,10 @@ pub fn vectorizable(sig: &Sig) -> bool {
 
 /// `vectorizable`, except that the bodies may read row stages (splat).
 pub fn vectorizable_reading_rows(sig: &Sig) -> bool {
-    sig.leaves.iter().all(|l| l.dtype != DType::F16)
+    sig.leaves.iter().all(|l| !l.dtype.is_packed())
         && sig.bodies.iter().all(|b| {
             b.ops.iter().all(|(op, d)| {
-                *d != DType::F16
+                !d.is_packed()
                     && !matches!(op, Op::Gather { .. } | Op::Pointwise(Pointwise::Binary(BinaryOp::Pow, ..)) | Op::Acc)
             })
         })
@@ -34,6 +34,9 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
     let vec4 = walk != Walk::Flat;
     let e = Emitter::new(sig, 2, vec4);
     let mut s = String::from(META_DECL);
+    if outputs.iter().any(|d| d.is_packed()) {
+        s += PACK_DECL;
+    }
     for (k, &d) in outputs.iter().enumerate() {
         let elem = if vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
         s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{elem}>;\n", k + 1);
@@ -92,14 +95,14 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
             let advance = if i + 1 < ROWS_PER_INVOCATION { e.periodic_advance() } else { String::new() };
             s += &format!("    {{\n    let q = t + {i}u * stride;\n{step}{advance}    }}\n");
         }
-    } else if outputs.contains(&DType::F16) {
-        // Two elements per invocation, so f16 outputs write whole words.
+    } else if outputs.iter().any(|d| d.is_packed()) {
+        // Two elements per invocation, so packed outputs write whole words.
         s += "    let f0 = t * 2u;\n    if (f0 >= n) { return; }\n    let f1 = min(f0 + 1u, n - 1u);\n";
         let a = e.body(0, "f0", "a_", &mut s);
         let b = e.body(0, "f1", "b_", &mut s);
         for (k, &d) in outputs.iter().enumerate() {
-            if d == DType::F16 {
-                s += &format!("    out{k}[t] = pack2x16float(vec2<f32>({}, {}));\n", a[k], b[k]);
+            if d.is_packed() {
+                s += &format!("    out{k}[t] = {};\n", pack_pair_expr(d, &a[k], &b[k]));
             } else {
                 s += &format!("    out{k}[f0] = {};\n", store(d, &a[k]));
                 s += &format!("    if (f0 + 1u < n) {{ out{k}[f0 + 1u] = {}; }}\n", store(d, &b[k]));

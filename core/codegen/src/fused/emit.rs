@@ -500,7 +500,7 @@ pub fn reduce_monoid(op: ReduceOp, d: DType) -> (String, String) {
 
 pub fn scalar_param(dtype: DType, slot: usize) -> String {
     match dtype {
-        DType::F32 | DType::F16 => format!("bitcast<f32>(m({slot}u))"),
+        DType::F32 | DType::F16 | DType::BF16 => format!("bitcast<f32>(m({slot}u))"),
         DType::I32 => format!("bitcast<i32>(m({slot}u))"),
         DType::U32 => format!("m({slot}u)"),
         DType::Bool => format!("(m({slot}u) != 0u)"),

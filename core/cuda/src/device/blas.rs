@@ -13,7 +13,7 @@ use kiln_ir::shape::Layout;
 /// for f16 ones (accumulating and writing f32).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gemm {
-    /// f32 or f16: A's and B's dtype (C is f32).
+    /// f32, f16 or bf16: A's and B's dtype (C is f32).
     pub operands: DType,
     pub trans_a: bool,
     pub trans_b: bool,
@@ -76,7 +76,7 @@ fn batch_stride(dims: &[usize], strides: &[isize]) -> Option<usize> {
 pub fn plan(a: &Layout, b: &Layout, shape: &[usize], operands: DType) -> Option<Gemm> {
     let size = match operands {
         DType::F32 => 4,
-        DType::F16 => 2,
+        DType::F16 | DType::BF16 => 2,
         _ => return None,
     };
     let rank = shape.len();
@@ -121,6 +121,7 @@ impl Gemm {
     pub fn name(&self) -> &'static str {
         match self.operands {
             DType::F16 => "cublas_gemm_ex_f16",
+            DType::BF16 => "cublas_gemm_ex_bf16",
             _ => "cublas_sgemm",
         }
     }
@@ -145,12 +146,13 @@ pub fn to_tf32(x: f32) -> f32 {
 /// Element `i` of an operand at `base`, as f32.
 ///
 /// # Safety
-/// `base` must hold element `i` of `dtype` (f32 or f16).
+/// `base` must hold element `i` of `dtype` (f32, f16 or bf16).
 unsafe fn operand_at(base: u64, i: usize, dtype: DType) -> f32 {
     // SAFETY: the caller's promise.
     unsafe {
         match dtype {
             DType::F16 => half::f16::from_bits(*((base as usize + 2 * i) as *const u16)).to_f32(),
+            DType::BF16 => half::bf16::from_bits(*((base as usize + 2 * i) as *const u16)).to_f32(),
             _ => *((base as usize + 4 * i) as *const f32),
         }
     }

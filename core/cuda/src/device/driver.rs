@@ -210,8 +210,12 @@ impl Engine for DriverEngine {
         // this engine's stream, behind the launches before it.
         unsafe {
             match g.operands {
-                DType::F16 => {
-                    let (f16, f32) = (blas_sys::cudaDataType::CUDA_R_16F, blas_sys::cudaDataType::CUDA_R_32F);
+                DType::F16 | DType::BF16 => {
+                    let half = match g.operands {
+                        DType::F16 => blas_sys::cudaDataType::CUDA_R_16F,
+                        _ => blas_sys::cudaDataType::CUDA_R_16BF,
+                    };
+                    let f32 = blas_sys::cudaDataType::CUDA_R_32F;
                     let alpha: *const f32 = &alpha;
                     let beta: *const f32 = &beta;
                     blas::gemm_strided_batched_ex(
@@ -223,11 +227,11 @@ impl Engine for DriverEngine {
                         k,
                         alpha.cast(),
                         g.a as *const _,
-                        f16,
+                        half,
                         lda,
                         stride_a,
                         g.b as *const _,
-                        f16,
+                        half,
                         ldb,
                         stride_b,
                         beta.cast(),

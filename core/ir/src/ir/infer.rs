@@ -138,7 +138,7 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
                 return shape_err(op, format!("shapes {:?} and {:?} are not aligned", a.shape, b.shape));
             }
             if a.dtype != b.dtype || !a.dtype.is_float() {
-                return dtype_err(op, format!("needs two f32 or two f16 inputs, got {} and {}", a.dtype, b.dtype));
+                return dtype_err(op, format!("needs two inputs of one float dtype, got {} and {}", a.dtype, b.dtype));
             }
             let mut shape = a.shape.clone();
             shape[ra - 1] = b.shape[rb - 1];
