@@ -92,7 +92,15 @@ impl DataParallelTrainer {
         collective.agree("the batch size", config.batch_size as u64)?;
         collective.agree("the epochs", config.epochs as u64)?;
         collective.agree("the learning rate", config.lr.to_bits())?;
+        collective.agree("the precision", fingerprint(config.precision.name()))?;
         collective.agree("the training set", fingerprint((data.train.len(), &data.train.labels)))?;
+        // Each rank's gradient is unscaled, so only f32 steps split.
+        if config.precision != DType::F32 {
+            return Err(KilnError::Invalid {
+                op: "data parallel",
+                detail: format!("trains in f32 only, not {} (mixed precision runs on one device)", config.precision),
+            });
+        }
         if config.batch_size < mesh.world_size() {
             return Err(KilnError::Invalid {
                 op: "data parallel",
@@ -227,8 +235,13 @@ impl DataParallelTrainer {
     }
 
     /// Mean loss and accuracy of this process's copy over the test set.
+    /// `None`: data-parallel runs train in f32, with no loss scale.
+    pub async fn loss_scale(&self) -> Result<Option<(f32, i32)>> {
+        Ok(None)
+    }
+
     pub async fn evaluate(&self) -> Result<(f32, f32)> {
-        evaluate(self.device(), &self.model()?, &self.data, self.layout).await
+        evaluate(self.device(), &self.model()?, &self.data, &self.config).await
     }
 
     /// The run as `Trainer::checkpoint` saves it (this process's copies):

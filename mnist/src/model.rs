@@ -58,8 +58,12 @@ impl ModelKind {
     /// (docs/BENCHMARKS.md, 'What was tried' (demo/training)).
     pub fn default_config(self) -> Config {
         match self {
-            ModelKind::Mlp => Config { model: self, epochs: 12, batch_size: 64, lr: 3e-3, seed: 0 },
-            ModelKind::Cnn => Config { model: self, epochs: 6, batch_size: 64, lr: 3e-3, seed: 0 },
+            ModelKind::Mlp => {
+                Config { model: self, epochs: 12, batch_size: 64, lr: 3e-3, seed: 0, precision: DType::F32 }
+            }
+            ModelKind::Cnn => {
+                Config { model: self, epochs: 6, batch_size: 64, lr: 3e-3, seed: 0, precision: DType::F32 }
+            }
         }
     }
 }
@@ -90,6 +94,10 @@ pub struct Config {
     /// Peak learning rate of Adam's warmup + cosine schedule.
     pub lr: f64,
     pub seed: u64,
+    /// What the forward and backward passes compute in: f32, or f16 or bf16
+    /// (mixed precision: f32 master weights and optimizer state; f16 with
+    /// dynamic loss scaling).
+    pub precision: DType,
 }
 
 impl Config {
@@ -103,6 +111,9 @@ impl Config {
         }
         if self.epochs == 0 {
             return bad("epochs must be at least 1".into());
+        }
+        if !self.precision.is_float() {
+            return bad(format!("precision {} is not a float dtype (f32, f16 or bf16)", self.precision));
         }
         Ok(())
     }

@@ -12,12 +12,15 @@ use kiln_nn::Sequential;
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::{Dataset, ImageLayout, Mnist};
 use kiln_nn::optim::{
-    AdamState, Chain, ScaleByAdam, ScaleByLearningRate, StepFn, Transform, adam, training_step, warmup_cosine_decay,
+    AdamState, Chain, CountState, DynamicLossScale, LossScaleConfig, LossScaleState, ScaleByAdam, ScaleByLearningRate,
+    StepFn, Transform, adam, dynamic_loss_scale, training_step, warmup_cosine_decay,
 };
 use std::sync::Arc;
 
-pub(crate) type Optimizer = Chain<(ScaleByAdam, ScaleByLearningRate)>;
-pub(crate) type OptState = (AdamState<Sequential>, kiln_nn::optim::CountState);
+/// Adam under a loss scale, enabled for f16 runs only (the others keep the
+/// same state tree, unscaled).
+pub(crate) type Optimizer = DynamicLossScale<Chain<(ScaleByAdam, ScaleByLearningRate)>>;
+pub(crate) type OptState = LossScaleState<(AdamState<Sequential>, CountState)>;
 
 /// Test images per forward pass when evaluating.
 const EVAL_CHUNK: usize = 500;
@@ -70,6 +73,17 @@ impl Batches {
     }
 }
 
+/// `model` applied to `x`, computing in `precision`: the weights and the
+/// input cast to it, the logits back in f32 (what the loss and the
+/// accuracy read).
+pub(crate) fn forward(model: &Sequential, x: &Tensor, precision: DType) -> Result<Tensor> {
+    if precision == DType::F32 {
+        return model.forward(x);
+    }
+    let low = model.map_leaves(|_, w| w.cast(precision))?;
+    low.forward(&x.cast(precision)?)?.cast(DType::F32)
+}
+
 /// Mean cross-entropy of `logits` against integer labels, and the number
 /// of correct argmax predictions.
 fn loss_and_hits(logits: &Tensor, labels: &Tensor) -> Result<(Tensor, Tensor)> {
@@ -108,8 +122,9 @@ impl Trainer {
         };
         let leaves = [model.leaves(), state.leaves()].concat();
         // (x, labels, params.., state..) → (loss, params.., state..)
-        let step = training_step(&model, &opt_template, opt, 2, |p: &Sequential, d: &[Tensor]| {
-            kiln_nn::loss::cross_entropy(&p.forward(&d[0])?, &d[1])
+        let precision = config.precision;
+        let step = training_step(&model, &opt_template, opt, 2, move |p: &Sequential, d: &[Tensor]| {
+            kiln_nn::loss::cross_entropy(&forward(p, &d[0], precision)?, &d[1])
         });
         let batches = Batches::new(data.clone(), &config);
         Ok(Trainer {
@@ -195,9 +210,17 @@ impl Trainer {
         Tensor::stack(&losses.iter().collect::<Vec<_>>(), 0)?.to_vec::<f32>().await
     }
 
-    /// Mean loss and accuracy over the test set.
+    /// Mean loss and accuracy over the test set (computed in the run's
+    /// precision).
     pub async fn evaluate(&self) -> Result<(f32, f32)> {
-        evaluate(&self.device, &self.model()?, &self.data, self.config.model.layout()).await
+        evaluate(&self.device, &self.model()?, &self.data, &self.config).await
+    }
+
+    /// The loss scale and the steps skipped for overflowing, where the run
+    /// scales its loss (f16); `None` otherwise.
+    pub async fn loss_scale(&self) -> Result<Option<(f32, i32)>> {
+        let n = self.model.leaves().len();
+        loss_scale(&self.config, &self.opt_template.unflatten(self.leaves[n..].to_vec())?).await
     }
 
     /// Class probabilities for one 28×28 image (values in [0, 1], row-major).
@@ -210,7 +233,7 @@ impl Trainer {
             return Err(KilnError::Invalid { op: "predict", detail: format!("{} pixels, expected 784", pixels.len()) });
         }
         let x = Tensor::from_slice(&self.device, pixels, &shape)?;
-        self.model()?.forward(&x)?.softmax(-1)?.to_vec::<f32>().await
+        forward(&self.model()?, &x, self.config.precision)?.softmax(-1)?.to_vec::<f32>().await
     }
 
     /// The parameters, the optimizer state and the run's config.
@@ -238,19 +261,16 @@ impl Trainer {
     }
 }
 
-/// Mean loss and accuracy of `model` over the test set.
-pub(crate) async fn evaluate(
-    device: &Device,
-    model: &Sequential,
-    data: &Mnist,
-    layout: ImageLayout,
-) -> Result<(f32, f32)> {
+/// Mean loss and accuracy of `model` over the test set, computed as `config`
+/// trains it.
+pub(crate) async fn evaluate(device: &Device, model: &Sequential, data: &Mnist, config: &Config) -> Result<(f32, f32)> {
+    let layout = config.model.layout();
     let test = &data.test;
     let (mut loss, mut hits) = (Vec::new(), Vec::new());
     for start in (0..test.len()).step_by(EVAL_CHUNK) {
         let idx: Vec<usize> = (start..(start + EVAL_CHUNK).min(test.len())).collect();
         let (x, labels) = images_and_labels(device, test, &idx, layout)?;
-        let (l, h) = loss_and_hits(&model.forward(&x)?, &labels)?;
+        let (l, h) = loss_and_hits(&forward(model, &x, config.precision)?, &labels)?;
         loss.push(l.mul_scalar(idx.len() as f64)?);
         hits.push(h);
     }
@@ -280,6 +300,7 @@ pub(crate) async fn checkpoint(
         ("epochs", config.epochs.to_string()),
         ("batch_size", config.batch_size.to_string()),
         ("lr", format!("{:e}", config.lr)),
+        ("precision", config.precision.name().to_string()),
     ] {
         ck.set_metadata(k, &v)?;
     }
@@ -287,11 +308,23 @@ pub(crate) async fn checkpoint(
 }
 
 /// Adam, warmup over the first 5% of steps (at most 100) to `lr`, then a
-/// cosine decay to lr/100 at the end of the last epoch.
+/// cosine decay to lr/100 at the end of the last epoch; under a dynamic
+/// loss scale in f16 (bf16 has f32's range and needs none).
 pub(crate) fn optimizer(config: &Config, train_len: usize) -> Optimizer {
     let total = (train_len / config.batch_size * config.epochs) as u64;
     let warmup = (total / 20).clamp(1, 100);
-    adam(warmup_cosine_decay(0.0, config.lr, warmup, total, config.lr / 100.0), 0.9, 0.999, 1e-8)
+    let adam = adam(warmup_cosine_decay(0.0, config.lr, warmup, total, config.lr / 100.0), 0.9, 0.999, 1e-8);
+    let scaling = if config.precision == DType::F16 { LossScaleConfig::default() } else { LossScaleConfig::disabled() };
+    dynamic_loss_scale(adam, scaling)
+}
+
+/// `state`'s loss scale and skipped steps, where `config` scales the loss.
+pub(crate) async fn loss_scale(config: &Config, state: &OptState) -> Result<Option<(f32, i32)>> {
+    if config.precision != DType::F16 {
+        return Ok(None);
+    }
+    Tensor::realize_all(&[&state.scale, &state.skipped]).await?;
+    Ok(Some((state.scale.item::<f32>().await?, state.skipped.item::<i32>().await?)))
 }
 
 fn meta<T: std::str::FromStr>(ck: &Checkpoint, key: &str) -> Result<T> {
@@ -307,6 +340,13 @@ fn config_of(ck: &Checkpoint) -> Result<Config> {
         batch_size: meta(ck, "batch_size")?,
         lr: meta(ck, "lr")?,
         seed: meta(ck, "seed")?,
+        precision: {
+            let name: String = meta(ck, "precision")?;
+            DType::from_name(&name).ok_or_else(|| KilnError::Invalid {
+                op: "checkpoint",
+                detail: format!("metadata `precision` = `{name}` is not a dtype"),
+            })?
+        },
     };
     config.check()?;
     Ok(config)

@@ -14,7 +14,7 @@ fn data() -> Arc<Mnist> {
 }
 
 fn config() -> Config {
-    Config { model: ModelKind::Mlp, epochs: 2, batch_size: 32, lr: 2e-3, seed: 5 }
+    Config { model: ModelKind::Mlp, epochs: 2, batch_size: 32, lr: 2e-3, seed: 5, precision: DType::F32 }
 }
 
 fn sharded_losses(mesh: &Mesh, n: usize) -> Vec<f32> {

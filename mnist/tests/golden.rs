@@ -4,6 +4,7 @@
 //! refactoring that should change no kernel proves it here as well as in
 //! the conformance suite; `KILN_BLESS=1` accepts a change.
 
+use kiln::prelude::DType;
 use kiln_conformance::golden;
 use kiln_mnist::{Config, ModelKind, Trainer};
 use kiln_nn::data::Mnist;
@@ -21,7 +22,7 @@ fn both_steps_compile_the_golden_kernels_on_every_adapter() {
     for f in &found {
         f.device.set_matmul_tuning(Some(false));
         for model in [ModelKind::Mlp, ModelKind::Cnn] {
-            let config = Config { model, epochs: 1, batch_size: 64, lr: 2e-3, seed: 5 };
+            let config = Config { model, epochs: 1, batch_size: 64, lr: 2e-3, seed: 5, precision: DType::F32 };
             let mut t = Trainer::new(&f.device, data.clone(), config).unwrap();
             kiln::block_on(async { t.step().await?.item::<f32>().await }).unwrap();
         }

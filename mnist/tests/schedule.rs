@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// The schedule of the model's next training step, and the step's outputs.
 fn step_schedule(model: ModelKind) -> (Schedule, Vec<kiln::core::Node>) {
     let data = Arc::new(Mnist::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist-10k")).unwrap());
-    let config = Config { model, epochs: 1, batch_size: 64, lr: 2e-3, seed: 5 };
+    let config = Config { model, epochs: 1, batch_size: 64, lr: 2e-3, seed: 5, precision: DType::F32 };
     let mut t = Trainer::new(&Device::cpu(), data, config).unwrap();
     let outs = kiln::block_on(t.traced_step()).unwrap();
     let nodes: Vec<_> = outs.iter().map(|t| t.node().clone()).collect();
@@ -47,8 +47,12 @@ fn the_mlp_adam_step_is_21_items() {
     // Softmax cross-entropy forward, its gradient, and the mean loss.
     assert_eq!(count(&s, "row"), 3);
     assert_bindings_fit(&s);
-    // Every output (the loss, 4 parameters, Adam's state) lands in a slot.
-    for o in &outputs {
+    // Every output the step computes (the loss, 4 parameters, Adam's state)
+    // lands in a slot; the rest are its realized inputs passed through (an
+    // f32 run's loss-scale state).
+    let computed: Vec<_> = outputs.iter().filter(|o| o.realized_value().is_none()).collect();
+    assert_eq!(computed.len(), 1 + 4 + 4 + 4 + 2);
+    for o in computed {
         assert!(s.results.iter().any(|(n, _)| n.id() == o.id()), "{:?} has no slot", o.prim());
     }
 }

@@ -61,6 +61,10 @@ struct Args {
     /// Peak learning rate of Adam's warmup + cosine schedule.
     #[arg(long)]
     lr: Option<f64>,
+    /// What MNIST's forward and backward passes compute in: f16 and bf16
+    /// keep f32 master weights (f16 with dynamic loss scaling).
+    #[arg(long, default_value = "f32", value_parser = float_dtype)]
+    precision: DType,
     /// Seed of the initial weights and of the batch order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -93,6 +97,10 @@ struct Args {
     #[cfg(feature = "mpi")]
     #[arg(long, conflicts_with_all = ["resume", "eval_only"])]
     data_parallel: bool,
+}
+
+fn float_dtype(name: &str) -> std::result::Result<DType, String> {
+    DType::from_name(name).filter(|d| d.is_float()).ok_or_else(|| format!("`{name}` is not f32, f16 or bf16"))
 }
 
 fn main() {
@@ -142,6 +150,7 @@ async fn run(args: Args) -> Result<()> {
             batch_size: args.batch_size.unwrap_or(d.batch_size),
             lr: args.lr.unwrap_or(d.lr),
             seed: args.seed,
+            precision: args.precision,
         }
     };
     #[cfg(feature = "mpi")]
@@ -216,6 +225,9 @@ async fn train(trainer: &mut impl Training, args: &Args) -> Result<()> {
     let samples = losses.len() as f64 * c.batch_size as f64;
     println!("trained {} steps in {wall:.1} s ({:.0} samples/s)", losses.len(), samples / wall);
     println!("{split}");
+    if let Some((scale, skipped)) = trainer.loss_scale().await? {
+        println!("{} loss scale {scale} at the end, {skipped} steps skipped for overflow", c.precision);
+    }
     if let Some(path) = &args.losses {
         let json = format!("[{}]\n", losses.iter().map(|l| format!("{l:?}")).collect::<Vec<_>>().join(", "));
         std::fs::write(path, json).map_err(|e| file_error(path, e))?;

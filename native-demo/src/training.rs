@@ -13,6 +13,8 @@ pub trait Training {
     fn total_steps(&self) -> u64;
     async fn run(&mut self, n: usize) -> Result<Vec<f32>>;
     async fn evaluate(&self) -> Result<(f32, f32)>;
+    /// The loss scale and the steps skipped, where the run scales its loss.
+    async fn loss_scale(&self) -> Result<Option<(f32, i32)>>;
     async fn checkpoint(&self) -> Result<Checkpoint>;
     /// Whether this process prints, plots and saves (rank 0 of a mesh).
     fn is_root(&self) -> bool;
@@ -42,6 +44,9 @@ macro_rules! delegate {
             }
             async fn evaluate(&self) -> Result<(f32, f32)> {
                 <$t>::evaluate(self).await
+            }
+            async fn loss_scale(&self) -> Result<Option<(f32, i32)>> {
+                <$t>::loss_scale(self).await
             }
             async fn checkpoint(&self) -> Result<Checkpoint> {
                 <$t>::checkpoint(self).await

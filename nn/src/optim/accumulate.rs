@@ -3,7 +3,7 @@
 //! calls, and the updates in between are zeros. The micro-step counter is
 //! state, so a jit-captured step accumulates on replay.
 
-use super::{Transform, as_f32, device_of, leaves_like, zeros_f32};
+use super::{Transform, as_f32, device_of, leaves_like, select, zeros_f32};
 use kiln_autodiff::Tree;
 use kiln_core::{DType, KilnError, Result};
 use kiln_ops::Tensor;
@@ -28,12 +28,6 @@ pub struct MultiStepsState<P, S> {
     pub sum: P,
     /// Micro-batches summed so far (i32, rank 0, `0..every`).
     pub micro: Tensor,
-}
-
-/// `cond ? a : b` leaf by leaf over two trees of the same shape.
-fn select<P: Tree>(cond: &Tensor, a: &P, b: &P) -> Result<P> {
-    let mut a = a.leaves().into_iter();
-    b.map_leaves(|_, b| Tensor::where_cond(cond, &a.next().expect("trees of one shape"), b))
 }
 
 impl<P: Tree, T: Transform<P>> Transform<P> for MultiSteps<T> {
@@ -65,5 +59,9 @@ impl<P: Tree, T: Transform<P>> Transform<P> for MultiSteps<T> {
             micro: Tensor::where_cond(&last, &micro.zeros_like()?, &micro)?,
         };
         Ok((out, state))
+    }
+
+    fn loss_scale(&self, state: &Self::State) -> Option<Tensor> {
+        self.inner.loss_scale(&state.inner)
     }
 }

@@ -1,5 +1,6 @@
 //! `chain((a, b, c))`: transformations applied in order, each to the
-//! previous one's output; the state is the tuple of their states.
+//! previous one's output; the state is the tuple of their states. A loss
+//! scale ([`super::dynamic_loss_scale`]) counts only as the first link.
 
 use super::Transform;
 use kiln_autodiff::Tree;
@@ -24,6 +25,10 @@ macro_rules! chain_impl {
                 // `&updates` is `&&P` for the first link (deref-coerced), `&P` after.
                 $(let (updates, $s) = self.0.$i.update(&updates, &state.$i, params)?;)+
                 Ok((updates, ($($s,)+)))
+            }
+            // Only the first link sees the loss's gradients as they come.
+            fn loss_scale(&self, state: &Self::State) -> Option<kiln_ops::Tensor> {
+                self.0.0.loss_scale(&state.0)
             }
         }
     };

@@ -31,6 +31,7 @@ mod aliases;
 mod basic;
 mod chain;
 mod ema;
+mod loss_scale;
 mod moments;
 mod schedule;
 mod step;
@@ -43,6 +44,7 @@ pub use basic::{
 };
 pub use chain::{Chain, chain};
 pub use ema::ParamEma;
+pub use loss_scale::{DynamicLossScale, LossScaleConfig, LossScaleState, all_finite, dynamic_loss_scale};
 pub use moments::{
     AdamState, RmsState, ScaleByAdam, ScaleByRms, Trace, TraceState, scale_by_adam, scale_by_rms, trace,
 };
@@ -67,6 +69,20 @@ pub trait Transform<P: Tree> {
     /// `params` is needed by transformations that read the parameters
     /// (`add_decayed_weights`).
     fn update(&self, updates: &P, state: &Self::State, params: Option<&P>) -> Result<(P, Self::State)>;
+
+    /// What the loss is multiplied by before differentiating, so that the
+    /// gradients reaching `update` are scaled by it ([`dynamic_loss_scale`]);
+    /// `None` for transformations that take plain gradients.
+    /// [`training_step`] applies it.
+    fn loss_scale(&self, _state: &Self::State) -> Option<Tensor> {
+        None
+    }
+}
+
+/// `cond ? a : b` leaf by leaf over two trees of the same shape.
+pub(crate) fn select<P: Tree>(cond: &Tensor, a: &P, b: &P) -> Result<P> {
+    let mut a = a.leaves().into_iter();
+    b.map_leaves(|_, b| Tensor::where_cond(cond, &a.next().expect("trees of one shape"), b))
 }
 
 /// `params + updates`, leaf by leaf (each update cast to its parameter's
@@ -115,7 +131,10 @@ fn check_float(op: &'static str, path: &str, t: &Tensor) -> Result<()> {
     if t.dtype().is_float() {
         return Ok(());
     }
-    Err(KilnError::DType { op, detail: format!("leaf `{path}` is {}: optimizers need f32 or f16 leaves", t.dtype()) })
+    Err(KilnError::DType {
+        op,
+        detail: format!("leaf `{path}` is {}: optimizers need float (f32, f16, bf16) leaves", t.dtype()),
+    })
 }
 
 /// A float leaf as f32 (the dtype every transformation computes in).

@@ -13,7 +13,8 @@ pub type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
 /// `(data.., params.., state..) → (loss, params.., state..)`: the loss and
 /// gradient of `loss(params, data)` (`data` the first `data_inputs`
 /// tensors), then `opt`'s update applied. `params` and `state` give the
-/// trees' shapes.
+/// trees' shapes. Where `opt` scales the loss ([`Transform::loss_scale`]),
+/// the gradients are of the scaled loss and the loss returned is unscaled.
 pub fn training_step<P, T>(
     params: &P,
     state: &T::State,
@@ -32,7 +33,21 @@ where
         let (data, rest) = inputs.split_at(data_inputs);
         let p = template.unflatten(rest[..n].to_vec())?;
         let s = state_template.unflatten(rest[n..].to_vec())?;
-        let (value, grads) = value_and_grad(|p: &P| loss(p, data))(&p)?;
+        // Scaled (and the value unscaled) where `opt` scales the loss:
+        // powers of two, so both are exact unless they overflow.
+        let scale = opt.loss_scale(&s);
+        let scaled = |p: &P| -> Result<Tensor> {
+            let l = loss(p, data)?;
+            match &scale {
+                Some(k) => l.mul(&k.cast(l.dtype())?),
+                None => Ok(l),
+            }
+        };
+        let (value, grads) = value_and_grad(scaled)(&p)?;
+        let value = match &scale {
+            Some(k) => value.div(&k.cast(value.dtype())?)?,
+            None => value,
+        };
         let (updates, s) = opt.update(&grads, &s, Some(&p))?;
         Ok([vec![value], apply_updates(&p, &updates)?.leaves(), s.leaves()].concat())
     })
