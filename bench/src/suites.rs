@@ -20,6 +20,8 @@ use std::sync::Arc;
 pub fn wait(t: &Tensor) -> Result<()> {
     kiln::block_on(t.realize())?;
     let first = t.reshape(&[-1])?.narrow(0, 0, 1)?;
+    // Read as f32 whatever the dtype (a packed one is cast on the device).
+    let first = if first.dtype() == DType::F32 { first } else { first.cast(DType::F32)? };
     kiln::block_on(first.to_vec::<f32>()).map(|_| ())
 }
 
