@@ -59,6 +59,7 @@ pub(crate) fn batch(prim: &Prim, inputs: &[Node], batched: &[Option<Node>], b: u
         Prim::Matmul => matmul(inputs, batched, b),
         Prim::Concat { axis } => Node::new(Prim::Concat { axis: axis + 1 }, all()?),
         Prim::Gather { axis } => Node::new(Prim::Gather { axis: axis + 1 }, all()?),
+        Prim::QuantMatmul { .. } => quant_matmul(prim, inputs, batched, b),
     }
 }
 
@@ -76,6 +77,32 @@ fn matmul(inputs: &[Node], batched: &[Option<Node>], b: usize) -> Result<Node> {
         return Node::new(Prim::Reshape { shape: vec![b, m, n] }, vec![product]);
     }
     Node::new(Prim::Matmul, vec![operand(inputs, batched, 0, b)?, operand(inputs, batched, 1, b)?])
+}
+
+/// A batched integer-weight product: x takes any leading axes, so a batch
+/// of inputs against shared weights is one product; weights that differ
+/// per example (rare: quantized weights are inference constants) take one
+/// product per example, stacked.
+fn quant_matmul(prim: &Prim, inputs: &[Node], batched: &[Option<Node>], b: usize) -> Result<Node> {
+    if let [Some(x), None, None] = batched {
+        return Node::new(prim.clone(), vec![x.clone(), inputs[1].clone(), inputs[2].clone()]);
+    }
+    let operands = (0..inputs.len()).map(|i| operand(inputs, batched, i, b)).collect::<Result<Vec<_>>>()?;
+    let mut products = Vec::with_capacity(b);
+    for e in 0..b {
+        let own = operands.iter().map(|o| example(o, e)).collect::<Result<Vec<_>>>()?;
+        let product = Node::new(prim.clone(), own)?;
+        products.push(Node::new(Prim::Reshape { shape: [&[1], product.shape()].concat() }, vec![product])?);
+    }
+    Node::new(Prim::Concat { axis: 0 }, products)
+}
+
+/// Example `e` of a batched value (its batch axis dropped).
+fn example(x: &Node, e: usize) -> Result<Node> {
+    let rest = x.shape()[1..].iter().map(|&len| SliceSpec { start: 0, len, step: 1 });
+    let specs = std::iter::once(SliceSpec { start: e, len: 1, step: 1 }).chain(rest).collect();
+    let one = Node::new(Prim::Slice { specs }, vec![x.clone()])?;
+    Node::new(Prim::Reshape { shape: x.shape()[1..].to_vec() }, vec![one])
 }
 
 /// Input `i` with its batch axis first: batched, or broadcast over the batch.

@@ -73,6 +73,20 @@ pub(crate) fn vjp(prim: &Prim, x: &[Tensor], y: &Tensor, g: &Tensor, wants: &[bo
         // A deterministic scatter-add; out-of-range indices read 0 forward,
         // so they receive nothing backward.
         Prim::Gather { axis } => Ok(vec![want(w(0), || g.scatter_add(*axis, &x[1], &shape(0)))?, None]),
+        // y = x @ wᵀ with w = scale · code: x gets g @ w; each scale the sum
+        // of g · x · code over its group (the codes are integers).
+        Prim::QuantMatmul { format } => {
+            let (codes, scales) = (&x[1], &x[2]);
+            let dx = want(w(0), || g.matmul(&Tensor::dequantize(codes, scales, *format)?))?;
+            let dscales = want(w(2), || {
+                let (n, k) = (codes.shape()[0] as isize, *shape(0).last().expect("rank ≥ 1") as isize);
+                let per_product = g.reshape(&[-1, n])?.t()?.matmul(&x[0].reshape(&[-1, k])?)?;
+                let unit = Tensor::dequantize(codes, &scales.ones_like()?, *format)?;
+                let groups = scales.shape()[1] as isize;
+                per_product.mul(&unit)?.reshape(&[n, groups, -1])?.sum(&[-1], false)
+            })?;
+            Ok(vec![dx, None, dscales])
+        }
     }
 }
 

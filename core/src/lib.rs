@@ -14,8 +14,8 @@ pub mod runtime;
 
 pub use kiln_codegen as codegen;
 pub use kiln_codegen::{spirv, validate};
-pub use kiln_ir::{DType, Element, HostArray, KilnError, Node, Prim, Realized, Result};
-pub use kiln_ir::{dtype, error, interp, ir, shape};
+pub use kiln_ir::{DType, Element, HostArray, KilnError, Node, Prim, QuantFormat, Realized, Result};
+pub use kiln_ir::{dtype, error, interp, ir, quant, shape};
 pub use kiln_sched as sched;
 pub use runtime::{kernels_for, schedule_for};
 

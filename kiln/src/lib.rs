@@ -35,8 +35,8 @@
 
 pub use kiln_autodiff::{Tree, Vjp, VmapJit, grad, stop_gradient, tree, value_and_grad, vjp, vmap};
 pub use kiln_core::{
-    self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KernelTiming, KilnError, Result,
-    TuningStats,
+    self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KernelTiming, KilnError, QuantFormat,
+    Result, TuningStats,
 };
 /// `#[derive(Tree)]` for parameter structs (see [`Tree`]).
 pub use kiln_derive::Tree;
@@ -50,7 +50,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 pub mod prelude {
     pub use crate::{
-        DType, Device, DeviceOptions, Key, KilnError, Result, Tensor, Tree, VmapJit, grad, jit, stop_gradient,
-        value_and_grad, vjp, vmap,
+        DType, Device, DeviceOptions, Key, KilnError, QuantFormat, Result, Tensor, Tree, VmapJit, grad, jit,
+        stop_gradient, value_and_grad, vjp, vmap,
     };
 }

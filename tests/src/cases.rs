@@ -57,6 +57,7 @@ pub fn all() -> Vec<Case> {
     bitwise(&mut s);
     s.0.extend(crate::nn_cases::cases());
     s.0.extend(crate::transformer_cases::cases());
+    s.0.extend(crate::quant_cases::cases());
     s.0
 }
 

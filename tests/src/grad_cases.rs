@@ -77,6 +77,7 @@ pub fn all() -> Vec<GradCase> {
     composites(&mut s);
     s.0.extend(crate::nn_cases::grads());
     s.0.extend(crate::transformer_cases::grads());
+    s.0.extend(crate::quant_cases::grads());
     s.0
 }
 

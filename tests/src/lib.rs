@@ -17,6 +17,7 @@ pub mod grad_cases;
 pub mod grad_check;
 pub mod matmul_family;
 pub mod nn_cases;
+pub mod quant_cases;
 pub mod report;
 pub mod rng;
 pub mod transformer_cases;

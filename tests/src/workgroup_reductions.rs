@@ -10,13 +10,14 @@ use kiln::prelude::*;
 /// The outputs: 2^24 elements (the size that shows Mesa's 65,535-iteration
 /// loop limit), rows of an odd length (one input large enough for the
 /// streaming first pass), and small integers with many ties for the arg
-/// reductions. Sums are listed in [`SUMS`].
+/// reductions; integer-weight products of one row and of a row block.
+/// Sums are listed in [`SUMS`].
 async fn outputs(dev: &Device) -> Result<Vec<Vec<f32>>> {
     let big = crate::rng::tensor(dev, &[1 << 24], 71, -1.0, 1.0);
     let rows = crate::rng::tensor(dev, &[3, 70001], 72, -2.0, 2.0);
     let ties = crate::rng::tensor(dev, &[5, 40000], 73, 0.0, 7.0).floor()?;
     let long = crate::rng::tensor(dev, &[5, 250001], 74, -1.0, 1.0);
-    let ys = [
+    let mut ys = vec![
         big.sum(&[], false)?,
         big.max(&[], false)?,
         rows.sum(&[-1], false)?,
@@ -28,6 +29,15 @@ async fn outputs(dev: &Device) -> Result<Vec<Vec<f32>>> {
         ties.argmax(None, false)?.cast(DType::F32)?,
         long.sum(&[-1], false)?,
     ];
+    for (i, format) in [QuantFormat::INT8, QuantFormat::int4(32)].into_iter().enumerate() {
+        let (codes, scales) = format.shapes("quant_matmul", 33, 1024)?;
+        let codes = crate::cases::input(dev, 75 + i as u64, &codes, DType::U32, 0.0, 4e9)?;
+        let scales = crate::rng::tensor(dev, &scales, 77 + i as u64, 0.001, 0.01);
+        for rows in [1, 7] {
+            let x = crate::rng::tensor(dev, &[rows, 1024], 79 + rows as u64, -1.0, 1.0);
+            ys.push(x.quant_matmul(&codes, &scales, format)?);
+        }
+    }
     let mut out = Vec::new();
     for y in &ys {
         out.push(y.to_vec::<f32>().await?);
@@ -37,7 +47,7 @@ async fn outputs(dev: &Device) -> Result<Vec<Vec<f32>>> {
 
 /// Outputs that sum many terms, in another order than the reference's:
 /// within 2e-4 of the largest result; the others must match exactly.
-const SUMS: [usize; 5] = [0, 2, 4, 5, 9];
+const SUMS: [usize; 9] = [0, 2, 4, 5, 9, 10, 11, 12, 13];
 
 /// Run the outputs twice on `dev` with the workgroup tree forced on; the
 /// failures (off the reference, bits that differ between the runs, no
@@ -61,8 +71,10 @@ pub async fn check(dev: &Device) -> Result<Vec<String>> {
             failures.push(format!("output {k}: bits differ between two runs"));
         }
     }
-    if !dev.compiled_sources().iter().any(|s| s.contains("var<workgroup> part_v")) {
-        failures.push("no kernel combined partials in workgroup memory".into());
+    for (kernel, marker) in [("reduction", "var<workgroup> part_v"), ("quant_matmul", "var<workgroup> partials")] {
+        if !dev.compiled_sources().iter().any(|s| s.contains(marker)) {
+            failures.push(format!("no {kernel} kernel combined partials in workgroup memory"));
+        }
     }
     Ok(failures)
 }

@@ -1,4 +1,5 @@
-//! The workgroup tree of tree reductions (`kiln_conformance::workgroup_reductions`)
+//! The workgroup tree of tree reductions and of the integer-weight product
+//! (`kiln_conformance::workgroup_reductions`)
 //! forced on every adapter with workgroup memory, under the Vulkan
 //! validation layer: it matches the reference, keeps the first extreme of
 //! argmax/argmin, and gives the same bits from run to run.

@@ -5,9 +5,11 @@
 
 mod bind;
 mod matmul;
+mod quant;
 
 pub use bind::{Binder, BoundLaunch, bind};
 pub use matmul::{MatmulLaunch, MatmulOperands, matmul};
+pub use quant::quant_matmul;
 
 use crate::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::matmul::MatmulConfig;
@@ -27,8 +29,8 @@ use kiln_sched::schedule::{Item, Target};
 pub struct Variants {
     /// The subgroup width row kernels are generated for.
     pub subgroup_width: Option<u32>,
-    /// Whether tree reductions combine each workgroup's partials in
-    /// workgroup memory: on GPUs, where a barrier is cheap and each pass a
+    /// Whether tree reductions (and the integer-weight product) combine
+    /// each workgroup's partials in workgroup memory: on GPUs, where a barrier is cheap and each pass a
     /// dispatch; not on CPU adapters, whose barriers are costly (measured
     /// in docs/BENCHMARKS.md, 'What was tried' (reductions)).
     pub workgroup_reductions: bool,

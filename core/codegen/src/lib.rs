@@ -11,6 +11,7 @@ pub mod launch;
 pub mod math;
 pub mod matmul;
 pub mod operand_textures;
+pub mod quant_matmul;
 pub mod reduce;
 pub mod row_stream;
 pub mod spirv;
@@ -22,6 +23,11 @@ use kiln_ir::dtype::DType;
 use kiln_ir::ir::ReduceOp;
 use kiln_sched::lower::{Op, Sig};
 use reduce::{Monoid, ReduceSource};
+
+/// The name suffix of a kernel whose workgroup works together on one output.
+fn cooperative_suffix(cooperative: bool) -> &'static str {
+    if cooperative { "_wg" } else { "" }
+}
 
 /// What codegen may assume of a device: a small value the runtime fills
 /// from its adapter, so that choosing and rendering kernels touches no GPU API.
@@ -275,6 +281,12 @@ pub enum KernelKey {
         epilogue: Option<Sig>,
         config: matmul::MatmulConfig,
     },
+    /// The integer-weight product ([`quant_matmul`]).
+    QuantMatmul {
+        bits: u32,
+        rows_per: u32,
+        cooperative: bool,
+    },
     /// A matmul operand copied into a texture ([`operand_textures`]).
     OperandTexture {
         vec4: bool,
@@ -334,6 +346,9 @@ impl KernelKey {
                 matmul::matmul_kernel(config, *dtype, *batch_rank, epilogue.as_ref())
             }
             KernelKey::OperandTexture { vec4 } => operand_textures::pack_wgsl(*vec4),
+            KernelKey::QuantMatmul { bits, rows_per, cooperative } => {
+                quant_matmul::quant_matmul_wgsl(*bits, *rows_per, *cooperative)
+            }
         }
     }
 
@@ -368,6 +383,10 @@ impl KernelKey {
             KernelKey::Row { sig, layout, vec4, .. } => ("row", Some(sig), layout.suffix(*vec4)),
             KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),
             KernelKey::OperandTexture { vec4 } => ("operand_texture", None, if *vec4 { "_vec4" } else { "" }),
+            KernelKey::QuantMatmul { bits: 8, cooperative, .. } => {
+                ("quant_matmul_int8", None, cooperative_suffix(*cooperative))
+            }
+            KernelKey::QuantMatmul { cooperative, .. } => ("quant_matmul_int4", None, cooperative_suffix(*cooperative)),
         };
         let mut name = kind.to_string();
         let mut seen = Vec::new();

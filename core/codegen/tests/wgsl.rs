@@ -376,6 +376,13 @@ fn catalog() -> Vec<String> {
     }
     // Both forms of the copy of a matmul operand into a texture.
     out.extend([false, true].map(|vec4| KernelKey::OperandTexture { vec4 }.wgsl()));
+    // The integer-weight product: both code widths, one row or a block,
+    // per invocation or per workgroup.
+    for (bits, rows_per, cooperative) in
+        [8, 4].into_iter().flat_map(|b| [(b, 1), (b, 4)]).flat_map(|(b, r)| [(b, r, false), (b, r, true)])
+    {
+        out.push(KernelKey::QuantMatmul { bits, rows_per, cooperative }.wgsl());
+    }
     // Every member of the matmul family and the twins a texture member
     // (vec4) and a vec4 member (scalar) fall back to, plain and with an
     // epilogue.

@@ -6,6 +6,7 @@
 use crate::dtype::DType;
 use crate::error::{KilnError, Result};
 use crate::ir::{ArgOp, BinaryOp, Node, Prim, Realized, ReduceOp, UnaryOp};
+use crate::quant::QuantFormat;
 use crate::shape::{Layout, numel, unravel};
 use std::sync::Arc;
 
@@ -94,6 +95,7 @@ fn eval(node: &Node, x: &[Arc<HostArray>]) -> HostArray {
         Prim::Matmul => matmul(&x[0], &x[1]),
         Prim::Concat { axis } => concat(x, *axis, &shape),
         Prim::Gather { axis } => gather(&x[0], &x[1], *axis),
+        Prim::QuantMatmul { format } => quant_matmul(*format, &x[0], &x[1], &x[2]),
     };
     HostArray::new(dtype, shape, data)
 }
@@ -252,6 +254,22 @@ fn matmul(a: &HostArray, b: &HostArray) -> Vec<f64> {
                 out[ob + i * n + j] = (0..k).map(|p| a.data[ab + i * k + p] * b.data[bb + p * n + j]).sum();
             }
         }
+    }
+    out
+}
+
+/// Each output `[row, j]` is the sum over k of `x[row, k] · scale · code`.
+fn quant_matmul(format: QuantFormat, x: &HostArray, codes: &HostArray, scales: &HostArray) -> Vec<f64> {
+    let k = *x.shape.last().expect("inference checked the rank");
+    let (n, rows) = (codes.shape[0], x.data.len() / k);
+    let (words, groups, group) = (codes.shape[1], scales.shape[1], format.group_len(k));
+    let weight = |j: usize, p: usize| {
+        let word = codes.data[j * words + p / format.per_word()] as u32;
+        scales.data[j * groups + p / group] * format.code(word, p % format.per_word()) as f64
+    };
+    let mut out = Vec::with_capacity(rows * n);
+    for r in 0..rows {
+        out.extend((0..n).map(|j| (0..k).map(|p| x.data[r * k + p] * weight(j, p)).sum::<f64>()));
     }
     out
 }

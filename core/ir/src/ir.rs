@@ -13,6 +13,7 @@ pub use device::{DeviceArray, DeviceBuffer, MaybeSendSync, PoolStats, Role, Role
 pub use node::{MAX_ELEMENTS, MAX_RANK, Node, Realized, Trace};
 
 use crate::dtype::DType;
+use crate::quant::QuantFormat;
 use crate::shape::{Shape, SliceSpec};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -297,6 +298,13 @@ pub enum Prim {
     Gather {
         axis: usize,
     },
+    /// `x @ wᵀ` for a weight `w` `[n, k]` stored as integers
+    /// ([`QuantFormat`]): inputs `x` (f32, `[.., k]`), the packed codes
+    /// (u32, `[n, k / per_word]`) and the scales (f32, `[n, k / group]`);
+    /// the output is `[.., n]`.
+    QuantMatmul {
+        format: QuantFormat,
+    },
 }
 
 impl Prim {
@@ -318,6 +326,7 @@ impl Prim {
             Prim::Matmul => "matmul",
             Prim::Concat { .. } => "concat",
             Prim::Gather { .. } => "gather",
+            Prim::QuantMatmul { .. } => "quant_matmul",
         }
     }
 }

@@ -7,9 +7,11 @@ pub mod dtype;
 pub mod error;
 pub mod interp;
 pub mod ir;
+pub mod quant;
 pub mod shape;
 
 pub use dtype::{DType, Element};
 pub use error::{KilnError, Result};
 pub use interp::HostArray;
 pub use ir::{Node, Prim, Realized};
+pub use quant::QuantFormat;

@@ -8,6 +8,7 @@
 use crate::lower::{Args, Sig};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::{ArgOp, DeviceArray, DeviceBuffer, Node, ReduceOp};
+use kiln_ir::quant::QuantFormat;
 use kiln_ir::shape::{Layout, numel};
 use std::any::Any;
 use std::sync::Arc;
@@ -110,6 +111,9 @@ pub enum Item {
         epilogue: Option<Sig>,
         args: Args,
     },
+    /// `out = x @ wᵀ` for integer weights: `args` binds x `[rows, k]`, the
+    /// codes and the scales (contiguous, at their layouts' offsets).
+    QuantMatmul { format: QuantFormat, rows: usize, k: usize, n: usize, out: Arc<dyn DeviceBuffer>, args: Args },
 }
 
 /// The (m, k, n) of a product of A (`a`, `[.., m, k]`) and B (`b`, `[.., k, n]`).
@@ -124,7 +128,7 @@ impl Item {
         match self {
             Item::Elementwise { outputs, .. } | Item::Row { outputs, .. } => outputs.iter().map(|o| &o.1).collect(),
             Item::Reduce { values, indices, .. } => std::iter::once(values).chain(indices).collect(),
-            Item::Matmul { out, .. } => vec![out],
+            Item::Matmul { out, .. } | Item::QuantMatmul { out, .. } => vec![out],
         }
     }
 
@@ -134,7 +138,8 @@ impl Item {
             Item::Elementwise { args, .. }
             | Item::Reduce { args, .. }
             | Item::Row { args, .. }
-            | Item::Matmul { args, .. } => &args.buffers,
+            | Item::Matmul { args, .. }
+            | Item::QuantMatmul { args, .. } => &args.buffers,
         }
     }
 
@@ -145,6 +150,7 @@ impl Item {
             Item::Reduce { .. } => "reduce",
             Item::Row { .. } => "row",
             Item::Matmul { .. } => "matmul",
+            Item::QuantMatmul { .. } => "quant_matmul",
         }
     }
 }

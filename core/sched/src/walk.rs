@@ -25,6 +25,7 @@ use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::{DeviceArray, DeviceBuffer, buffer_id};
 use kiln_ir::ir::{Node, Prim, Realized};
+use kiln_ir::quant::QuantFormat;
 use kiln_ir::shape::{Layout, numel};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -235,6 +236,7 @@ impl<'a> Scheduler<'a> {
                 let src = self.array(&inputs[0])?;
                 tagged(n.id(), dtype, Kind::Gather { src, axis: *axis, index: x(self, 1)? })
             }
+            Prim::QuantMatmul { format } => tagged(n.id(), dtype, Kind::Buf(self.quant_matmul(n, *format)?)),
         })
     }
 
@@ -416,6 +418,26 @@ impl<'a> Scheduler<'a> {
         let a = DeviceArray { buffer: out, layout: Layout::contiguous(&mm.shape), dtype: DType::F32 };
         self.matmuls.insert(mm.id, a.clone());
         Ok(a)
+    }
+
+    /// `n`'s integer-weight product, its operands contiguous in buffers.
+    fn quant_matmul(&mut self, n: &Node, format: QuantFormat) -> Result<DeviceArray> {
+        let mut operands = Vec::new();
+        for input in n.inputs() {
+            let a = self.array(&input)?;
+            operands.push(if a.layout.is_contiguous() { a } else { self.contiguous(&a)? });
+        }
+        let (k, n_out) = (operands[0].layout.shape.last().copied().unwrap_or(1), operands[1].layout.shape[0]);
+        let rows = numel(&operands[0].layout.shape) / k;
+        let args = Args {
+            layouts: operands.iter().map(|a| a.layout.clone()).collect(),
+            buffers: operands.iter().map(|a| a.buffer.clone()).collect(),
+            params: Vec::new(),
+        };
+        let out = self.alloc("quant_matmul", DType::F32, n.shape());
+        let item = Item::QuantMatmul { format, rows, k, n: n_out, out: out.clone(), args };
+        self.push("quant_matmul", item, vec![n.id()]);
+        Ok(DeviceArray { buffer: out, layout: Layout::contiguous(n.shape()), dtype: DType::F32 })
     }
 
     /// The row kernel for `v`: over `v`'s shape (`[rows.., len]`) or, when

@@ -4,6 +4,7 @@
 use super::{Prim, TypeInfo};
 use crate::dtype::DType;
 use crate::error::{KilnError, Result, dtype_err, shape_err};
+use crate::quant::QuantFormat;
 use crate::shape::numel;
 
 pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
@@ -11,7 +12,7 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
     let arity = match prim {
         Prim::Input { .. } | Prim::Fill { .. } | Prim::Iota { .. } => 0,
         Prim::Binary(_) | Prim::Matmul | Prim::Gather { .. } => 2,
-        Prim::Where => 3,
+        Prim::Where | Prim::QuantMatmul { .. } => 3,
         Prim::Concat { .. } => inputs.len().max(1),
         Prim::Unary(_)
         | Prim::Cast { .. }
@@ -178,7 +179,39 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
             }
             Ok(TypeInfo { shape: idx.shape.clone(), dtype: src.dtype })
         }
+        Prim::QuantMatmul { format } => quant_matmul(*format, inputs[0], inputs[1], inputs[2]),
     }
+}
+
+/// `x` `[.., k]` (f32) against `n` rows of `k` integer weights: the codes
+/// `[n, k / per_word]` (u32) and scales `[n, k / group]` (f32).
+fn quant_matmul(format: QuantFormat, x: &TypeInfo, codes: &TypeInfo, scales: &TypeInfo) -> Result<TypeInfo> {
+    let op = "quant_matmul";
+    let (Some(&k), Some(&n)) = (x.shape.last(), codes.shape.first()) else {
+        return shape_err(op, format!("x {:?} and codes {:?} need at least one axis", x.shape, codes.shape));
+    };
+    if x.dtype != DType::F32 || codes.dtype != DType::U32 || scales.dtype != DType::F32 {
+        return dtype_err(
+            op,
+            format!(
+                "takes x f32, codes u32 and scales f32, got {} {:?}, {} {:?} and {} {:?}",
+                x.dtype, x.shape, codes.dtype, codes.shape, scales.dtype, scales.shape
+            ),
+        );
+    }
+    let (want_codes, want_scales) = format.shapes(op, n, k)?;
+    if codes.shape != want_codes || scales.shape != want_scales {
+        return shape_err(
+            op,
+            format!(
+                "x {:?} in {format} needs codes {want_codes:?} and scales {want_scales:?}, got {:?} and {:?}",
+                x.shape, codes.shape, scales.shape
+            ),
+        );
+    }
+    let mut shape = x.shape.clone();
+    *shape.last_mut().expect("checked above") = n;
+    Ok(TypeInfo { shape, dtype: DType::F32 })
 }
 
 fn check_axes(op: &'static str, axes: &[usize], rank: usize) -> Result<()> {

@@ -1,0 +1,117 @@
+//! Integer weights ([`QuantFormat`]): the product with packed codes, and
+//! the conversions between f32 weights and codes. All are graph ops, so
+//! they run on every device (the browser's included) and jit captures them.
+
+use crate::Tensor;
+use crate::tensor::composite;
+use kiln_core::{DType, KilnError, Prim, QuantFormat, Result};
+
+impl Tensor {
+    /// `self @ wᵀ` for a weight `w` `[n, k]` held as `format`'s `codes`
+    /// (u32 `[n, k / per_word]`) and `scales` (f32 `[n, k / group]`), as
+    /// [`Tensor::quantize`] makes them: `[.., k]` → `[.., n]`, f32. The
+    /// codes are unpacked in registers, never stored as f32.
+    pub fn quant_matmul(&self, codes: &Tensor, scales: &Tensor, format: QuantFormat) -> Result<Tensor> {
+        self.op(Prim::QuantMatmul { format }, &[codes, scales])
+    }
+
+    /// This weight `[n, k]` (one row per output channel) as `format`'s
+    /// codes and scales: symmetric, each scale the largest magnitude of its
+    /// group over the largest code (an all-zero group gets scale 1), each
+    /// code the weight over its scale rounded to nearest, ties to even.
+    pub fn quantize(&self, format: QuantFormat) -> Result<(Tensor, Tensor)> {
+        let op = "quantize";
+        let [n, k] = self.shape()[..] else {
+            return Err(KilnError::Shape { op, detail: format!("takes a weight [n, k], got {:?}", self.shape()) });
+        };
+        if !self.dtype().is_float() {
+            return Err(KilnError::DType {
+                op,
+                detail: format!("takes a float weight, got {} {:?}", self.dtype(), [n, k]),
+            });
+        }
+        format.shapes(op, n, k)?;
+        composite(op, || {
+            let (group, per_word, max_code) = (format.group_len(k), format.per_word(), format.max_code() as f64);
+            let w = self.cast(DType::F32)?.reshape(&[n as isize, (k / group) as isize, group as isize])?;
+            let top = w.abs()?.max(&[-1], true)?;
+            let positive = top.gt(&top.scalar_like(0.0)?)?;
+            let scales = Tensor::where_cond(&positive, &top.div_scalar(max_code)?, &top.scalar_like(1.0)?)?;
+            let codes = w.div(&scales)?.round()?;
+            let codes = codes.maximum(&codes.scalar_like(-max_code)?)?.minimum(&codes.scalar_like(max_code)?)?;
+            // Two's complement bits of each code, masked to its width and
+            // moved to its place in the word; the fields do not overlap, so
+            // their sum is their bitwise or.
+            let bits = codes.cast(DType::I32)?.cast(DType::U32)?;
+            let bits = bits.bitwise_and(&bits.scalar_like(((1u64 << format.bits) - 1) as f64)?)?;
+            let bits = bits.reshape(&[n as isize, (k / per_word) as isize, per_word as isize])?;
+            let width = format.bits as f64;
+            let places = Tensor::arange(self.device(), 0.0, 32.0, width, DType::U32)?;
+            let words = bits.shift_left(&places)?.sum(&[-1], false)?;
+            Ok((words, scales.reshape(&[n as isize, (k / group) as isize])?))
+        })
+    }
+
+    /// The f32 weight `[n, k]` that `format`'s `codes` and `scales` stand for.
+    pub fn dequantize(codes: &Tensor, scales: &Tensor, format: QuantFormat) -> Result<Tensor> {
+        let op = "dequantize";
+        let (Some(&n), Some(&words)) = (codes.shape().first(), codes.shape().get(1)) else {
+            return Err(KilnError::Shape { op, detail: format!("takes codes [n, words], got {:?}", codes.shape()) });
+        };
+        let k = words * format.per_word();
+        let (want_codes, want_scales) = format.shapes(op, n, k)?;
+        if codes.shape() != want_codes || scales.shape() != want_scales {
+            return Err(KilnError::Shape {
+                op,
+                detail: format!(
+                    "{format} needs codes {want_codes:?} and scales {want_scales:?}, got {:?} and {:?}",
+                    codes.shape(),
+                    scales.shape()
+                ),
+            });
+        }
+        if codes.dtype() != DType::U32 || scales.dtype() != DType::F32 {
+            return Err(KilnError::DType {
+                op,
+                detail: format!("takes u32 codes and f32 scales, got {} and {}", codes.dtype(), scales.dtype()),
+            });
+        }
+        composite(op, || {
+            let group = format.group_len(k);
+            let width = format.bits as f64;
+            // Code j moved to the top of the word, then shifted back down as
+            // an i32: sign-extended.
+            let up = Tensor::arange(codes.device(), 32.0 - width, -1.0, -width, DType::U32)?;
+            let words = codes.reshape(&[n as isize, words as isize, 1])?;
+            let top = words.shift_left(&up)?.cast(DType::I32)?;
+            let values = top.shift_right(&top.scalar_like(32.0 - width)?)?.cast(DType::F32)?;
+            let values = values.reshape(&[n as isize, (k / group) as isize, group as isize])?;
+            let scales = scales.reshape(&[n as isize, (k / group) as isize, 1])?;
+            values.mul(&scales)?.reshape(&[n as isize, k as isize])
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_core::Device;
+
+    #[test]
+    fn a_quantized_weight_comes_back_within_half_a_step() {
+        let dev = Device::cpu();
+        let w: Vec<f32> = (0..4 * 64).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let t = Tensor::from_slice(&dev, &w, &[4, 64]).unwrap();
+        for format in [QuantFormat::INT8, QuantFormat::int4(32)] {
+            let (codes, scales) = t.quantize(format).unwrap();
+            let back = Tensor::dequantize(&codes, &scales, format).unwrap();
+            let back = pollster::block_on(back.to_vec::<f32>()).unwrap();
+            let scales = pollster::block_on(scales.to_vec::<f32>()).unwrap();
+            let group = format.group_len(64);
+            for (i, (a, b)) in w.iter().zip(&back).enumerate() {
+                let step = scales[i / group];
+                assert!((a - b).abs() <= step / 2.0 + 1e-6, "{format}: {a} came back as {b} (step {step})");
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Integer weights: the product with packed codes (int8 per channel, int4
+//! in groups of 32 and 64) at one row, row blocks with a partial last
+//! block, leading axes, a transposed x and a long k; quantize's codes for
+//! weights that are exact multiples of their scale (so every adapter must
+//! give the same words), its round trip, and the gradients of x and the
+//! scales.
+
+use crate::cases::{input, transposed};
+use crate::grad_cases::GradCase;
+use crate::{Build, Case, Tol};
+use kiln::prelude::*;
+
+/// Formats under test, with a short name for case details.
+fn formats() -> [(QuantFormat, &'static str); 3] {
+    [(QuantFormat::INT8, "int8"), (QuantFormat::int4(32), "int4/32"), (QuantFormat::int4(64), "int4/64")]
+}
+
+/// Random codes (every bit pattern, the most negative code included) and
+/// scales in [0.001, 0.01) for `n` rows of `k` weights.
+fn weights(d: &Device, seed: u64, format: QuantFormat, n: usize, k: usize) -> Result<(Tensor, Tensor)> {
+    let (codes, scales) = format.shapes("quant case", n, k)?;
+    Ok((input(d, seed, &codes, DType::U32, 0.0, 4e9)?, input(d, seed + 1, &scales, DType::F32, 0.001, 0.01)?))
+}
+
+/// A weight `[n, k]` whose groups each hold ±max_code · 2⁻⁵ and other
+/// multiples of 2⁻⁵: quantizing it divides exactly.
+fn exact_weight(d: &Device, format: QuantFormat, n: usize, k: usize) -> Result<Tensor> {
+    let (m, group) = (format.max_code() as i64, format.group_len(k));
+    let values: Vec<f64> = (0..n * k)
+        .map(|i| {
+            let code = match i % group {
+                0 => m,
+                1 => -m,
+                j => (j as i64 * 37 + (i / group) as i64 * 11) % (2 * m + 1) - m,
+            };
+            code as f64 / 32.0
+        })
+        .collect();
+    Tensor::from_f64(d, &values, &[n, k], DType::F32)
+}
+
+pub fn cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut add = |op: &'static str, detail: String, tol: Tol, build: Build| {
+        out.push(Case { op, detail, tol, build });
+    };
+    let products: [(&str, Vec<usize>, usize); 5] = [
+        ("x [1, 64] (one row)", vec![1, 64], 33),
+        ("x [7, 256] (a partial row block)", vec![7, 256], 20),
+        ("x [2, 3, 128] (leading axes)", vec![2, 3, 128], 9),
+        ("x [64]", vec![64], 5),
+        ("x [2, 8192] (long k)", vec![2, 8192], 3),
+    ];
+    for (format, name) in formats() {
+        for (detail, x_shape, n) in products.clone() {
+            let k = *x_shape.last().unwrap();
+            let tol = Tol { abs: 2e-6 * k as f64, rel: 1e-5 };
+            add(
+                "quant_matmul",
+                format!("{name} {detail}, n {n}"),
+                tol,
+                Box::new(move |d| {
+                    let (codes, scales) = weights(d, 200, format, n, k)?;
+                    input(d, 202, &x_shape, DType::F32, -1.0, 1.0)?.quant_matmul(&codes, &scales, format)
+                }),
+            );
+        }
+        add(
+            "quant_matmul",
+            format!("{name} x [64, 33]ᵀ (transposed view), n 7"),
+            Tol { abs: 2e-4, rel: 1e-5 },
+            Box::new(move |d| {
+                let (codes, scales) = weights(d, 203, format, 7, 64)?;
+                transposed(d, 205, [33, 64], DType::F32, -1.0, 1.0)?.t()?.t()?.quant_matmul(&codes, &scales, format)
+            }),
+        );
+        add(
+            "quantize",
+            format!("{name} [5, 128] exact multiples → codes"),
+            Tol::EXACT,
+            Box::new(move |d| Ok(exact_weight(d, format, 5, 128)?.quantize(format)?.0)),
+        );
+        add(
+            "quantize",
+            format!("{name} [5, 128] exact multiples → scales"),
+            Tol::EXACT,
+            Box::new(move |d| Ok(exact_weight(d, format, 5, 128)?.quantize(format)?.1)),
+        );
+        // Random weights: a code may round the other way at a near-tie, one
+        // step (at most 1/7 of [-1, 1)'s largest magnitude) apart.
+        let step = 1.0 / format.max_code() as f64;
+        add(
+            "dequantize",
+            format!("{name} of quantize, [9, 256] in [-1, 1)"),
+            Tol { abs: step, rel: 0.0 },
+            Box::new(move |d| {
+                let (codes, scales) = input(d, 206, &[9, 256], DType::F32, -1.0, 1.0)?.quantize(format)?;
+                Tensor::dequantize(&codes, &scales, format)
+            }),
+        );
+    }
+    out
+}
+
+pub fn grads() -> Vec<GradCase> {
+    let mut out = Vec::new();
+    for (i, (format, name)) in formats().into_iter().enumerate() {
+        let (n, k) = (5, 64);
+        let scales = format.shapes("quant grad case", n, k).expect("valid shapes").1.to_vec();
+        out.push(GradCase {
+            op: "quant_matmul",
+            detail: format!("{name} x [3, {k}] and scales {scales:?}"),
+            check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-4, rel: 1e-4 }),
+            fd: true,
+            inputs: vec![(vec![3, k], -1.0, 1.0), (scales, 0.01, 0.02)],
+            seed: 3000 + 10 * i as u64,
+            f: Box::new(move |p| {
+                let codes =
+                    input(p[0].device(), 207, &format.shapes("quant grad case", n, k)?.0, DType::U32, 0.0, 4e9)?;
+                p[0].quant_matmul(&codes, &p[1], format)
+            }),
+        });
+    }
+    out
+}
