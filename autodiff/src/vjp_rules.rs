@@ -82,8 +82,7 @@ pub(crate) fn vjp(prim: &Prim, x: &[Tensor], y: &Tensor, g: &Tensor, wants: &[bo
                 let (n, k) = (codes.shape()[0] as isize, *shape(0).last().expect("rank ≥ 1") as isize);
                 let per_product = g.reshape(&[-1, n])?.t()?.matmul(&x[0].reshape(&[-1, k])?)?;
                 let unit = Tensor::dequantize(codes, &scales.ones_like()?, *format)?;
-                let groups = scales.shape()[1] as isize;
-                per_product.mul(&unit)?.reshape(&[n, groups, -1])?.sum(&[-1], false)
+                per_product.mul(&unit)?.per_group(*format)?.sum(&[-1], false)
             })?;
             Ok(vec![dx, None, dscales])
         }

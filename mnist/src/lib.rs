@@ -10,4 +10,4 @@ mod trainer;
 
 pub use data_parallel::DataParallelTrainer;
 pub use model::{Config, ModelKind};
-pub use trainer::Trainer;
+pub use trainer::{QuantizedEval, Trainer};

@@ -8,13 +8,13 @@
 use crate::model::{Config, ModelKind};
 use kiln::prelude::*;
 use kiln::{Jit, Key, KilnError};
-use kiln_nn::Sequential;
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::{Dataset, ImageLayout, Mnist};
 use kiln_nn::optim::{
     AdamState, Chain, CountState, DynamicLossScale, LossScaleConfig, LossScaleState, ScaleByAdam, ScaleByLearningRate,
     StepFn, Transform, adam, dynamic_loss_scale, training_step, warmup_cosine_decay,
 };
+use kiln_nn::{Layer, Sequential};
 use std::sync::Arc;
 
 /// Adam under a loss scale, enabled for f16 runs only (the others keep the
@@ -216,6 +216,29 @@ impl Trainer {
         evaluate(&self.device, &self.model()?, &self.data, &self.config).await
     }
 
+    /// Test loss and accuracy with the weights quantized to `format`
+    /// ([`Sequential::quantize`]; computed in f32 whatever the run's
+    /// precision), and the weights' bytes before and after.
+    pub async fn evaluate_quantized(&self, format: QuantFormat) -> Result<QuantizedEval> {
+        let model = self.model()?;
+        let quantized = model.quantize(format)?;
+        let config = Config { precision: DType::F32, ..self.config };
+        let (loss, accuracy) = evaluate(&self.device, &quantized, &self.data, &config).await?;
+        let weight_layers = quantized
+            .layers
+            .iter()
+            .filter(|l| l.is_quantized() || matches!(l, Layer::Linear(_) | Layer::Conv2d(_)))
+            .count();
+        Ok(QuantizedEval {
+            loss,
+            accuracy,
+            quantized_layers: quantized.layers.iter().filter(|l| l.is_quantized()).count(),
+            weight_layers,
+            float_bytes: tree_bytes(&model),
+            quantized_bytes: tree_bytes(&quantized),
+        })
+    }
+
     /// The loss scale and the steps skipped for overflowing, where the run
     /// scales its loss (f16); `None` otherwise.
     pub async fn loss_scale(&self) -> Result<Option<(f32, i32)>> {
@@ -259,6 +282,24 @@ impl Trainer {
         let steps = meta(ck, "step")?;
         Trainer::with_params(device, data, config, model, Some(state), steps)
     }
+}
+
+/// A quantized model's test figures ([`Trainer::evaluate_quantized`]).
+#[derive(Debug, Clone, Copy)]
+pub struct QuantizedEval {
+    pub loss: f32,
+    pub accuracy: f32,
+    /// Layers with integer weights, of the layers with weights.
+    pub quantized_layers: usize,
+    pub weight_layers: usize,
+    /// Bytes of every parameter, before and after quantizing.
+    pub float_bytes: u64,
+    pub quantized_bytes: u64,
+}
+
+/// Bytes a parameter tree's leaves take on a device.
+fn tree_bytes(tree: &impl Tree) -> u64 {
+    tree.leaves().iter().map(|l| l.dtype().storage_bytes(l.numel())).sum()
 }
 
 /// Mean loss and accuracy of `model` over the test set, computed as `config`

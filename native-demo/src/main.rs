@@ -83,6 +83,10 @@ struct Args {
     /// Only evaluate this checkpoint on the test set.
     #[arg(long)]
     eval_only: Option<PathBuf>,
+    /// With --eval-only, also evaluate the weights quantized: int8 (one
+    /// scale per output channel), int4 (groups of 32) or int4/G (groups of G).
+    #[arg(long, requires = "eval_only", value_parser = quant_format)]
+    quantize: Option<QuantFormat>,
     /// Stop after this many steps (before the run's end).
     #[arg(long)]
     steps: Option<u64>,
@@ -101,6 +105,19 @@ struct Args {
 
 fn float_dtype(name: &str) -> std::result::Result<DType, String> {
     DType::from_name(name).filter(|d| d.is_float()).ok_or_else(|| format!("`{name}` is not f32, f16 or bf16"))
+}
+
+fn quant_format(name: &str) -> std::result::Result<QuantFormat, String> {
+    let bad = || format!("`{name}` is not int8, int4 or int4/G (G a group size, a multiple of 8)");
+    match name.split_once('/') {
+        None if name == "int8" => Ok(QuantFormat::INT8),
+        None if name == "int4" => Ok(QuantFormat::int4(32)),
+        Some(("int4", g)) => match g.parse::<usize>() {
+            Ok(g) if g > 0 && g.is_multiple_of(8) => Ok(QuantFormat::int4(g)),
+            _ => Err(bad()),
+        },
+        _ => Err(bad()),
+    }
 }
 
 fn main() {
@@ -140,6 +157,19 @@ async fn run(args: Args) -> Result<()> {
         let trainer = Trainer::restore(&dev, data, &Checkpoint::load(path)?, Some(model))?;
         let (loss, accuracy) = trainer.evaluate().await?;
         println!("{}: test loss {loss:.4}, accuracy {:.2}%", path.display(), accuracy * 100.0);
+        if let Some(format) = args.quantize {
+            let q = trainer.evaluate_quantized(format).await?;
+            println!(
+                "quantized to {format} ({} of {} weight layers): test loss {:.4}, accuracy {:.2}%, weights {:.2} MiB → {:.2} MiB ({:.1}× smaller)",
+                q.quantized_layers,
+                q.weight_layers,
+                q.loss,
+                q.accuracy * 100.0,
+                mib(q.float_bytes),
+                mib(q.quantized_bytes),
+                q.float_bytes as f64 / q.quantized_bytes as f64,
+            );
+        }
         return Ok(());
     }
     let config = || {

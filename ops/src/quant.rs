@@ -8,7 +8,7 @@ use kiln_core::{DType, KilnError, Prim, QuantFormat, Result};
 
 impl Tensor {
     /// `self @ wᵀ` for a weight `w` `[n, k]` held as `format`'s `codes`
-    /// (u32 `[n, k / per_word]`) and `scales` (f32 `[n, k / group]`), as
+    /// (u32 `[n, k / per_word]`) and `scales` (f32 `[n, ⌈k / group⌉]`), as
     /// [`Tensor::quantize`] makes them: `[.., k]` → `[.., n]`, f32. The
     /// codes are unpacked in registers, never stored as f32.
     pub fn quant_matmul(&self, codes: &Tensor, scales: &Tensor, format: QuantFormat) -> Result<Tensor> {
@@ -32,24 +32,40 @@ impl Tensor {
         }
         format.shapes(op, n, k)?;
         composite(op, || {
-            let (group, per_word, max_code) = (format.group_len(k), format.per_word(), format.max_code() as f64);
-            let w = self.cast(DType::F32)?.reshape(&[n as isize, (k / group) as isize, group as isize])?;
+            let (per_word, max_code) = (format.per_word(), format.max_code() as f64);
+            let w = self.cast(DType::F32)?.per_group(format)?;
             let top = w.abs()?.max(&[-1], true)?;
             let positive = top.gt(&top.scalar_like(0.0)?)?;
             let scales = Tensor::where_cond(&positive, &top.div_scalar(max_code)?, &top.scalar_like(1.0)?)?;
             let codes = w.div(&scales)?.round()?;
             let codes = codes.maximum(&codes.scalar_like(-max_code)?)?.minimum(&codes.scalar_like(max_code)?)?;
+            let codes = codes.reshape(&[n as isize, -1])?.narrow(1, 0, k)?;
             // Two's complement bits of each code, masked to its width and
             // moved to its place in the word; the fields do not overlap, so
             // their sum is their bitwise or.
             let bits = codes.cast(DType::I32)?.cast(DType::U32)?;
             let bits = bits.bitwise_and(&bits.scalar_like(((1u64 << format.bits) - 1) as f64)?)?;
             let bits = bits.reshape(&[n as isize, (k / per_word) as isize, per_word as isize])?;
-            let width = format.bits as f64;
-            let places = Tensor::arange(self.device(), 0.0, 32.0, width, DType::U32)?;
+            let places = Tensor::arange(self.device(), 0.0, 32.0, format.bits as f64, DType::U32)?;
             let words = bits.shift_left(&places)?.sum(&[-1], false)?;
-            Ok((words, scales.reshape(&[n as isize, (k / group) as isize])?))
+            Ok((words, scales.reshape(&[n as isize, format.groups(k) as isize])?))
         })
+    }
+
+    /// A weight `[n, k]` as `[n, groups, group]`, the last group padded
+    /// with zeros (which quantize to code 0 and add nothing to a sum).
+    pub fn per_group(&self, format: QuantFormat) -> Result<Tensor> {
+        let [n, k] = self.shape()[..] else {
+            return Err(KilnError::Shape { op: "per_group", detail: format!("takes [n, k], got {:?}", self.shape()) });
+        };
+        let (groups, group) = (format.groups(k), format.group_len(k));
+        let padded = if groups * group > k {
+            let zeros = Tensor::zeros(self.device(), &[n, groups * group - k], self.dtype())?;
+            Tensor::concat(&[self, &zeros], 1)?
+        } else {
+            self.clone()
+        };
+        padded.reshape(&[n as isize, groups as isize, group as isize])
     }
 
     /// The f32 weight `[n, k]` that `format`'s `codes` and `scales` stand for.
@@ -77,7 +93,6 @@ impl Tensor {
             });
         }
         composite(op, || {
-            let group = format.group_len(k);
             let width = format.bits as f64;
             // Code j moved to the top of the word, then shifted back down as
             // an i32: sign-extended.
@@ -85,10 +100,15 @@ impl Tensor {
             let words = codes.reshape(&[n as isize, words as isize, 1])?;
             let top = words.shift_left(&up)?.cast(DType::I32)?;
             let values = top.shift_right(&top.scalar_like(32.0 - width)?)?.cast(DType::F32)?;
-            let values = values.reshape(&[n as isize, (k / group) as isize, group as isize])?;
-            let scales = scales.reshape(&[n as isize, (k / group) as isize, 1])?;
-            values.mul(&scales)?.reshape(&[n as isize, k as isize])
+            values.reshape(&[n as isize, k as isize])?.mul(&scales.per_weight(format, k)?)
         })
+    }
+
+    /// Scales `[n, groups]` repeated over the k each covers: `[n, k]`.
+    fn per_weight(&self, format: QuantFormat, k: usize) -> Result<Tensor> {
+        let (n, groups, group) = (self.shape()[0], format.groups(k), format.group_len(k));
+        let repeated = self.reshape(&[n as isize, groups as isize, 1])?.expand(&[n, groups, group])?;
+        repeated.reshape(&[n as isize, (groups * group) as isize])?.narrow(1, 0, k)
     }
 }
 
@@ -100,16 +120,16 @@ mod tests {
     #[test]
     fn a_quantized_weight_comes_back_within_half_a_step() {
         let dev = Device::cpu();
-        let w: Vec<f32> = (0..4 * 64).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
-        let t = Tensor::from_slice(&dev, &w, &[4, 64]).unwrap();
+        let w: Vec<f32> = (0..4 * 80).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let t = Tensor::from_slice(&dev, &w, &[4, 80]).unwrap();
         for format in [QuantFormat::INT8, QuantFormat::int4(32)] {
             let (codes, scales) = t.quantize(format).unwrap();
             let back = Tensor::dequantize(&codes, &scales, format).unwrap();
             let back = pollster::block_on(back.to_vec::<f32>()).unwrap();
             let scales = pollster::block_on(scales.to_vec::<f32>()).unwrap();
-            let group = format.group_len(64);
+            let (group, groups) = (format.group_len(80), format.groups(80));
             for (i, (a, b)) in w.iter().zip(&back).enumerate() {
-                let step = scales[i / group];
+                let step = scales[i / 80 * groups + i % 80 / group];
                 assert!((a - b).abs() <= step / 2.0 + 1e-6, "{format}: {a} came back as {b} (step {step})");
             }
         }

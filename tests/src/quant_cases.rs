@@ -1,14 +1,15 @@
 //! Integer weights: the product with packed codes (int8 per channel, int4
 //! in groups of 32 and 64) at one row, row blocks with a partial last
-//! block, leading axes, a transposed x and a long k; quantize's codes for
+//! block, leading axes, a transposed x, a partial last group and a long k; quantize's codes for
 //! weights that are exact multiples of their scale (so every adapter must
-//! give the same words), its round trip, and the gradients of x and the
-//! scales.
+//! give the same words), its round trip, the gradients of x and the
+//! scales, and kiln-nn's quantized Linear and Conv2d (groups included).
 
 use crate::cases::{input, transposed};
 use crate::grad_cases::GradCase;
 use crate::{Build, Case, Tol};
 use kiln::prelude::*;
+use kiln_nn::{Conv2d, Conv2dConfig, Linear};
 
 /// Formats under test, with a short name for case details.
 fn formats() -> [(QuantFormat, &'static str); 3] {
@@ -44,11 +45,12 @@ pub fn cases() -> Vec<Case> {
     let mut add = |op: &'static str, detail: String, tol: Tol, build: Build| {
         out.push(Case { op, detail, tol, build });
     };
-    let products: [(&str, Vec<usize>, usize); 5] = [
+    let products: [(&str, Vec<usize>, usize); 6] = [
         ("x [1, 64] (one row)", vec![1, 64], 33),
         ("x [7, 256] (a partial row block)", vec![7, 256], 20),
         ("x [2, 3, 128] (leading axes)", vec![2, 3, 128], 9),
         ("x [64]", vec![64], 5),
+        ("x [3, 80] (a partial last group)", vec![3, 80], 6),
         ("x [2, 8192] (long k)", vec![2, 8192], 3),
     ];
     for (format, name) in formats() {
@@ -98,14 +100,52 @@ pub fn cases() -> Vec<Case> {
                 Tensor::dequantize(&codes, &scales, format)
             }),
         );
+        layers(&mut add, format, name);
     }
     out
+}
+
+/// kiln-nn's quantized layers, their float weights exact multiples of
+/// their scales (so the codes match the reference's exactly).
+fn layers(add: &mut impl FnMut(&'static str, String, Tol, Build), format: QuantFormat, name: &str) {
+    let tol = Tol { abs: 1e-5, rel: 1e-4 };
+    add(
+        "QuantizedLinear",
+        format!("{name} [5, 96] → 7"),
+        tol,
+        Box::new(move |d| {
+            let linear = Linear {
+                weight: exact_weight(d, format, 7, 96)?.t()?,
+                bias: Some(input(d, 208, &[7], DType::F32, -1.0, 1.0)?),
+            };
+            linear.quantize(format)?.forward(&input(d, 209, &[5, 96], DType::F32, -1.0, 1.0)?)
+        }),
+    );
+    let convs = [
+        ("[2, 8, 7, 7] * [6, 8, 3, 3], padding 1", [2, 8, 7, 7], 1),
+        ("[2, 16, 6, 6] * [6, 8, 3, 3], groups 2", [2, 16, 6, 6], 2),
+    ];
+    for (detail, x_shape, groups) in convs {
+        add(
+            "QuantizedConv2d",
+            format!("{name} {detail}"),
+            tol,
+            Box::new(move |d| {
+                let config =
+                    Conv2dConfig { padding: if groups == 1 { 1 } else { 0 }, groups, ..Conv2dConfig::default() };
+                let weight = exact_weight(d, format, 6, 72)?.reshape(&[6, 8, 3, 3])?;
+                let conv = Conv2d { weight, bias: Some(input(d, 210, &[6], DType::F32, -1.0, 1.0)?), config };
+                conv.quantize(format)?.forward(&input(d, 211, &x_shape, DType::F32, -1.0, 1.0)?)
+            }),
+        );
+    }
 }
 
 pub fn grads() -> Vec<GradCase> {
     let mut out = Vec::new();
     for (i, (format, name)) in formats().into_iter().enumerate() {
-        let (n, k) = (5, 64);
+        // k = 80: the last group of int4 is partial.
+        let (n, k) = (5, 80);
         let scales = format.shapes("quant grad case", n, k).expect("valid shapes").1.to_vec();
         out.push(GradCase {
             op: "quant_matmul",

@@ -1,7 +1,7 @@
 //! Integer weight formats: a weight matrix `[n, k]` (one row per output
 //! channel) stored as signed `bits`-bit integers packed little-endian into
 //! u32 words along k, with one f32 scale per `group` consecutive k of a
-//! row. A weight is `scale · q`, `q` in `[-(2^(bits-1) - 1), 2^(bits-1) - 1]`
+//! row (the last group of a row may be partial). A weight is `scale · q`, `q` in `[-(2^(bits-1) - 1), 2^(bits-1) - 1]`
 //! (symmetric: the most negative code is never written).
 
 use crate::error::{KilnError, Result};
@@ -40,9 +40,14 @@ impl QuantFormat {
         self.group.unwrap_or(k)
     }
 
-    /// `[n, k / per_word]` u32 words and `[n, k / group]` scales, checked:
-    /// k splits into whole words and whole groups, and a group into whole
-    /// words (so a word never straddles two scales).
+    /// Scales per row of `k`: the last group may be partial.
+    pub fn groups(self, k: usize) -> usize {
+        k.div_ceil(self.group_len(k).max(1))
+    }
+
+    /// `[n, k / per_word]` u32 words and `[n, ⌈k / group⌉]` scales,
+    /// checked: k splits into whole words, and a group into whole words (so
+    /// a word never straddles two scales).
     pub fn shapes(self, op: &'static str, n: usize, k: usize) -> Result<([usize; 2], [usize; 2])> {
         let bad = |detail: String| Err(KilnError::Shape { op, detail });
         if self.bits != 8 && self.bits != 4 {
@@ -52,10 +57,10 @@ impl QuantFormat {
         if k == 0 || !k.is_multiple_of(per_word) {
             return bad(format!("k = {k} is not a positive multiple of {per_word} ({self} packs {per_word} per word)"));
         }
-        if group == 0 || !group.is_multiple_of(per_word) || !k.is_multiple_of(group) {
-            return bad(format!("{self}: k = {k} does not split into groups of {group} whole words"));
+        if group == 0 || !group.is_multiple_of(per_word) {
+            return bad(format!("{self}: a group of {group} is not a whole number of words of {per_word}"));
         }
-        Ok(([n, k / per_word], [n, k / group]))
+        Ok(([n, k / per_word], [n, self.groups(k)]))
     }
 
     /// Code `j` (0-based along k) of a word, sign-extended.
@@ -98,11 +103,12 @@ mod tests {
     }
 
     #[test]
-    fn shapes_reject_partial_words_and_groups() {
+    fn shapes_reject_partial_words_and_groups_of_partial_words() {
         assert_eq!(QuantFormat::INT8.shapes("t", 3, 8).unwrap(), ([3, 2], [3, 1]));
         assert_eq!(QuantFormat::int4(32).shapes("t", 3, 64).unwrap(), ([3, 8], [3, 2]));
+        assert_eq!(QuantFormat::int4(32).shapes("t", 3, 80).unwrap(), ([3, 10], [3, 3]), "a partial last group");
         assert!(QuantFormat::INT8.shapes("t", 3, 6).is_err());
-        assert!(QuantFormat::int4(32).shapes("t", 3, 48).is_err());
+        assert!(QuantFormat::int4(32).shapes("t", 3, 36).is_err());
         assert!(QuantFormat::int4(12).shapes("t", 3, 24).is_err());
         assert!(QuantFormat { bits: 2, group: None }.shapes("t", 3, 32).is_err());
     }

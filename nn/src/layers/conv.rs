@@ -131,50 +131,64 @@ impl Conv2d {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let Conv2dConfig { stride, padding, dilation, groups, algorithm, .. } = self.config;
+        let algorithm = self.config.algorithm;
         let w = self.weight.shape();
-        let (o, cg, kh, kw) = (w[0], w[1], w[2], w[3]);
-        let expects = || {
-            format!("[N, {}, H, W] where a {kh}×{kw} kernel (padding {padding}, dilation {dilation}) fits", cg * groups)
-        };
-        if x.rank() != 4 || x.shape()[1] != cg * groups {
-            return bad_input("Conv2d", expects(), x.shape());
-        }
-        let (n, h, wd) = (x.shape()[0], x.shape()[2], x.shape()[3]);
-        let (Some(oh), Some(ow)) =
-            (out_len(h, padding, kh, stride, dilation), out_len(wd, padding, kw, stride, dilation))
-        else {
-            return bad_input("Conv2d", expects(), x.shape());
-        };
-        let xp = pad2d(x, padding)?;
-        let og = o / groups;
-        let mut outs = Vec::with_capacity(groups);
-        for g in 0..groups {
-            let xg = if groups == 1 { xp.clone() } else { xp.narrow(1, g * cg, cg)? };
-            let patches = patches(&xg, [kh, kw], [oh, ow], stride, dilation)?;
-            let wg = if groups == 1 { self.weight.clone() } else { self.weight.narrow(0, g * og, og)? };
-            outs.push(match algorithm {
+        convolve("Conv2d", x, [w[0], w[1], w[2], w[3]], &self.config, self.bias.as_ref(), |g, patches| {
+            let [n, cg, kh, kw, oh, ow] = patches.shape()[..] else { unreachable!("patches have rank 6") };
+            let og = w[0] / self.config.groups;
+            let wg = if self.config.groups == 1 { self.weight.clone() } else { self.weight.narrow(0, g * og, og)? };
+            match algorithm {
                 ConvAlgorithm::Im2col => {
                     // [N, C, KH, KW, OH, OW] → [N, C·KH·KW, OH·OW], the weight's order.
                     let p = patches.reshape(&[n as isize, (cg * kh * kw) as isize, (oh * ow) as isize])?;
-                    wg.reshape(&[og as isize, (cg * kh * kw) as isize])?.matmul(&p)?
+                    wg.reshape(&[og as isize, (cg * kh * kw) as isize])?.matmul(&p)
                 }
                 ConvAlgorithm::Direct => {
                     // [N, 1, C, KH, KW, OH, OW] · [1, O, C, KH, KW, 1, 1], summed over (C, KH, KW).
                     let w = wg.reshape(&[1, og as isize, cg as isize, kh as isize, kw as isize, 1, 1])?;
-                    patches.unsqueeze(1)?.mul(&w)?.sum(&[2, 3, 4], false)?
+                    patches.unsqueeze(1)?.mul(&w)?.sum(&[2, 3, 4], false)
                 }
-            });
-        }
-        let y = if groups == 1 {
-            outs.pop().expect("one group")
-        } else {
-            Tensor::concat(&outs.iter().collect::<Vec<_>>(), 1)?
-        };
-        let y = y.reshape(&[n as isize, o as isize, oh as isize, ow as isize])?;
-        match &self.bias {
-            Some(b) => y.add(&b.reshape(&[o as isize, 1, 1])?),
-            None => Ok(y),
-        }
+            }
+        })
+    }
+}
+
+/// A convolution of `x` by a weight of `shape` `[out, in / groups, KH, KW]`
+/// (`layer` names it in errors): each group's patches
+/// `[N, C, KH, KW, OH, OW]` go to `product(group, patches)`, which returns
+/// that group's `[N, out / groups, ..]` (any trailing shape of OH·OW
+/// elements); the groups are joined and the bias added.
+pub(crate) fn convolve(
+    layer: &'static str,
+    x: &Tensor,
+    shape: [usize; 4],
+    config: &Conv2dConfig,
+    bias: Option<&Tensor>,
+    product: impl Fn(usize, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let Conv2dConfig { stride, padding, dilation, groups, .. } = *config;
+    let [o, cg, kh, kw] = shape;
+    let expects =
+        || format!("[N, {}, H, W] where a {kh}×{kw} kernel (padding {padding}, dilation {dilation}) fits", cg * groups);
+    if x.rank() != 4 || x.shape()[1] != cg * groups {
+        return bad_input(layer, expects(), x.shape());
+    }
+    let (n, h, wd) = (x.shape()[0], x.shape()[2], x.shape()[3]);
+    let (Some(oh), Some(ow)) = (out_len(h, padding, kh, stride, dilation), out_len(wd, padding, kw, stride, dilation))
+    else {
+        return bad_input(layer, expects(), x.shape());
+    };
+    let xp = pad2d(x, padding)?;
+    let mut outs = Vec::with_capacity(groups);
+    for g in 0..groups {
+        let xg = if groups == 1 { xp.clone() } else { xp.narrow(1, g * cg, cg)? };
+        outs.push(product(g, &patches(&xg, [kh, kw], [oh, ow], stride, dilation)?)?);
+    }
+    let y =
+        if groups == 1 { outs.pop().expect("one group") } else { Tensor::concat(&outs.iter().collect::<Vec<_>>(), 1)? };
+    let y = y.reshape(&[n as isize, o as isize, oh as isize, ow as isize])?;
+    match bias {
+        Some(b) => y.add(&b.reshape(&[o as isize, 1, 1])?),
+        None => Ok(y),
     }
 }

@@ -7,6 +7,7 @@ mod dense;
 mod dropout;
 mod norm;
 mod pool;
+mod quantized;
 mod sequential;
 mod transformer;
 
@@ -16,6 +17,7 @@ pub use dense::{Embedding, Linear};
 pub use dropout::Dropout;
 pub use norm::{LayerNorm, RmsNorm};
 pub use pool::{AvgPool2d, MaxPool2d};
+pub use quantized::{QuantizedConv2d, QuantizedLinear};
 pub use sequential::{Layer, Sequential, mlp};
 pub use transformer::{Block, GeluMlp};
 

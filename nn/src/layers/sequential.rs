@@ -1,6 +1,6 @@
 //! `Sequential`: a list of layers applied in order, and the `mlp` helper.
 
-use super::{AvgPool2d, Conv2d, Dropout, Embedding, LayerNorm, Linear, MaxPool2d};
+use super::{AvgPool2d, Conv2d, Dropout, Embedding, LayerNorm, Linear, MaxPool2d, QuantizedConv2d, QuantizedLinear};
 use kiln::prelude::*;
 use kiln::tree::{Leaves, Path};
 
@@ -10,6 +10,8 @@ use kiln::tree::{Leaves, Path};
 pub enum Layer {
     Linear(Linear),
     Conv2d(Conv2d),
+    QuantizedLinear(QuantizedLinear),
+    QuantizedConv2d(QuantizedConv2d),
     LayerNorm(LayerNorm),
     Embedding(Embedding),
     MaxPool2d(MaxPool2d),
@@ -28,6 +30,8 @@ impl Tree for Layer {
         match self {
             Layer::Linear(l) => l.visit(path, f),
             Layer::Conv2d(l) => l.visit(path, f),
+            Layer::QuantizedLinear(l) => l.visit(path, f),
+            Layer::QuantizedConv2d(l) => l.visit(path, f),
             Layer::LayerNorm(l) => l.visit(path, f),
             Layer::Embedding(l) => l.visit(path, f),
             _ => {}
@@ -38,6 +42,8 @@ impl Tree for Layer {
         Ok(match self {
             Layer::Linear(l) => Layer::Linear(l.rebuild(path, leaves)?),
             Layer::Conv2d(l) => Layer::Conv2d(l.rebuild(path, leaves)?),
+            Layer::QuantizedLinear(l) => Layer::QuantizedLinear(l.rebuild(path, leaves)?),
+            Layer::QuantizedConv2d(l) => Layer::QuantizedConv2d(l.rebuild(path, leaves)?),
             Layer::LayerNorm(l) => Layer::LayerNorm(l.rebuild(path, leaves)?),
             Layer::Embedding(l) => Layer::Embedding(l.rebuild(path, leaves)?),
             other => other.clone(),
@@ -46,11 +52,18 @@ impl Tree for Layer {
 }
 
 impl Layer {
+    /// Whether the layer holds integer weights.
+    pub fn is_quantized(&self) -> bool {
+        matches!(self, Layer::QuantizedLinear(_) | Layer::QuantizedConv2d(_))
+    }
+
     /// Apply the layer; `key` is used by dropout only (`None`: evaluation).
     pub fn forward(&self, x: &Tensor, key: Option<Key>) -> Result<Tensor> {
         match self {
             Layer::Linear(l) => l.forward(x),
             Layer::Conv2d(l) => l.forward(x),
+            Layer::QuantizedLinear(l) => l.forward(x),
+            Layer::QuantizedConv2d(l) => l.forward(x),
             Layer::LayerNorm(l) => l.forward(x),
             Layer::Embedding(l) => l.forward(x),
             Layer::MaxPool2d(l) => l.forward(x),
@@ -80,6 +93,24 @@ impl Sequential {
     /// Evaluation mode: dropout is the identity.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.layers.iter().try_fold(x.clone(), |h, l| l.forward(&h, None))
+    }
+
+    /// This model for inference with integer weights in `format`: the same
+    /// layers in the same order, each `Linear` and `Conv2d` whose rows of
+    /// weights fill whole words quantized (biases stay f32). A layer whose
+    /// rows do not, such as a first convolution over one channel (25
+    /// weights per output), stays float, as quantizers commonly keep the
+    /// first layer; [`Layer::is_quantized`] tells which.
+    pub fn quantize(&self, format: QuantFormat) -> Result<Sequential> {
+        let packs = |w: &Tensor| (w.numel() / w.shape()[0]).is_multiple_of(format.per_word());
+        let layers = self.layers.iter().map(|l| {
+            Ok(match l {
+                Layer::Linear(l) if packs(&l.weight.t()?) => Layer::QuantizedLinear(l.quantize(format)?),
+                Layer::Conv2d(l) if packs(&l.weight) => Layer::QuantizedConv2d(l.quantize(format)?),
+                other => other.clone(),
+            })
+        });
+        Ok(Sequential { layers: layers.collect::<Result<_>>()? })
     }
 
     /// Training mode: layer `i` draws with `key.fold_in(i)`.

@@ -41,7 +41,7 @@ pub fn quant_matmul(
     let blocks = rows.div_ceil(rows_per) * n;
     let workgroups = if cooperative { blocks } else { blocks.div_ceil(QUANT_WG as usize) };
     let mut meta = Meta::default();
-    meta.u(rows).u(words).u(n).u(format.group_len(k) / format.per_word()).u(k / format.group_len(k));
+    meta.u(rows).u(words).u(n).u(format.group_len(k) / format.per_word()).u(format.groups(k));
     for l in &args.layouts {
         meta.u(l.offset);
     }

@@ -184,7 +184,7 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
 }
 
 /// `x` `[.., k]` (f32) against `n` rows of `k` integer weights: the codes
-/// `[n, k / per_word]` (u32) and scales `[n, k / group]` (f32).
+/// `[n, k / per_word]` (u32) and scales `[n, ⌈k / group⌉]` (f32).
 fn quant_matmul(format: QuantFormat, x: &TypeInfo, codes: &TypeInfo, scales: &TypeInfo) -> Result<TypeInfo> {
     let op = "quant_matmul";
     let (Some(&k), Some(&n)) = (x.shape.last(), codes.shape.first()) else {

@@ -1,0 +1,104 @@
+//! Inference layers with integer weights ([`QuantFormat`]): a [`Linear`]
+//! or [`Conv2d`] whose weight is held as packed codes and scales, applied
+//! with `quant_matmul` (codes unpacked in registers). Made by `quantize`
+//! on the float layer; their outputs are f32.
+
+use super::conv::convolve;
+use super::{Conv2d, Conv2dConfig, Linear, bad_input};
+use kiln::prelude::*;
+
+/// The codes and scales of a weight `[n, k]` in `format`, checking that k
+/// packs into whole words (`layer` names it in errors).
+fn quantize_rows(layer: &'static str, w: &Tensor, format: QuantFormat) -> Result<(Tensor, Tensor)> {
+    let k = w.shape()[1];
+    if !k.is_multiple_of(format.per_word()) {
+        return Err(KilnError::Shape {
+            op: layer,
+            detail: format!(
+                "{format} packs {} weights per word; this layer's {k} inputs per output (weight {:?}) do not fill whole words",
+                format.per_word(),
+                w.shape()
+            ),
+        });
+    }
+    w.quantize(format)
+}
+
+/// `y = x @ w + bias` with `w` (`[in, out]` in [`Linear`]) held as
+/// `codes` `[out, in / per_word]` and `scales` `[out, ⌈in / group⌉]`.
+#[derive(Tree, Clone, Debug)]
+pub struct QuantizedLinear {
+    pub codes: Tensor,
+    pub scales: Tensor,
+    pub bias: Option<Tensor>,
+    #[tree(skip)]
+    pub format: QuantFormat,
+}
+
+impl Linear {
+    /// This layer with its weight quantized to `format` (the bias stays f32).
+    pub fn quantize(&self, format: QuantFormat) -> Result<QuantizedLinear> {
+        let (codes, scales) = quantize_rows("Linear::quantize", &self.weight.t()?, format)?;
+        Ok(QuantizedLinear { codes, scales, bias: self.bias.clone(), format })
+    }
+}
+
+impl QuantizedLinear {
+    pub fn inputs(&self) -> usize {
+        self.codes.shape()[1] * self.format.per_word()
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let n = self.inputs();
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != n {
+            return bad_input("QuantizedLinear", format!("[.., {n}]"), x.shape());
+        }
+        let y = x.cast(DType::F32)?.quant_matmul(&self.codes, &self.scales, self.format)?;
+        match &self.bias {
+            Some(b) => y.add(&b.cast(DType::F32)?),
+            None => Ok(y),
+        }
+    }
+}
+
+/// [`Conv2d`] with its weight `[out, in / groups, KH, KW]` held as codes
+/// and scales over rows of `in / groups · KH · KW`.
+#[derive(Tree, Clone, Debug)]
+pub struct QuantizedConv2d {
+    pub codes: Tensor,
+    pub scales: Tensor,
+    pub bias: Option<Tensor>,
+    #[tree(skip)]
+    pub format: QuantFormat,
+    /// The float weight's shape.
+    #[tree(skip)]
+    pub shape: [usize; 4],
+    #[tree(skip)]
+    pub config: Conv2dConfig,
+}
+
+impl Conv2d {
+    /// This layer with its weight quantized to `format` (the bias stays f32).
+    pub fn quantize(&self, format: QuantFormat) -> Result<QuantizedConv2d> {
+        let w = self.weight.shape();
+        let shape = [w[0], w[1], w[2], w[3]];
+        let rows = self.weight.reshape(&[w[0] as isize, -1])?;
+        let (codes, scales) = quantize_rows("Conv2d::quantize", &rows, format)?;
+        Ok(QuantizedConv2d { codes, scales, bias: self.bias.clone(), format, shape, config: self.config })
+    }
+}
+
+impl QuantizedConv2d {
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let og = self.shape[0] / self.config.groups;
+        let x = x.cast(DType::F32)?;
+        convolve("QuantizedConv2d", &x, self.shape, &self.config, self.bias.as_ref(), |g, patches| {
+            let [n, cg, kh, kw, oh, ow] = patches.shape()[..] else { unreachable!("patches have rank 6") };
+            // [N, C, KH, KW, OH, OW] → [N, OH·OW, C·KH·KW]: one row per output pixel.
+            let rows = patches.reshape(&[n as isize, (cg * kh * kw) as isize, (oh * ow) as isize])?.transpose(1, 2)?;
+            let own = |t: &Tensor| if self.config.groups == 1 { Ok(t.clone()) } else { t.narrow(0, g * og, og) };
+            let y = rows.quant_matmul(&own(&self.codes)?, &own(&self.scales)?, self.format)?;
+            y.transpose(1, 2)
+        })
+    }
+}
