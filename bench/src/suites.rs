@@ -128,6 +128,42 @@ impl Ctx<'_> {
             .note(format!("{chosen}; FMA ceiling alongside: {fma:.1} GFLOP/s")))
     }
 
+    /// GB/s of `x [batch, k] @ w [k, n]` counting every byte it must read
+    /// and write once (w's dominate), with `w` in f32 or held as `format`'s
+    /// codes and scales (`quant_matmul`): memory-bound at a small batch,
+    /// so against the copy ceiling.
+    fn weight_matmul(
+        &self,
+        bench: &str,
+        format: Option<QuantFormat>,
+        batch: usize,
+        [k, n]: [usize; 2],
+    ) -> Result<Record> {
+        let x = input(self.dev, &[batch, k])?;
+        let w = input(self.dev, &[k, n])?;
+        let (f, weight_bytes): (Box<dyn Fn() -> Result<Tensor>>, usize) = match format {
+            None => (Box::new(|| x.matmul(&w)), 4 * k * n),
+            Some(format) => {
+                let (codes, scales) = w.t()?.quantize(format)?;
+                kiln::block_on(Tensor::realize_all(&[&codes, &scales]))?;
+                let bytes = 4 * (codes.numel() + scales.numel());
+                (Box::new(move || x.quant_matmul(&codes, &scales, format)), bytes)
+            }
+        };
+        wait(&f()?)?; // tunes the f32 product's shape class if needed
+        let p = self.against_copy(|| wait(&f()?))?;
+        self.print_profile(&mut || wait(&f()?))?;
+        let bytes = (weight_bytes + 4 * batch * (k + n)) as f64;
+        let copy = self.ceilings.copy_bytes / p.ceiling.median / 1e9;
+        let flops = 2.0 * (batch * k * n) as f64 / p.timing.median / 1e9;
+        Ok(Record::rate(bench, self.adapter, p.timing, bytes / 1e9, "GB/s")
+            .fraction(p.fraction(bytes, self.ceilings.copy_bytes))
+            .note(format!(
+                "{flops:.1} GFLOP/s; weights {:.1} MiB; copy ceiling alongside: {copy:.2} GB/s",
+                weight_bytes as f64 / (1 << 20) as f64
+            )))
+    }
+
     /// GB/s of `f(x)` over `shape`, counting `bytes_per_elem` per input element.
     fn memory(
         &self,
@@ -189,6 +225,17 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
         let bench = format!("matmul 2048³ {dtype}");
         if cx.wants(&bench) {
             out(cx.matmul(&bench, dtype, [2048; 3], None)?);
+        }
+    }
+    // A decoder's weight matmul at batch 1 (memory-bound: the weights are
+    // read once per row of x) and 64, in f32 and with integer weights.
+    let formats = [(None, "f32"), (Some(QuantFormat::INT8), "int8"), (Some(QuantFormat::int4(32)), "int4/32")];
+    for batch in [1, 64] {
+        for (format, name) in formats {
+            let bench = format!("weight matmul 4096² {name} batch {batch}");
+            if cx.wants(&bench) {
+                out(cx.weight_matmul(&bench, format, batch, [4096, 4096])?);
+            }
         }
     }
     // Every kernel version at one size, so progress is visible.

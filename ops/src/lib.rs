@@ -23,5 +23,6 @@ pub use graph::{DotView, Graph};
 pub use jit::{Jit, jit};
 pub use kiln_core::shape::SliceSpec;
 pub use kiln_core::{DType, Device, Element, KilnError, QuantFormat, Result};
+pub use quant::QUANT_MATMUL_MAX_ROWS;
 pub use random::Key;
 pub use tensor::Tensor;

@@ -45,12 +45,13 @@ pub fn cases() -> Vec<Case> {
     let mut add = |op: &'static str, detail: String, tol: Tol, build: Build| {
         out.push(Case { op, detail, tol, build });
     };
-    let products: [(&str, Vec<usize>, usize); 6] = [
+    let products: [(&str, Vec<usize>, usize); 7] = [
         ("x [1, 64] (one row)", vec![1, 64], 33),
         ("x [7, 256] (a partial row block)", vec![7, 256], 20),
         ("x [2, 3, 128] (leading axes)", vec![2, 3, 128], 9),
         ("x [64]", vec![64], 5),
         ("x [3, 80] (a partial last group)", vec![3, 80], 6),
+        ("x [40, 64] (past 16 rows: unpacked, then the matmul)", vec![40, 64], 9),
         ("x [2, 8192] (long k)", vec![2, 8192], 3),
     ];
     for (format, name) in formats() {
