@@ -155,6 +155,26 @@ enum Call {
         a: usize,
         b: usize,
     },
+    QuantMatmul {
+        a: usize,
+        codes: usize,
+        scales: usize,
+        int4: bool,
+    },
+    Quantize {
+        a: usize,
+        int4: bool,
+    },
+    Dequantize {
+        codes: usize,
+        scales: usize,
+        int4: bool,
+    },
+}
+
+/// int8 per channel, or int4 in groups of one word (the pool's axes are short).
+fn format(int4: bool) -> QuantFormat {
+    if int4 { QuantFormat::int4(8) } else { QuantFormat::INT8 }
 }
 
 const SCALAR_OPS: [&str; 5] = ["add_scalar", "sub_scalar", "mul_scalar", "div_scalar", "pow_scalar"];
@@ -194,6 +214,9 @@ impl Call {
             Call::IndexSelect { .. } => "index_select",
             Call::OneHot { .. } => "one_hot",
             Call::Matmul { .. } => "matmul",
+            Call::QuantMatmul { .. } => "quant_matmul",
+            Call::Quantize { .. } => "quantize",
+            Call::Dequantize { .. } => "dequantize",
         }
     }
 }
@@ -254,6 +277,14 @@ fn call() -> impl Strategy<Value = Call> {
         (t(), axis(), t()).prop_map(|(a, axis, index)| Call::IndexSelect { a, axis, index }),
         (t(), 0u8..6, dtype()).prop_map(|(a, classes, dtype)| Call::OneHot { a, classes, dtype }),
         (t(), t()).prop_map(|(a, b)| Call::Matmul { a, b }),
+        (t(), t(), t(), any::<bool>()).prop_map(|(a, codes, scales, int4)| Call::QuantMatmul {
+            a,
+            codes,
+            scales,
+            int4
+        }),
+        (t(), any::<bool>()).prop_map(|(a, int4)| Call::Quantize { a, int4 }),
+        (t(), t(), any::<bool>()).prop_map(|(codes, scales, int4)| Call::Dequantize { codes, scales, int4 }),
     ]
 }
 
@@ -340,6 +371,11 @@ fn make(dev: &Device, pool: &[Tensor], call: &Call) -> Result<Tensor> {
         Call::IndexSelect { a, axis, index } => pick(*a).index_select(isize::from(*axis), pick(*index)),
         Call::OneHot { a, classes, dtype } => pick(*a).one_hot(*classes as usize, dt(*dtype)),
         Call::Matmul { a, b } => pick(*a).matmul(pick(*b)),
+        Call::QuantMatmul { a, codes, scales, int4 } => {
+            pick(*a).quant_matmul(pick(*codes), pick(*scales), format(*int4))
+        }
+        Call::Quantize { a, int4 } => pick(*a).quantize(format(*int4)).map(|(codes, _)| codes),
+        Call::Dequantize { codes, scales, int4 } => Tensor::dequantize(pick(*codes), pick(*scales), format(*int4)),
     }
 }
 

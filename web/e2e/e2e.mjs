@@ -96,6 +96,12 @@ async function main() {
     const accuracy = demo.accuracies.at(-1)[1];
     check(accuracy >= MIN_ACCURACY, `test accuracy ${(100 * accuracy).toFixed(1)}% >= ${100 * MIN_ACCURACY}%`);
     console.log(`steps/s: ${demo.stepsPerSecond.toFixed(1)} (batch 64, 784-512-10 MLP, headless Chromium on SwiftShader)`);
+    await page.click('#quantize');
+    await waitFor(page, () => window.demo.quantized !== null || window.demo.error !== null, 5 * 60_000);
+    const quantized = await page.evaluate(() => window.demo.quantized);
+    for (const [name, q] of Object.entries(quantized ?? { int8: NaN, int4: NaN })) {
+      check(Math.abs(q - accuracy) <= 0.02, `the trained weights in ${name}: test accuracy ${(100 * q).toFixed(1)}% (f32 ${(100 * accuracy).toFixed(1)}%)`);
+    }
 
     // Draw a "1" on the pad with the mouse.
     const box = await page.locator('#pad').boundingBox();

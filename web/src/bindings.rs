@@ -2,7 +2,7 @@
 //! (readback is async; the tab never blocks on the device).
 
 use js_sys::Promise;
-use kiln::{Device, DeviceOptions};
+use kiln::{Device, DeviceOptions, KilnError, QuantFormat};
 use kiln_conformance::grad_cases::{self, GradCase};
 use kiln_conformance::{Case, Outcome, batch_check, cases, grad_check, matmul_family, report};
 use kiln_mnist::{Config, ModelKind};
@@ -218,6 +218,22 @@ impl Trainer {
     /// Resolves to the accuracy on the test split.
     pub fn evaluate(&self) -> Promise {
         self.call(async |t| Ok(t.evaluate().await?.1))
+    }
+
+    /// Resolves to the accuracy on the test split with the weights quantized:
+    /// `bits` 8 (int8, a scale per output channel) or 4 (int4, a scale per
+    /// group of 32).
+    pub fn evaluate_quantized(&self, bits: u32) -> Promise {
+        self.call(async move |t| {
+            let format = match bits {
+                8 => QuantFormat::INT8,
+                4 => QuantFormat::int4(32),
+                _ => {
+                    return Err(KilnError::Invalid { op: "evaluate_quantized", detail: format!("{bits} bits: 8 or 4") });
+                }
+            };
+            Ok(t.evaluate_quantized(format).await?.accuracy)
+        })
     }
 
     /// Resolves to a Float32Array of class probabilities for 784 pixels in [0, 1].

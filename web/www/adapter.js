@@ -1,3 +1,19 @@
+// kiln on the browser's WebGPU adapter: the wasm module (`init`), then the
+// device (`Gpu.init`). Throws an error a page can show as it is when the
+// browser has no WebGPU or no adapter.
+export async function startGpu(init, Gpu) {
+  if (!navigator.gpu) {
+    throw new Error('WebGPU is not available in this browser (navigator.gpu is missing). ' +
+      'Use a recent Chrome, Edge or Firefox with WebGPU enabled.');
+  }
+  await init();
+  try {
+    return await Gpu.init();
+  } catch (e) {
+    throw new Error(`No WebGPU adapter: ${e.message ?? e}`);
+  }
+}
+
 // What the pages show about the adapter: kiln's Device info (from wasm)
 // plus the browser's GPUAdapterInfo, which has the vendor and architecture
 // that wgpu does not carry over (its `name` is the often-empty description).

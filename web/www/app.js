@@ -1,7 +1,7 @@
 // The MNIST demo page: trains through kiln's wasm API, yielding to the
 // event loop between chunks of steps so the tab stays responsive.
 import init, { Gpu, Dataset, Trainer } from './pkg/kiln_web.js';
-import { describeAdapter } from './adapter.js';
+import { describeAdapter, startGpu } from './adapter.js';
 import { TrainingLoop, drawCurves, oneAtATime, yieldToBrowser } from './training.js';
 
 const $ = (id) => document.getElementById(id);
@@ -11,7 +11,10 @@ const STEPS_PER_CHUNK = Number(params.get('chunk') ?? 5);
 const EVAL_EVERY = 50;
 
 // State the page (and the end-to-end test) reads: window.demo.
-const demo = { status: 'loading', losses: [], accuracies: [], steps: 0, stepsPerSecond: 0, prediction: null, error: null };
+const demo = {
+  status: 'loading', losses: [], accuracies: [], steps: 0, stepsPerSecond: 0, prediction: null, error: null,
+  quantized: null,
+};
 window.demo = demo;
 
 let gpu, data, trainer;
@@ -54,6 +57,14 @@ const exclusive = oneAtATime();
 
 async function evaluate() {
   demo.accuracies.push([trainer.steps, await exclusive(() => trainer.evaluate())]);
+}
+
+// The current weights quantized to int8 and int4: their test accuracies.
+async function quantizedAccuracy() {
+  const int8 = await exclusive(() => trainer.evaluate_quantized(8));
+  const int4 = await exclusive(() => trainer.evaluate_quantized(4));
+  demo.quantized = { int8, int4 };
+  $('quantized').textContent = `int8 ${(100 * int8).toFixed(1)}% · int4 ${(100 * int4).toFixed(1)}%`;
 }
 
 async function run(isRunning, maxSteps) {
@@ -140,16 +151,10 @@ async function predict() {
 async function main() {
   drawChart();
   setupPad();
-  if (!navigator.gpu) {
-    fail('WebGPU is not available in this browser (navigator.gpu is missing). ' +
-      'Use a recent Chrome, Edge or Firefox with WebGPU enabled.');
-    return;
-  }
-  await init();
   try {
-    gpu = await Gpu.init();
+    gpu = await startGpu(init, Gpu);
   } catch (e) {
-    fail(`No WebGPU adapter: ${e.message ?? e}`);
+    fail(e.message);
     return;
   }
   // ?tune=1 or 0 overrides kiln's default (tune GPUs, not CPU adapters).
@@ -166,7 +171,8 @@ async function main() {
   $('start').onclick = () => start(0);
   $('pause').onclick = pause;
   $('reset').onclick = reset;
-  for (const b of ['start', 'pause', 'reset']) $(b).disabled = false;
+  $('quantize').onclick = () => quantizedAccuracy().catch((e) => fail(`quantizing failed: ${e.message ?? e}`));
+  for (const b of ['start', 'pause', 'reset', 'quantize']) $(b).disabled = false;
   if (params.has('steps')) start(Number(params.get('steps')));
 }
 

@@ -3,7 +3,7 @@
 // compiled to wasm, one case at a time, and publishes
 // the results as a table and as JSON (window.conformance, #summary).
 import init, { Gpu, Conformance } from './pkg/kiln_web.js';
-import { describeAdapter } from './adapter.js';
+import { describeAdapter, startGpu } from './adapter.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -15,9 +15,7 @@ function publish() {
 }
 
 async function main() {
-  if (!navigator.gpu) throw new Error('WebGPU is not available in this browser (navigator.gpu is missing).');
-  await init();
-  const gpu = await Gpu.init();
+  const gpu = await startGpu(init, Gpu);
   summary.adapter = await describeAdapter(gpu);
   $('adapter').textContent = summary.adapter.label;
   const suite = new Conformance(gpu);

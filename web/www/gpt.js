@@ -4,7 +4,7 @@
 // URL options: steps (stop there), seed, and the run's config: context,
 // width, heads, layers, batch, total (its steps), lr.
 import init, { Gpu, GptTrainer, GptModel } from './pkg/kiln_web.js';
-import { describeAdapter } from './adapter.js';
+import { describeAdapter, startGpu } from './adapter.js';
 import { TrainingLoop, drawCurves, oneAtATime, yieldToBrowser } from './training.js';
 
 const $ = (id) => document.getElementById(id);
@@ -134,16 +134,10 @@ async function save() {
 
 async function main() {
   drawChart();
-  if (!navigator.gpu) {
-    fail('WebGPU is not available in this browser (navigator.gpu is missing). ' +
-      'Use a recent Chrome, Edge or Firefox with WebGPU enabled.');
-    return;
-  }
-  await init();
   try {
-    gpu = await Gpu.init();
+    gpu = await startGpu(init, Gpu);
   } catch (e) {
-    fail(`No WebGPU adapter: ${e.message ?? e}`);
+    fail(e.message);
     return;
   }
   const info = await describeAdapter(gpu);
