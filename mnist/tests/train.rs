@@ -45,14 +45,15 @@ fn the_loss_falls_over_a_few_dozen_steps() {
         let l = losses(&mut t, 40);
         let (first, last) = (l[..5].iter().sum::<f32>() / 5.0, l[35..].iter().sum::<f32>() / 5.0);
         assert!(last < 0.6 * first, "{model} on {label}: {l:?}");
-        // The trained weights quantized: near the float accuracy, smaller
-        // (the CNN's first conv, 25 weights per output, stays f32).
-        let (_, float) = kiln::block_on(t.evaluate()).unwrap();
-        let q = kiln::block_on(t.evaluate_quantized(QuantFormat::INT8)).unwrap();
-        assert!((q.accuracy - float).abs() < 0.02, "{model} int8 on {label}: {} against {float}", q.accuracy);
-        let (quantized, of) = if model == ModelKind::Mlp { (2, 2) } else { (2, 3) };
-        assert_eq!((q.quantized_layers, q.weight_layers), (quantized, of), "{model}");
-        assert!(q.float_bytes as f64 > 3.0 * q.quantized_bytes as f64, "{model}: {q:?}");
+        // The MLP's trained weights in int8: near the float accuracy, and
+        // smaller (which of the CNN's layers quantize: kiln-nn's tests).
+        if model == ModelKind::Mlp {
+            let (_, float) = kiln::block_on(t.evaluate()).unwrap();
+            let q = kiln::block_on(t.evaluate_quantized(QuantFormat::INT8)).unwrap();
+            assert!((q.accuracy - float).abs() < 0.02, "int8 on {label}: {} against {float}", q.accuracy);
+            assert_eq!((q.quantized_layers, q.weight_layers), (2, 2));
+            assert!(q.float_bytes as f64 > 3.9 * q.quantized_bytes as f64, "{q:?}");
+        }
     }
 }
 
@@ -130,7 +131,7 @@ fn memory_stays_flat_over_hundreds_of_steps() {
     let (label, dev) = first_gpu(&adapters);
     let mut t = Trainer::new(&dev, data(), Config { epochs: 3, ..config(ModelKind::Mlp) }).unwrap();
     let mut seen = Vec::new();
-    for step in 0..300 {
+    for step in 0..200 {
         kiln::block_on(t.step()).unwrap();
         if step % 50 == 49 {
             kiln::block_on(t.evaluate()).unwrap();
