@@ -229,7 +229,10 @@ impl Trainer {
                 8 => QuantFormat::INT8,
                 4 => QuantFormat::int4(32),
                 _ => {
-                    return Err(KilnError::Invalid { op: "evaluate_quantized", detail: format!("{bits} bits: 8 or 4") });
+                    return Err(KilnError::Invalid {
+                        op: "evaluate_quantized",
+                        detail: format!("{bits} bits: 8 or 4"),
+                    });
                 }
             };
             Ok(t.evaluate_quantized(format).await?.accuracy)
