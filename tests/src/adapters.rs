@@ -102,6 +102,24 @@ impl Drop for SharedDevices {
     }
 }
 
+/// `per_device(device)` on every device at once, one thread each, the
+/// results in the order of `devices`: one adapter's kernels compile (LLVM
+/// and Subzero compile a pipeline on one thread) while another's run, so a
+/// suite over several adapters takes less wall time on few cores.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn at_once<T: Send>(devices: &[&Device], per_device: impl Fn(&Device) -> T + Sync) -> Vec<T> {
+    let per_device = &per_device;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = devices.iter().map(|&d| scope.spawn(move || per_device(d))).collect();
+        threads.into_iter().map(|t| t.join().expect("a device's thread panicked")).collect()
+    })
+}
+
+/// Row `i` of per-device columns: each device's `i`th result.
+pub fn row<T: Clone>(columns: &[Vec<T>], i: usize) -> Vec<T> {
+    columns.iter().map(|c| c[i].clone()).collect()
+}
+
 /// Run `check(label, device)` on every adapter with workgroup memory under
 /// the Vulkan validation layer, printing the others as skipped; panics
 /// when none has it or when the layer reported anything.

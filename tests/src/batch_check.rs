@@ -6,9 +6,8 @@
 //! reference and on every adapter. Cases without inputs (creation ops)
 //! have nothing to batch.
 
-use crate::adapters::Found;
 use crate::browser::Browser;
-use crate::{Case, Outcome, Tol, cases, compare};
+use crate::{Case, Outcome, Tol, compare};
 use kiln::core::Prim;
 use kiln::core::ir::Node;
 use kiln::core::shape::SliceSpec;
@@ -106,17 +105,20 @@ pub async fn check(case: &Case, dev: &Device) -> Option<Outcome> {
 }
 
 /// Every case (whose op contains `filter`) batched, on the CPU reference and each adapter.
-pub async fn run(found: &[Found], filter: Option<&str>) -> Vec<BatchRow> {
+#[cfg(not(target_arch = "wasm32"))]
+pub async fn run(found: &[crate::adapters::Found], filter: Option<&str>) -> Vec<BatchRow> {
     let cpu = Device::cpu();
-    let mut rows = Vec::new();
-    for case in cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))) {
-        let mut outcomes = vec![check(&case, &cpu).await];
-        for f in found {
-            outcomes.push(check(&case, &f.device).await);
-        }
-        rows.push(BatchRow { op: case.op, detail: case.detail, outcomes });
-    }
-    rows
+    let cases: Vec<Case> =
+        crate::cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))).collect();
+    let devices: Vec<&Device> = std::iter::once(&cpu).chain(found.iter().map(|f| &f.device)).collect();
+    let columns = crate::adapters::at_once(&devices, |device| {
+        cases.iter().map(|case| pollster::block_on(check(case, device))).collect::<Vec<_>>()
+    });
+    cases
+        .into_iter()
+        .enumerate()
+        .map(|(i, case)| BatchRow { op: case.op, detail: case.detail, outcomes: crate::adapters::row(&columns, i) })
+        .collect()
 }
 
 pub fn failures(rows: &[BatchRow], columns: &[String]) -> Vec<String> {

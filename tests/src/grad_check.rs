@@ -3,9 +3,8 @@
 //! the reference's. Gradients are vjps with a fixed random cotangent, so
 //! every output element counts.
 
-use crate::adapters::Found;
 use crate::browser::Browser;
-use crate::grad_cases::{self, Check, GradCase, cotangent};
+use crate::grad_cases::{Check, GradCase, cotangent};
 use crate::report::cell;
 use crate::{Outcome, Tol, compare};
 use kiln::core::interp::HostArray;
@@ -111,15 +110,18 @@ pub async fn check_device(case: &GradCase, want: &Result<Vec<Vec<f64>>>, device:
 }
 
 /// Run every gradient case whose op contains `filter`.
-pub async fn run(found: &[Found], filter: Option<&str>) -> Vec<GradRow> {
+#[cfg(not(target_arch = "wasm32"))]
+pub async fn run(found: &[crate::adapters::Found], filter: Option<&str>) -> Vec<GradRow> {
     let cpu = Device::cpu();
-    let mut rows = Vec::new();
-    for case in grad_cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))) {
-        let want = reference(&case, &cpu).await;
-        let fd = match (&want, case.fd) {
+    let cases: Vec<GradCase> =
+        crate::grad_cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))).collect();
+    let (mut wants, mut fds) = (Vec::with_capacity(cases.len()), Vec::with_capacity(cases.len()));
+    for case in &cases {
+        let want = reference(case, &cpu).await;
+        fds.push(match (&want, case.fd) {
             (_, false) => None,
             (Err(e), true) => Some(failed(format!("reference failed: {e}"))),
-            (Ok(w), true) => Some(match finite_differences(&case, &cpu).await {
+            (Ok(w), true) => Some(match finite_differences(case, &cpu).await {
                 Ok(fd) => {
                     let as_host: Vec<HostArray> = w
                         .iter()
@@ -129,14 +131,28 @@ pub async fn run(found: &[Found], filter: Option<&str>) -> Vec<GradRow> {
                 }
                 Err(e) => failed(format!("finite differences failed: {e}")),
             }),
-        };
-        let mut outcomes = Vec::new();
-        for f in found {
-            outcomes.push(check_device(&case, &want, &f.device).await);
-        }
-        rows.push(GradRow { op: case.op, detail: case.detail, fd, outcomes });
+        });
+        wants.push(want);
     }
-    rows
+    let devices: Vec<&Device> = found.iter().map(|f| &f.device).collect();
+    let columns = crate::adapters::at_once(&devices, |device| {
+        cases
+            .iter()
+            .zip(&wants)
+            .map(|(case, want)| pollster::block_on(check_device(case, want, device)))
+            .collect::<Vec<_>>()
+    });
+    cases
+        .into_iter()
+        .zip(fds)
+        .enumerate()
+        .map(|(i, (case, fd))| GradRow {
+            op: case.op,
+            detail: case.detail,
+            fd,
+            outcomes: crate::adapters::row(&columns, i),
+        })
+        .collect()
 }
 
 pub fn failures(rows: &[GradRow], adapters: &[String]) -> Vec<String> {

@@ -3,7 +3,7 @@
 use crate::batch_check::{self, BatchRow};
 use crate::browser::Browser;
 use crate::grad_check::{self, GradRow};
-use crate::{Case, Outcome, adapters, cases, compare, validation};
+use crate::{Case, Outcome, compare};
 use kiln::core::interp::HostArray;
 use kiln::prelude::*;
 
@@ -88,10 +88,12 @@ pub async fn check(case: &Case, want: &Result<HostArray>, device: &Device) -> Ou
     }
 }
 
-/// Run every case (whose op contains `filter`, if given) on every adapter.
+/// Run every case (whose op contains `filter`, if given) on every adapter,
+/// the adapters at once.
+#[cfg(not(target_arch = "wasm32"))]
 pub async fn run(filter: Option<&str>) -> Run {
-    let validation = validation::setup();
-    let (found, skipped) = adapters::discover().await;
+    let validation = crate::validation::setup();
+    let (found, skipped) = crate::adapters::discover().await;
     // Default matmul configs, not timed choices, so that the kernels are
     // the same in every run (the golden check); every config has its own
     // test (`matmul_family`).
@@ -99,16 +101,18 @@ pub async fn run(filter: Option<&str>) -> Run {
         f.device.set_matmul_tuning(Some(false));
     }
     let cpu = Device::cpu();
-    let cases: Vec<Case> = cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))).collect();
-    let mut rows = Vec::new();
+    let cases: Vec<Case> =
+        crate::cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))).collect();
+    let mut wants = Vec::with_capacity(cases.len());
     for case in &cases {
-        let want = reference(case, &cpu).await;
-        let mut outcomes = Vec::new();
-        for f in &found {
-            outcomes.push(check(case, &want, &f.device).await);
-        }
-        rows.push((case.op, case.detail.clone(), outcomes));
+        wants.push(reference(case, &cpu).await);
     }
+    let devices: Vec<&Device> = found.iter().map(|f| &f.device).collect();
+    let columns = crate::adapters::at_once(&devices, |device| {
+        cases.iter().zip(&wants).map(|(case, want)| pollster::block_on(check(case, want, device))).collect::<Vec<_>>()
+    });
+    let rows =
+        cases.iter().enumerate().map(|(i, c)| (c.op, c.detail.clone(), crate::adapters::row(&columns, i))).collect();
     let grads = grad_check::run(&found, filter).await;
     let sources_by_adapter: Vec<(String, Vec<String>)> =
         found.iter().map(|f| (f.label.clone(), f.device.compiled_sources())).collect();
@@ -118,7 +122,7 @@ pub async fn run(filter: Option<&str>) -> Run {
     // After the kernels are collected: the golden sets stay those of the
     // cases and gradients.
     let batching = batch_check::run(&found, filter).await;
-    let messages = validation::take_messages();
+    let messages = crate::validation::take_messages();
     Run {
         validation,
         adapters: found.iter().map(|f| (f.label.clone(), f.device.info())).collect(),

@@ -1,7 +1,7 @@
 //! The integer-weight product `out = x @ wᵀ` (`kiln_ir::quant`): codes are
 //! unpacked and scaled in registers, never written out as f32, so a batch
-//! of one reads a quarter (int8) or an eighth (int4) of an f32 weight's
-//! bytes. Each output column's code row is read as whole words, along k.
+//! of one reads a quarter (int8) or an eighth (int4, plus its scales) of an
+//! f32 weight's bytes. Each output column's code row is read as whole words, along k.
 //!
 //! Two shapes of one kernel:
 //! - one invocation per (column, row block): for CPU adapters and devices
