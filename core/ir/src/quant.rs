@@ -35,6 +35,11 @@ impl QuantFormat {
         (1 << (self.bits - 1)) - 1
     }
 
+    /// Whether a row of `k` weights fills whole words.
+    pub fn packs(self, k: usize) -> bool {
+        k > 0 && k.is_multiple_of(self.per_word())
+    }
+
     /// The k values one scale covers in a row of `k`.
     pub fn group_len(self, k: usize) -> usize {
         self.group.unwrap_or(k)
@@ -54,7 +59,7 @@ impl QuantFormat {
             return Err(KilnError::Invalid { op, detail: format!("{} bits per weight; kiln packs 8 or 4", self.bits) });
         }
         let (per_word, group) = (self.per_word(), self.group_len(k));
-        if k == 0 || !k.is_multiple_of(per_word) {
+        if !self.packs(k) {
             return bad(format!("k = {k} is not a positive multiple of {per_word} ({self} packs {per_word} per word)"));
         }
         if group == 0 || !group.is_multiple_of(per_word) {

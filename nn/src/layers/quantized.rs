@@ -11,7 +11,7 @@ use kiln::prelude::*;
 /// packs into whole words (`layer` names it in errors).
 fn quantize_rows(layer: &'static str, w: &Tensor, format: QuantFormat) -> Result<(Tensor, Tensor)> {
     let k = w.shape()[1];
-    if !k.is_multiple_of(format.per_word()) {
+    if !format.packs(k) {
         return Err(KilnError::Shape {
             op: layer,
             detail: format!(

@@ -102,11 +102,12 @@ impl Sequential {
     /// weights per output), stays float, as quantizers commonly keep the
     /// first layer; [`Layer::is_quantized`] tells which.
     pub fn quantize(&self, format: QuantFormat) -> Result<Sequential> {
-        let packs = |w: &Tensor| (w.numel() / w.shape()[0]).is_multiple_of(format.per_word());
         let layers = self.layers.iter().map(|l| {
             Ok(match l {
-                Layer::Linear(l) if packs(&l.weight.t()?) => Layer::QuantizedLinear(l.quantize(format)?),
-                Layer::Conv2d(l) if packs(&l.weight) => Layer::QuantizedConv2d(l.quantize(format)?),
+                Layer::Linear(l) if format.packs(l.inputs()) => Layer::QuantizedLinear(l.quantize(format)?),
+                Layer::Conv2d(l) if format.packs(l.weight.numel() / l.weight.shape()[0]) => {
+                    Layer::QuantizedConv2d(l.quantize(format)?)
+                }
                 other => other.clone(),
             })
         });
