@@ -10,4 +10,4 @@ mod trainer;
 
 pub use data_parallel::DataParallelTrainer;
 pub use model::{Config, ModelKind};
-pub use trainer::{QuantizedEval, Trainer};
+pub use trainer::{QuantizedEval, Trainer, evaluate_checkpoint};

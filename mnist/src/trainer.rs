@@ -266,9 +266,27 @@ impl Trainer {
         checkpoint(&self.config, self.steps, &self.model()?, &state).await
     }
 
+    /// The weights quantized to `format`, for inference: a checkpoint with
+    /// the codes stored as bytes ([`Checkpoint::add_quantized`]), the run's
+    /// config and its format (`quantized`), but no optimizer state. Read it
+    /// with [`evaluate_checkpoint`].
+    pub async fn quantized_checkpoint(&self, format: QuantFormat) -> Result<Checkpoint> {
+        let mut ck = Checkpoint::new();
+        ck.add_quantized("params", &self.model()?.quantize(format)?).await?;
+        set_config(&mut ck, &self.config, self.steps)?;
+        ck.set_metadata(QUANTIZED_KEY, &format.spec())?;
+        Ok(ck)
+    }
+
     /// A trainer continuing the run saved in `ck` (its config included).
     /// `expect`: the model the caller asked for; another model is an error.
     pub fn restore(device: &Device, data: Arc<Mnist>, ck: &Checkpoint, expect: Option<ModelKind>) -> Result<Trainer> {
+        if let Some(format) = ck.metadata().get(QUANTIZED_KEY) {
+            return Err(KilnError::Invalid {
+                op: "checkpoint",
+                detail: format!("it holds {format} weights for inference only, not a run to continue or train"),
+            });
+        }
         let config = config_of(ck)?;
         if let Some(want) = expect.filter(|&m| m != config.model) {
             return Err(KilnError::Invalid {
@@ -282,6 +300,26 @@ impl Trainer {
         let steps = meta(ck, "step")?;
         Trainer::with_params(device, data, config, model, Some(state), steps)
     }
+}
+
+/// The metadata key of a quantized checkpoint's format.
+const QUANTIZED_KEY: &str = "quantized";
+
+/// Test loss and accuracy of the weights in `ck`, a run's checkpoint or a
+/// quantized one ([`Trainer::quantized_checkpoint`]); quantized weights
+/// compute in f32, others in the run's precision.
+pub async fn evaluate_checkpoint(device: &Device, data: &Mnist, ck: &Checkpoint) -> Result<(f32, f32)> {
+    let config = config_of(ck)?;
+    let fresh = config.model.build(device, Key::new(config.seed))?;
+    let Some(spec) = ck.metadata().get(QUANTIZED_KEY) else {
+        return evaluate(device, &ck.tree("params", &fresh, device)?, data, &config).await;
+    };
+    let format = QuantFormat::from_spec(spec).ok_or_else(|| KilnError::Invalid {
+        op: "checkpoint",
+        detail: format!("metadata `{QUANTIZED_KEY}` = `{spec}` is not a weight format"),
+    })?;
+    let model = ck.quantized_tree("params", &fresh.quantize(format)?, device)?;
+    evaluate(device, &model, data, &Config { precision: DType::F32, ..config }).await
 }
 
 /// A quantized model's test figures ([`Trainer::evaluate_quantized`]).
@@ -334,6 +372,13 @@ pub(crate) async fn checkpoint(
     let mut ck = Checkpoint::new();
     ck.add("params", model).await?;
     ck.add("opt", state).await?;
+    set_config(&mut ck, config, steps)?;
+    Ok(ck)
+}
+
+/// The run's config and step count as checkpoint metadata ([`config_of`]
+/// reads them back).
+fn set_config(ck: &mut Checkpoint, config: &Config, steps: u64) -> Result<()> {
     for (k, v) in [
         ("model", config.model.name().to_string()),
         ("step", steps.to_string()),
@@ -345,7 +390,7 @@ pub(crate) async fn checkpoint(
     ] {
         ck.set_metadata(k, &v)?;
     }
-    Ok(ck)
+    Ok(())
 }
 
 /// Adam, warmup over the first 5% of steps (at most 100) to `lr`, then a

@@ -53,6 +53,13 @@ fn the_loss_falls_over_a_few_dozen_steps() {
             assert!((q.accuracy - float).abs() < 0.02, "int8 on {label}: {} against {float}", q.accuracy);
             assert_eq!((q.quantized_layers, q.weight_layers), (2, 2));
             assert!(q.float_bytes as f64 > 3.9 * q.quantized_bytes as f64, "{q:?}");
+            // Saved with the codes as bytes and loaded back: the same figures.
+            let bytes = kiln::block_on(t.quantized_checkpoint(QuantFormat::INT8)).unwrap().to_bytes().unwrap();
+            let ck = Checkpoint::from_bytes(&bytes, "memory").unwrap();
+            let (loss, accuracy) = kiln::block_on(kiln_mnist::evaluate_checkpoint(&dev, &data(), &ck)).unwrap();
+            assert_eq!((loss, accuracy), (q.loss, q.accuracy), "int8 checkpoint on {label}");
+            let err = Trainer::restore(&dev, data(), &ck, None).err().unwrap().to_string();
+            assert!(err.contains("int8 weights for inference only"), "{err}");
         }
     }
 }

@@ -80,11 +80,13 @@ struct Args {
     /// Continue the run saved in this checkpoint (its config included).
     #[arg(long, conflicts_with = "eval_only")]
     resume: Option<PathBuf>,
-    /// Only evaluate this checkpoint on the test set.
+    /// Only evaluate this checkpoint on the test set (a run's, or quantized weights saved by --quantize).
     #[arg(long)]
     eval_only: Option<PathBuf>,
     /// With --eval-only, also evaluate the weights quantized: int8 (one
-    /// scale per output channel), int4 (groups of 32) or int4/G (groups of G).
+    /// scale per output channel), int4 (groups of 32) or int4/G (groups of
+    /// G), and save them in --out as MODEL-FORMAT.safetensors (codes as
+    /// bytes; --eval-only evaluates that file too).
     #[arg(long, requires = "eval_only", value_parser = quant_format)]
     quantize: Option<QuantFormat>,
     /// Stop after this many steps (before the run's end).
@@ -154,10 +156,12 @@ async fn run(args: Args) -> Result<()> {
     }
 
     if let Some(path) = &args.eval_only {
-        let trainer = Trainer::restore(&dev, data, &Checkpoint::load(path)?, Some(model))?;
-        let (loss, accuracy) = trainer.evaluate().await?;
+        // A run's checkpoint or a quantized one (what --quantize saves).
+        let ck = Checkpoint::load(path)?;
+        let (loss, accuracy) = kiln_mnist::evaluate_checkpoint(&dev, &data, &ck).await?;
         println!("{}: test loss {loss:.4}, accuracy {:.2}%", path.display(), accuracy * 100.0);
         if let Some(format) = args.quantize {
+            let trainer = Trainer::restore(&dev, data, &ck, Some(model))?;
             let q = trainer.evaluate_quantized(format).await?;
             println!(
                 "quantized to {format} ({} of {} weight layers): test loss {:.4}, accuracy {:.2}%, weights {:.2} MiB → {:.2} MiB ({:.1}× smaller)",
@@ -169,6 +173,11 @@ async fn run(args: Args) -> Result<()> {
                 mib(q.quantized_bytes),
                 q.float_bytes as f64 / q.quantized_bytes as f64,
             );
+            std::fs::create_dir_all(&args.out).map_err(|e| file_error(&args.out, e))?;
+            let saved = args.out.join(format!("{model}-{}.safetensors", format.spec().replace('/', "-")));
+            trainer.quantized_checkpoint(format).await?.save(&saved)?;
+            let bytes = std::fs::metadata(&saved).map_err(|e| file_error(&saved, e))?.len();
+            println!("saved {} ({:.2} MiB; --eval-only evaluates it)", saved.display(), mib(bytes));
         }
         return Ok(());
     }

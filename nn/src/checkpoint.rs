@@ -2,14 +2,23 @@
 //! each leaf named by its path under a prefix (`params.layers.0.weight`,
 //! `opt.0.mu.layers.0.weight`), with string metadata in the header.
 //!
+//! Quantized weights ([`QuantFormat`]) are stored as bytes: int8 codes as
+//! `I8 [n, k]`, int4 codes as `U8 [n, k / 2]` (two per byte, the lower k
+//! in the low nibble), their f32 scales `[n, ⌈k / group⌉]` beside them as
+//! ordinary leaves, and each code tensor's format in the metadata
+//! (`kiln.quant.<name>`: `int8`, `int4/32`). These are the bytes of the
+//! device's u32 words, so saving and loading them copies no element. See
+//! [`Checkpoint::add_quantized`] and docs/ARCHITECTURE.md for the layout.
+//!
 //! A CRC-32 of every tensor's name, dtype, shape and bytes is kept in the
 //! metadata (`kiln.crc32`), so a corrupted file is an error rather than
 //! wrong weights. Files are written to a temporary file in the same
 //! directory and renamed over the target, so a failed or interrupted save
 //! never leaves a half-written checkpoint or touches the existing one.
 
+use crate::layers::QuantizedTree;
 use kiln_autodiff::Tree;
-use kiln_core::{DType, Device, KilnError, Result};
+use kiln_core::{DType, Device, KilnError, QuantFormat, Result};
 use kiln_ops::Tensor;
 use safetensors::tensor::{Dtype, SafeTensors, View};
 use std::borrow::Cow;
@@ -20,24 +29,79 @@ use std::path::Path;
 /// The metadata key of the checksum (reserved).
 pub const CHECKSUM_KEY: &str = "kiln.crc32";
 
+/// The metadata key prefix of a code tensor's format (reserved).
+pub const QUANT_KEY_PREFIX: &str = "kiln.quant.";
+
+/// How a tensor's elements are stored: a kiln dtype, or the bytes of
+/// quantized codes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Elem {
+    Kiln(DType),
+    Codes(QuantFormat),
+}
+
+impl Elem {
+    /// The file's dtype of codes: one signed byte per int8 code, two int4
+    /// codes per unsigned byte.
+    fn file_dtype(self) -> Dtype {
+        match self {
+            Elem::Kiln(DType::F32) => Dtype::F32,
+            Elem::Kiln(DType::F16) => Dtype::F16,
+            Elem::Kiln(DType::BF16) => Dtype::BF16,
+            Elem::Kiln(DType::I32) => Dtype::I32,
+            Elem::Kiln(DType::U32) => Dtype::U32,
+            Elem::Kiln(DType::Bool) => Dtype::BOOL,
+            Elem::Codes(f) if f.bits == 8 => Dtype::I8,
+            Elem::Codes(_) => Dtype::U8,
+        }
+    }
+
+    /// The name hashed into the checksum (kiln's dtype names, so older
+    /// files keep their checksums).
+    fn name(self) -> &'static str {
+        match (self, self.file_dtype()) {
+            (Elem::Kiln(d), _) => d.name(),
+            (_, Dtype::I8) => "i8",
+            _ => "u8",
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Elem::Kiln(d) => d.name().to_string(),
+            Elem::Codes(f) => format!("{} codes", f.spec()),
+        }
+    }
+}
+
 /// One tensor on the host, as stored in the file.
 #[derive(Debug, Clone, PartialEq)]
 struct Stored {
-    dtype: DType,
+    elem: Elem,
     shape: Vec<usize>,
     bytes: Vec<u8>,
 }
 
+impl Stored {
+    /// The dtype and shape the tensor has on a device: codes are u32 words,
+    /// four bytes of the file's last axis to a word.
+    fn device_view(&self) -> (DType, Vec<usize>) {
+        match self.elem {
+            Elem::Kiln(d) => (d, self.shape.clone()),
+            Elem::Codes(_) => {
+                let mut shape = self.shape.clone();
+                if let Some(last) = shape.last_mut() {
+                    *last /= 4;
+                }
+                (DType::U32, shape)
+            }
+        }
+    }
+}
+
 impl View for &Stored {
     fn dtype(&self) -> Dtype {
-        match self.dtype {
-            DType::F32 => Dtype::F32,
-            DType::F16 => Dtype::F16,
-            DType::BF16 => Dtype::BF16,
-            DType::I32 => Dtype::I32,
-            DType::U32 => Dtype::U32,
-            DType::Bool => Dtype::BOOL,
-        }
+        self.elem.file_dtype()
     }
     fn shape(&self) -> &[usize] {
         &self.shape
@@ -60,6 +124,21 @@ fn kiln_dtype(d: Dtype) -> Option<DType> {
         Dtype::BOOL => DType::Bool,
         _ => return None,
     })
+}
+
+/// The format of code tensor `name`, stored as `dtype` `shape` with format
+/// `spec` in the metadata, checked: int8 codes are I8, int4 codes U8, in
+/// rows of whole u32 words.
+fn code_format(ck: &Checkpoint, name: &str, spec: &str, dtype: Dtype, shape: &[usize]) -> Result<QuantFormat> {
+    let format = QuantFormat::from_spec(spec)
+        .ok_or_else(|| ck.err(format!("tensor `{name}` has format `{spec}`, which is not int8, int4 or intB/G")))?;
+    let want = Elem::Codes(format).file_dtype();
+    if dtype != want || shape.len() != 2 || !shape[1].is_multiple_of(4) {
+        return Err(ck.err(format!(
+            "tensor `{name}` holds {spec} codes as {dtype:?} {shape:?}; expected {want:?} [n, bytes], bytes a multiple of 4"
+        )));
+    }
+    Ok(format)
 }
 
 /// Little-endian bytes of host values of `dtype`.
@@ -139,16 +218,46 @@ impl Checkpoint {
         let mut stored = Vec::with_capacity(leaves.len());
         for (_, t) in &leaves {
             let host = t.to_host().await?;
-            stored.push(Stored { dtype: host.dtype, shape: host.shape, bytes: encode(host.dtype, &host.data) });
+            stored.push(Stored {
+                elem: Elem::Kiln(host.dtype),
+                shape: host.shape,
+                bytes: encode(host.dtype, &host.data),
+            });
         }
         self.tensors.extend(names.into_iter().zip(stored));
         Ok(())
     }
 
-    /// Set a metadata entry (e.g. `step`, `model`). `kiln.crc32` is reserved.
+    /// [`Checkpoint::add`] for a tree with quantized weights: its code
+    /// leaves are stored as `I8 [n, k]` (int8) or `U8 [n, k / 2]` (int4, two
+    /// per byte, the lower k in the low nibble), with their formats in the
+    /// metadata, so that other tools read them as bytes, not as u32 words.
+    pub async fn add_quantized<T: QuantizedTree>(&mut self, prefix: &str, tree: &T) -> Result<()> {
+        let codes = tree.code_formats();
+        let leaves = tree.named_leaves();
+        for (path, format) in &codes {
+            let shape = leaves.iter().find(|(p, _)| p == path).map(|(_, t)| (t.dtype(), t.shape().to_vec()));
+            if !matches!(&shape, Some((DType::U32, s)) if s.len() == 2) {
+                return Err(self.err(format!(
+                    "`{path}` is named as {} codes, but the tree's leaf there is {shape:?}, not u32 words [n, k / per_word]",
+                    format.spec()
+                )));
+            }
+        }
+        self.add(prefix, tree).await?;
+        for (path, format) in codes {
+            let s = self.tensors.get_mut(&tensor_name(prefix, &path)).expect("added above");
+            s.elem = Elem::Codes(format);
+            s.shape[1] *= 4;
+        }
+        Ok(())
+    }
+
+    /// Set a metadata entry (e.g. `step`, `model`). `kiln.crc32` and keys
+    /// starting `kiln.quant.` are reserved.
     pub fn set_metadata(&mut self, key: &str, value: &str) -> Result<()> {
-        if key == CHECKSUM_KEY {
-            return Err(self.err(format!("metadata key `{key}` is reserved for the checksum")));
+        if key == CHECKSUM_KEY || key.starts_with(QUANT_KEY_PREFIX) {
+            return Err(self.err(format!("metadata key `{key}` is reserved for kiln")));
         }
         self.metadata.insert(key.to_string(), value.to_string());
         Ok(())
@@ -168,7 +277,7 @@ impl Checkpoint {
         let mut h = crc32fast::Hasher::new();
         for (name, t) in &self.tensors {
             h.update(name.as_bytes());
-            h.update(t.dtype.name().as_bytes());
+            h.update(t.elem.name().as_bytes());
             for d in &t.shape {
                 h.update(&(*d as u64).to_le_bytes());
             }
@@ -181,6 +290,11 @@ impl Checkpoint {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let mut meta: HashMap<String, String> = self.metadata.clone().into_iter().collect();
         meta.insert(CHECKSUM_KEY.into(), self.checksum());
+        for (name, t) in &self.tensors {
+            if let Elem::Codes(format) = t.elem {
+                meta.insert(format!("{QUANT_KEY_PREFIX}{name}"), format.spec());
+            }
+        }
         safetensors::serialize(self.tensors.iter().map(|(n, t)| (n.as_str(), t)), Some(meta))
             .map_err(|e| self.err(format!("cannot serialize: {e}")))
     }
@@ -211,15 +325,21 @@ impl Checkpoint {
             .map_err(|e| ck.err(format!("not a valid safetensors file, truncated or corrupted ({e})")))?;
         // read_metadata checked that the offsets tile the rest of the file.
         let data = &bytes[8 + n..];
+        let mut meta: BTreeMap<String, String> = header.metadata().clone().unwrap_or_default().into_iter().collect();
         for (name, info) in header.tensors() {
-            let dtype = kiln_dtype(info.dtype).ok_or_else(|| {
-                ck.err(format!("tensor `{name}` has dtype {:?}, which kiln has no use for", info.dtype))
-            })?;
+            let elem = match meta.remove(&format!("{QUANT_KEY_PREFIX}{name}")) {
+                Some(spec) => Elem::Codes(code_format(&ck, &name, &spec, info.dtype, &info.shape)?),
+                None => Elem::Kiln(kiln_dtype(info.dtype).ok_or_else(|| {
+                    ck.err(format!("tensor `{name}` has dtype {:?}, which kiln has no use for", info.dtype))
+                })?),
+            };
             let (start, end) = info.data_offsets;
-            let stored = Stored { dtype, shape: info.shape.clone(), bytes: data[start..end].to_vec() };
+            let stored = Stored { elem, shape: info.shape.clone(), bytes: data[start..end].to_vec() };
             ck.tensors.insert(name, stored);
         }
-        let mut meta: BTreeMap<String, String> = header.metadata().clone().unwrap_or_default().into_iter().collect();
+        if let Some(key) = meta.keys().find(|k| k.starts_with(QUANT_KEY_PREFIX)) {
+            return Err(ck.err(format!("metadata `{key}` names a tensor the file does not have")));
+        }
         if let Some(want) = meta.remove(CHECKSUM_KEY) {
             let got = ck.checksum();
             if got != want {
@@ -245,32 +365,56 @@ impl Checkpoint {
     /// `device`. Every difference (a missing or unexpected name, a shape,
     /// a dtype) is reported by name in one error.
     pub fn tree<T: Tree>(&self, prefix: &str, like: &T, device: &Device) -> Result<T> {
-        let expected: Vec<(String, Tensor)> =
-            like.named_leaves().into_iter().map(|(p, t)| (tensor_name(prefix, &p), t)).collect();
+        self.tree_with_codes(prefix, like, device, &[])
+    }
+
+    /// [`Checkpoint::tree`] for a tree with quantized weights, saved by
+    /// [`Checkpoint::add_quantized`]: each code leaf must hold codes of the
+    /// format `like` has there.
+    pub fn quantized_tree<T: QuantizedTree>(&self, prefix: &str, like: &T, device: &Device) -> Result<T> {
+        self.tree_with_codes(prefix, like, device, &like.code_formats())
+    }
+
+    fn tree_with_codes<T: Tree>(
+        &self,
+        prefix: &str,
+        like: &T,
+        device: &Device,
+        codes: &[(String, QuantFormat)],
+    ) -> Result<T> {
+        let expected: Vec<(String, Tensor, Elem)> = like
+            .named_leaves()
+            .into_iter()
+            .map(|(p, t)| {
+                let elem = codes.iter().find(|(c, _)| *c == p).map_or(Elem::Kiln(t.dtype()), |&(_, f)| Elem::Codes(f));
+                (tensor_name(prefix, &p), t, elem)
+            })
+            .collect();
         let mut problems = Vec::new();
-        for (name, t) in &expected {
+        for (name, t, elem) in &expected {
             match self.tensors.get(name) {
                 None => problems.push(format!("`{name}` is missing")),
-                Some(s) if s.shape != t.shape() || s.dtype != t.dtype() => problems.push(format!(
+                Some(s) if s.device_view().1 != t.shape() || s.elem != *elem => problems.push(format!(
                     "`{name}` is {} {:?} in the file, {} {:?} expected",
-                    s.dtype,
-                    s.shape,
-                    t.dtype(),
+                    s.elem.describe(),
+                    s.device_view().1,
+                    elem.describe(),
                     t.shape()
                 )),
                 Some(_) => {}
             }
         }
-        let extra = self.names().filter(|n| under(prefix, n) && !expected.iter().any(|(e, _)| e == n));
+        let extra = self.names().filter(|n| under(prefix, n) && !expected.iter().any(|(e, _, _)| e == n));
         problems.extend(extra.map(|n| format!("`{n}` is in the file but not in the tree")));
         if !problems.is_empty() {
             return Err(self.err(format!("does not match the expected tree: {}", problems.join("; "))));
         }
         let leaves = expected
             .iter()
-            .map(|(name, _)| {
+            .map(|(name, _, _)| {
                 let s = &self.tensors[name];
-                Tensor::from_f64(device, &decode(s.dtype, &s.bytes), &s.shape, s.dtype)
+                let (dtype, shape) = s.device_view();
+                Tensor::from_f64(device, &decode(dtype, &s.bytes), &shape, dtype)
             })
             .collect::<Result<Vec<_>>>()?;
         like.unflatten(leaves)

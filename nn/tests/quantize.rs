@@ -1,8 +1,10 @@
-//! `Sequential::quantize`: which layers it quantizes, what it keeps, and
-//! the errors of layers whose weights do not pack.
+//! `Sequential::quantize`: which layers it quantizes, what it keeps, the
+//! errors of layers whose weights do not pack, and quantized checkpoints
+//! (codes as I8 and U8 bytes, read back by kiln and by Python).
 
 use kiln::prelude::*;
-use kiln_nn::{Conv2d, Conv2dConfig, Layer, Linear, MaxPool2d, Sequential};
+use kiln_nn::checkpoint::Checkpoint;
+use kiln_nn::{Conv2d, Conv2dConfig, Layer, Linear, MaxPool2d, QuantizedConv2d, QuantizedLinear, Sequential};
 
 fn cnn(dev: &Device) -> Result<Sequential> {
     let keys = Key::new(0).split(3);
@@ -68,5 +70,121 @@ fn weights_that_do_not_fill_words_are_errors_naming_the_layer() -> Result<()> {
     let q = Linear::new(&dev, Key::new(3), 16, 3)?.quantize(QuantFormat::INT8)?;
     let err = q.forward(&Tensor::zeros(&dev, &[2, 15], DType::F32)?).unwrap_err().to_string();
     assert!(err.contains("QuantizedLinear") && err.contains("[2, 15]"), "{err}");
+    Ok(())
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("kiln-quant-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The file's dtype and shape of tensor `name` (as another tool sees them).
+fn file_entry(bytes: &[u8], name: &str) -> (safetensors::Dtype, Vec<usize>) {
+    let file = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let t = file.tensor(name).unwrap();
+    (t.dtype(), t.shape().to_vec())
+}
+
+#[test]
+fn quantized_checkpoints_store_codes_as_bytes_and_load_back_exactly() -> Result<()> {
+    let dev = Device::cpu();
+    let d = temp_dir("ckpt");
+    let model = cnn(&dev)?;
+    for (format, file_dtype, bytes_per_row) in
+        [(QuantFormat::INT8, safetensors::Dtype::I8, 784), (QuantFormat::int4(32), safetensors::Dtype::U8, 392)]
+    {
+        let q = model.quantize(format)?;
+        let mut ck = Checkpoint::new();
+        kiln::block_on(ck.add_quantized("params", &q))?;
+        let path = d.join(format!("{}.safetensors", format.bits));
+        ck.save(&path)?;
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(file_entry(&bytes, "params.layers.5.codes"), (file_dtype, vec![10, bytes_per_row]), "{format}");
+        assert_eq!(file_entry(&bytes, "params.layers.0.weight").0, safetensors::Dtype::F32, "the float conv stays f32");
+
+        let back = Checkpoint::load(&path)?;
+        let like = cnn(&Device::cpu())?.quantize(format)?;
+        let loaded = back.quantized_tree("params", &like, &dev)?;
+        // As stored: the CPU device holds f64, the file f32.
+        let stored = |t: &Tensor| -> Result<Vec<f64>> {
+            let h = kiln::block_on(t.to_host())?;
+            Ok(h.data.iter().map(|&v| if h.dtype == DType::F32 { v as f32 as f64 } else { v }).collect())
+        };
+        for ((name, a), b) in q.named_leaves().iter().zip(loaded.leaves()) {
+            assert_eq!((a.dtype(), a.shape()), (b.dtype(), b.shape()), "{format}: {name}");
+            assert_eq!(stored(a)?, stored(&b)?, "{format}: {name}");
+        }
+
+        // The codes' format is checked, and plain `tree` does not take codes.
+        let other = if format.bits == 8 { QuantFormat::int4(32) } else { QuantFormat::INT8 };
+        let err = back.quantized_tree("params", &model.quantize(other)?, &dev).unwrap_err().to_string();
+        assert!(err.contains(&format!("`params.layers.5.codes` is {} codes", format.spec())), "{err}");
+        let err = back.tree("params", &like, &dev).unwrap_err().to_string();
+        assert!(err.contains("codes") && err.contains("u32"), "{err}");
+    }
+    let err = Checkpoint::new().set_metadata("kiln.quant.x", "int8").unwrap_err().to_string();
+    assert!(err.contains("reserved"), "{err}");
+    std::fs::remove_dir_all(d).unwrap();
+    Ok(())
+}
+
+/// Python's safetensors and numpy read the codes as documented, checked
+/// against the weights kiln dequantizes (`nn/tests/python/read_quantized.py`).
+/// Skipped by name without them, unless `KILN_REQUIRE_PY_TOOLS=1`
+/// (scripts/test installs them and sets it).
+#[test]
+fn python_reads_the_quantized_layout() -> Result<()> {
+    let dev = Device::cpu();
+    let d = temp_dir("python");
+    let model = cnn(&dev)?;
+    let mut runs = Vec::new();
+    for format in [QuantFormat::INT8, QuantFormat::int4(32), QuantFormat::int4(64)] {
+        let q = model.quantize(format)?;
+        let mut ck = Checkpoint::new();
+        kiln::block_on(ck.add_quantized("params", &q))?;
+        let quantized = d.join(format!("{}.safetensors", format.spec().replace('/', "-")));
+        ck.save(&quantized)?;
+        let mut reference = std::collections::BTreeMap::new();
+        for (i, l) in q.layers.iter().enumerate() {
+            if let Layer::QuantizedLinear(QuantizedLinear { codes, scales, format, .. })
+            | Layer::QuantizedConv2d(QuantizedConv2d { codes, scales, format, .. }) = l
+            {
+                reference.insert(format!("params.layers.{i}.codes"), Tensor::dequantize(codes, scales, *format)?);
+            }
+        }
+        let mut want = Checkpoint::new();
+        kiln::block_on(want.add("", &reference))?;
+        let reference = d.join(format!("{}-f32.safetensors", format.spec().replace('/', "-")));
+        want.save(&reference)?;
+        runs.push((format, quantized, reference));
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/read_quantized.py");
+    let python_path = std::env::var("KILN_PY_TOOLS").unwrap_or_default();
+    for (format, quantized, reference) in runs {
+        let out = std::process::Command::new("python3")
+            .arg(script)
+            .args([&quantized, &reference])
+            .env("PYTHONPATH", &python_path)
+            .output();
+        let missing = match &out {
+            Err(e) => Some(format!("python3: {e}")),
+            Ok(o) if String::from_utf8_lossy(&o.stderr).contains("ModuleNotFoundError") => {
+                Some(String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or_default().to_string())
+            }
+            Ok(_) => None,
+        };
+        if let Some(why) = missing {
+            std::fs::remove_dir_all(&d).unwrap();
+            assert!(std::env::var("KILN_REQUIRE_PY_TOOLS").is_err(), "python_reads_the_quantized_layout: {why}");
+            println!("skipped python_reads_the_quantized_layout: {why}");
+            return Ok(());
+        }
+        let out = out.unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && said.contains("2 code tensors read"), "{format}: {said}");
+    }
+    std::fs::remove_dir_all(d).unwrap();
     Ok(())
 }

@@ -82,6 +82,32 @@ impl QuantFormat {
     }
 }
 
+impl QuantFormat {
+    /// A short name that [`QuantFormat::from_spec`] reads back: `int8`
+    /// (one scale per output channel) or `int4/32` (groups of 32).
+    pub fn spec(self) -> String {
+        match self.group {
+            None => format!("int{}", self.bits),
+            Some(g) => format!("int{}/{g}", self.bits),
+        }
+    }
+
+    /// The format [`QuantFormat::spec`] names; `None` for anything else
+    /// (bits other than 8 or 4, a group of 0).
+    pub fn from_spec(spec: &str) -> Option<QuantFormat> {
+        let (bits, group) = match spec.split_once('/') {
+            Some((bits, g)) => (bits, Some(g.parse::<usize>().ok().filter(|&g| g > 0)?)),
+            None => (spec, None),
+        };
+        let bits = match bits {
+            "int8" => 8,
+            "int4" => 4,
+            _ => return None,
+        };
+        Some(QuantFormat { bits, group })
+    }
+}
+
 impl fmt::Display for QuantFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.group {
@@ -104,6 +130,18 @@ mod tests {
             let word = format.pack(&codes);
             let back: Vec<i32> = (0..codes.len()).map(|j| format.code(word, j)).collect();
             assert_eq!(back, codes, "{format}");
+        }
+    }
+
+    #[test]
+    fn specs_read_back() {
+        for format in
+            [QuantFormat::INT8, QuantFormat::int4(32), QuantFormat::int4(128), QuantFormat { bits: 4, group: None }]
+        {
+            assert_eq!(QuantFormat::from_spec(&format.spec()), Some(format), "{format}");
+        }
+        for bad in ["int2", "int4/0", "int4/x", "int8/", "float"] {
+            assert_eq!(QuantFormat::from_spec(bad), None, "{bad}");
         }
     }
 

@@ -7,6 +7,26 @@ use super::conv::convolve;
 use super::{Conv2d, Conv2dConfig, Linear, bad_input};
 use kiln::prelude::*;
 
+/// A parameter tree some of whose leaves are quantized weight codes: u32
+/// words `[n, k / per_word]` of a [`QuantFormat`]. Checkpoints store those
+/// leaves as bytes (`Checkpoint::add_quantized`).
+pub trait QuantizedTree: Tree {
+    /// Each code leaf's path (as [`Tree::named_leaves`] names it) and format.
+    fn code_formats(&self) -> Vec<(String, QuantFormat)>;
+}
+
+impl QuantizedTree for QuantizedLinear {
+    fn code_formats(&self) -> Vec<(String, QuantFormat)> {
+        vec![("codes".into(), self.format)]
+    }
+}
+
+impl QuantizedTree for QuantizedConv2d {
+    fn code_formats(&self) -> Vec<(String, QuantFormat)> {
+        vec![("codes".into(), self.format)]
+    }
+}
+
 /// The codes and scales of a weight `[n, k]` in `format`, checking that k
 /// packs into whole words (`layer` names it in errors).
 fn quantize_rows(layer: &'static str, w: &Tensor, format: QuantFormat) -> Result<(Tensor, Tensor)> {

@@ -1,6 +1,9 @@
 //! `Sequential`: a list of layers applied in order, and the `mlp` helper.
 
-use super::{AvgPool2d, Conv2d, Dropout, Embedding, LayerNorm, Linear, MaxPool2d, QuantizedConv2d, QuantizedLinear};
+use super::{
+    AvgPool2d, Conv2d, Dropout, Embedding, LayerNorm, Linear, MaxPool2d, QuantizedConv2d, QuantizedLinear,
+    QuantizedTree,
+};
 use kiln::prelude::*;
 use kiln::tree::{Leaves, Path};
 
@@ -76,6 +79,25 @@ impl Layer {
             Layer::Flatten if x.rank() == 0 => super::bad_input("Flatten", "rank ≥ 1".into(), x.shape()),
             Layer::Flatten => x.reshape(&[x.shape()[0] as isize, -1]),
         }
+    }
+}
+
+impl QuantizedTree for Layer {
+    fn code_formats(&self) -> Vec<(String, QuantFormat)> {
+        match self {
+            Layer::QuantizedLinear(l) => l.code_formats(),
+            Layer::QuantizedConv2d(l) => l.code_formats(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl QuantizedTree for Sequential {
+    fn code_formats(&self) -> Vec<(String, QuantFormat)> {
+        let layers = self.layers.iter().enumerate();
+        layers
+            .flat_map(|(i, l)| l.code_formats().into_iter().map(move |(p, f)| (format!("layers.{i}.{p}"), f)))
+            .collect()
     }
 }
 
