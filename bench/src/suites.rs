@@ -8,7 +8,7 @@ use crate::measure::{Paired, Record, Reps, time, time_paired};
 use kiln::core::codegen::matmul::{MatmulConfig, ShapeClass};
 use kiln::prelude::*;
 use kiln_mnist::per_example::per_example_grads;
-use kiln_mnist::{ModelKind, Trainer};
+use kiln_mnist::{Config, ModelKind, Trainer};
 use kiln_nn::Sequential;
 use kiln_nn::data::Mnist;
 use kiln_nn::loss::cross_entropy;
@@ -371,17 +371,23 @@ pub fn mnist_dir() -> String {
     std::env::var("KILN_MNIST_DIR").unwrap_or(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist-10k").into())
 }
 
-/// The demo's training steps (jit-captured, one submit each; batch 64) and
-/// one conv layer both ways (forward, and forward with its gradients): ms
-/// per step, and kernels per training step in the note.
+/// The demo's training steps (jit-captured, one submit each; batch 64; the
+/// MLP's in mixed precision too: f16 with loss scaling, bf16) and one conv
+/// layer both ways (forward, and forward with its gradients): ms per step,
+/// and kernels per training step in the note.
 fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
     let data = || Mnist::load(mnist_dir());
-    for model in [ModelKind::Mlp, ModelKind::Cnn] {
-        let bench = format!("{model} train step (batch 64)");
+    let runs = [(ModelKind::Mlp, DType::F32), (ModelKind::Mlp, DType::F16), (ModelKind::Mlp, DType::BF16)];
+    for (model, precision) in runs.into_iter().chain([(ModelKind::Cnn, DType::F32)]) {
+        let bench = match precision {
+            DType::F32 => format!("{model} train step (batch 64)"),
+            _ => format!("{model} train step {precision} (batch 64)"),
+        };
         if !cx.wants(&bench) {
             continue;
         }
-        let mut trainer = Trainer::new(cx.dev, Arc::new(data()?), model.default_config())?;
+        let config = Config { precision, ..model.default_config() };
+        let mut trainer = Trainer::new(cx.dev, Arc::new(data()?), config)?;
         wait(&kiln::block_on(trainer.step())?)?; // captures the step
         let before = cx.dev.stats().kernels_launched;
         wait(&kiln::block_on(trainer.step())?)?;
@@ -390,7 +396,7 @@ fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         cx.print_profile(&mut || wait(&kiln::block_on(trainer.step())?))?;
         out(Record::duration(&bench, cx.adapter, t, 1e3, "ms").note(format!("{kernels} kernels per step")));
         let bench = format!("{model} epoch (demo loop)");
-        if model == ModelKind::Mlp && cx.wants(&bench) {
+        if model == ModelKind::Mlp && precision == DType::F32 && cx.wants(&bench) {
             out(demo_epoch(cx, &bench, &mut trainer)?);
         }
     }

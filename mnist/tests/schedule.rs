@@ -14,9 +14,9 @@ use kiln_nn::data::Mnist;
 use std::sync::Arc;
 
 /// The schedule of the model's next training step, and the step's outputs.
-fn step_schedule(model: ModelKind) -> (Schedule, Vec<kiln::core::Node>) {
+fn step_schedule(model: ModelKind, precision: DType) -> (Schedule, Vec<kiln::core::Node>) {
     let data = Arc::new(Mnist::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/mnist-10k")).unwrap());
-    let config = Config { model, epochs: 1, batch_size: 64, lr: 2e-3, seed: 5, precision: DType::F32 };
+    let config = Config { model, epochs: 1, batch_size: 64, lr: 2e-3, seed: 5, precision };
     let mut t = Trainer::new(&Device::cpu(), data, config).unwrap();
     let outs = kiln::block_on(t.traced_step()).unwrap();
     let nodes: Vec<_> = outs.iter().map(|t| t.node().clone()).collect();
@@ -39,7 +39,7 @@ fn assert_bindings_fit(s: &Schedule) {
 
 #[test]
 fn the_mlp_adam_step_is_21_items() {
-    let (s, outputs) = step_schedule(ModelKind::Mlp);
+    let (s, outputs) = step_schedule(ModelKind::Mlp, DType::F32);
     assert_eq!(s.items.len(), 21);
     // Two layers forward and back: each weight's product, its two input
     // gradients' minus the first layer's (x needs none).
@@ -57,9 +57,28 @@ fn the_mlp_adam_step_is_21_items() {
     }
 }
 
+/// f16 with dynamic loss scaling: the casts, one reduction per gradient for
+/// the overflow flag, and the skip-on-overflow selects. The flag is computed
+/// once (it reads the four reductions; inlined into each update it crowded
+/// their bindings and split them: 54 items).
+#[test]
+fn the_mlp_f16_step_is_45_items_with_its_overflow_flag_computed_once() {
+    let (s, outputs) = step_schedule(ModelKind::Mlp, DType::F16);
+    assert_eq!(s.items.len(), 45);
+    assert_bindings_fit(&s);
+    let ands: Vec<u64> = kiln::core::Node::topo_unrealized(&outputs)
+        .iter()
+        .filter(|n| n.prim().name() == "logical_and")
+        .map(|n| n.id())
+        .collect();
+    assert_eq!(ands.len(), 4, "one per gradient");
+    let computing = s.items.iter().filter(|k| k.covers.iter().any(|c| ands.contains(c))).count();
+    assert_eq!(computing, 1, "the flag is computed in one kernel");
+}
+
 #[test]
 fn the_cnn_adam_step_is_84_items() {
-    let (s, _) = step_schedule(ModelKind::Cnn);
+    let (s, _) = step_schedule(ModelKind::Cnn, DType::F32);
     assert_eq!(s.items.len(), 84);
     assert_bindings_fit(&s);
 }

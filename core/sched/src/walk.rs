@@ -33,6 +33,9 @@ use std::sync::Arc;
 /// A value with several consumers is materialized once when inlining it
 /// would recompute more ops than this in each consumer.
 pub const RECOMPUTE_MAX: usize = 12;
+/// A shared scalar reading at least this many buffers is materialized
+/// once: each consumer then binds one buffer instead of all of them.
+const SCALAR_BINDINGS_MAX: usize = 3;
 /// Largest fused expression; past it, operands are materialized.
 const FUSED_OPS_MAX: usize = 256;
 /// A last-axis reduction of at most `ROW_MAX_LEN` columns becomes a row
@@ -132,7 +135,7 @@ impl<'a> Scheduler<'a> {
             let v = self.build(n)?;
             let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
             self.vals.insert(n.id(), v.clone());
-            if shared && (!matmuls(&v).is_empty() || cost(&v) > RECOMPUTE_MAX) {
+            if shared && (!matmuls(&v).is_empty() || cost(&v) > RECOMPUTE_MAX || binds_much_for_a_scalar(&v, n)) {
                 self.array(n)?;
             }
         }
@@ -602,6 +605,13 @@ fn bindings_bound(v: &Fused) -> usize {
         }
     }
     buffers.len() + stages.len()
+}
+
+/// Whether `v`, the value of scalar node `n`, reads so many buffers that
+/// inlining it would crowd its consumers' bindings (a flag over several
+/// reductions, such as "every gradient is finite", read by every update).
+fn binds_much_for_a_scalar(v: &Fused, n: &Node) -> bool {
+    numel(n.shape()) == 1 && bindings_bound(v) >= SCALAR_BINDINGS_MAX
 }
 
 /// (bindings at most, meta words) a kernel over `v` would need.
