@@ -3,7 +3,7 @@
 
 use kiln::prelude::*;
 use kiln::{Key, KilnError};
-use kiln_nn::{Block, Embedding, KvCache, LayerNorm};
+use kiln_nn::{Block, Embedding, KvCache, LayerNorm, QuantizedTree};
 
 /// The shape of a model.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -48,6 +48,15 @@ pub struct Gpt {
     config: GptConfig,
 }
 
+impl QuantizedTree for Gpt {
+    fn code_formats(&self) -> Vec<(String, QuantFormat)> {
+        let blocks = self.blocks.iter().enumerate();
+        blocks
+            .flat_map(|(i, b)| b.code_formats().into_iter().map(move |(p, f)| (format!("blocks.{i}.{p}"), f)))
+            .collect()
+    }
+}
+
 impl Gpt {
     /// Embeddings N(0, 0.02), as GPT-2.
     pub fn new(dev: &Device, key: Key, config: GptConfig) -> Result<Gpt> {
@@ -73,6 +82,15 @@ impl Gpt {
 
     pub fn config(&self) -> GptConfig {
         self.config
+    }
+
+    /// The model for inference with the blocks' projections in integer
+    /// `format` (the weights that grow with width and depth). The token
+    /// table, read as rows and reused as the output layer, and the norms
+    /// stay f32.
+    pub fn quantize(&self, format: QuantFormat) -> Result<Gpt> {
+        let blocks = self.blocks.iter().map(|b| b.quantize(format)).collect::<Result<_>>()?;
+        Ok(Gpt { blocks, ..self.clone() })
     }
 
     pub fn parameters(&self) -> usize {

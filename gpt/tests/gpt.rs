@@ -5,6 +5,7 @@
 use kiln::prelude::*;
 use kiln_conformance::adapters;
 use kiln_gpt::{Corpus, Gpt, GptConfig, GptTrainer, Sampling, TrainConfig, Vocab, generate, load_model};
+use kiln_nn::QuantizedTree;
 use kiln_nn::checkpoint::Checkpoint;
 use std::sync::Arc;
 
@@ -177,4 +178,48 @@ fn device_memory_stays_flat_over_two_thousand_steps() {
     }
     assert_eq!(t.steps(), 2000);
     assert_eq!(t.captures(), 1);
+}
+
+/// The blocks' projections in int8 and int4: near the float logits, the
+/// cached step agrees with the full forward, the codes are named for
+/// checkpoints, and a quantized model saves and loads back.
+#[test]
+fn a_quantized_gpt_keeps_its_logits_and_its_cache() {
+    let dev = Device::cpu();
+    let config = GptConfig { vocab: 12, context: 8, width: 16, heads: 2, layers: 2, alibi: true };
+    let model = Gpt::new(&dev, Key::new(9), config).unwrap();
+    let ids = Tensor::from_slice(&dev, &[1i32, 5, 3, 7, 0, 11], &[1, 6]).unwrap();
+    let read = |t: &Tensor| kiln::block_on(t.to_vec::<f32>()).unwrap();
+    let float = read(&model.forward(&ids).unwrap());
+    let scale = float.iter().fold(0f32, |m, v| m.max(v.abs()));
+    for (format, tolerance) in [(QuantFormat::INT8, 0.02), (QuantFormat::int4(16), 0.2)] {
+        let q = model.quantize(format).unwrap();
+        let codes: Vec<String> = q.code_formats().into_iter().map(|(p, f)| format!("{p} {}", f.spec())).collect();
+        assert_eq!(codes.len(), 8, "{codes:?}");
+        assert!(codes[0].starts_with("blocks.0.attention.qkv.codes int"), "{codes:?}");
+        let logits = read(&q.forward(&ids).unwrap());
+        let worst = logits.iter().zip(&float).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= tolerance * scale, "{format}: logits off by {worst} of {scale}");
+
+        let mut caches = q.caches(1).unwrap();
+        let mut last = Vec::new();
+        for (pos, &id) in [1i32, 5, 3, 7, 0, 11].iter().enumerate() {
+            let id = Tensor::from_slice(&dev, &[id], &[1, 1]).unwrap();
+            let pos = Tensor::scalar(&dev, pos as f64, DType::I32).unwrap();
+            let (l, c) = q.step(&id, &caches, &pos).unwrap();
+            (last, caches) = (read(&l), c);
+        }
+        let full_last = &logits[logits.len() - config.vocab..];
+        let off = last.iter().zip(full_last).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(off <= 1e-4 * scale, "{format}: the cached step is off the full forward by {off}");
+
+        let mut ck = Checkpoint::new();
+        kiln::block_on(ck.add_quantized("params", &q)).unwrap();
+        let back = Checkpoint::from_bytes(&ck.to_bytes().unwrap(), "memory").unwrap();
+        let loaded = back.quantized_tree("params", &model.quantize(format).unwrap(), &dev).unwrap();
+        // The CPU device holds the scales in f64, the file in f32.
+        let again = read(&loaded.forward(&ids).unwrap());
+        let off = again.iter().zip(&logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(off <= 1e-5 * scale, "{format}: loaded back, off by {off}");
+    }
 }

@@ -136,6 +136,13 @@ async fn sample(trainer: &GptTrainer, step: u64, tokens: usize) -> Result<String
 
 async fn sample_checkpoint(dev: &Device, path: &std::path::Path, args: &Args) -> Result<()> {
     let (model, vocab) = load_model(dev, &Checkpoint::load(path)?)?;
+    let model = match args.quantize {
+        Some(format) => {
+            eprintln!("blocks' projections quantized to {format}");
+            model.quantize(format)?
+        }
+        None => model,
+    };
     let sampling =
         Sampling { temperature: args.temperature, top_k: args.top_k, key: Key::new(args.seed), cached: !args.no_cache };
     let started = Instant::now();

@@ -86,8 +86,9 @@ struct Args {
     /// With --eval-only, also evaluate the weights quantized: int8 (one
     /// scale per output channel), int4 (groups of 32) or int4/G (groups of
     /// G), and save them in --out as MODEL-FORMAT.safetensors (codes as
-    /// bytes; --eval-only evaluates that file too).
-    #[arg(long, requires = "eval_only", value_parser = quant_format)]
+    /// bytes; --eval-only evaluates that file too). With --generate, sample
+    /// from the GPT with its blocks' projections quantized.
+    #[arg(long, value_parser = quant_format)]
     quantize: Option<QuantFormat>,
     /// Stop after this many steps (before the run's end).
     #[arg(long)]
@@ -136,6 +137,12 @@ fn mib(bytes: u64) -> f64 {
 }
 
 async fn run(args: Args) -> Result<()> {
+    if args.quantize.is_some() && args.eval_only.is_none() && args.generate.is_none() {
+        return Err(kiln::KilnError::Invalid {
+            op: "native-demo",
+            detail: "--quantize goes with --eval-only CKPT (MNIST) or --generate CKPT (GPT)".into(),
+        });
+    }
     if args.model == "gpt" || args.generate.is_some() {
         return gpt::run(&args).await;
     }

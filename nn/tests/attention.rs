@@ -82,8 +82,8 @@ fn reference(w: &Weights, real: &[[bool; T]; B], alibi: bool) -> Vec<f64> {
 fn layer(dev: &Device, w: &Weights, alibi: bool) -> CausalSelfAttention {
     let t = |v: &[f64], shape: &[usize]| Tensor::from_f64(dev, v, shape, DType::F32).unwrap();
     CausalSelfAttention {
-        qkv: Linear { weight: t(&w.qkv, &[C, 3 * C]), bias: Some(t(&w.qkv_bias, &[3 * C])) },
-        out: Linear { weight: t(&w.out, &[C, C]), bias: Some(t(&w.out_bias, &[C])) },
+        qkv: Linear { weight: t(&w.qkv, &[C, 3 * C]), bias: Some(t(&w.qkv_bias, &[3 * C])) }.into(),
+        out: Linear { weight: t(&w.out, &[C, C]), bias: Some(t(&w.out_bias, &[C])) }.into(),
         heads: H,
         alibi,
     }

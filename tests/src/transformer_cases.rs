@@ -7,7 +7,7 @@ use crate::cases::input;
 use crate::grad_cases::{Check, GradCase};
 use crate::{Case, Tol};
 use kiln::prelude::*;
-use kiln_nn::{Block, CausalSelfAttention, Embedding, GeluMlp, KvCache, LayerNorm, Linear, RmsNorm};
+use kiln_nn::{Block, CausalSelfAttention, Dense, Embedding, GeluMlp, KvCache, LayerNorm, Linear, RmsNorm};
 
 /// Two matmuls and a softmax deep in f32.
 const LAYERS: Tol = Tol { abs: 2e-5, rel: 2e-4 };
@@ -18,8 +18,8 @@ fn case(op: &'static str, detail: &str, build: impl Fn(&Device) -> Result<Tensor
     Case { op, detail: detail.into(), tol: LAYERS, build: Box::new(build) }
 }
 
-fn linear(w: &Tensor, b: &Tensor) -> Linear {
-    Linear { weight: w.clone(), bias: Some(b.clone()) }
+fn linear(w: &Tensor, b: &Tensor) -> Dense {
+    Linear { weight: w.clone(), bias: Some(b.clone()) }.into()
 }
 
 /// Attention from 4 tensors: qkv weight and bias, out weight and bias.
@@ -102,6 +102,11 @@ pub fn cases() -> Vec<Case> {
         }),
         case("Block", "[2, 5, 8], 2 heads, pre-norm", |d| {
             block(&params(d, 5050, &block_inputs())?)
+                .forward(&input(d, 5069, &[2, 5, DIM], DType::F32, -1.0, 1.0)?, None)
+        }),
+        case("Block", "[2, 5, 8], 2 heads, int4/8 projections (quantized on the device)", |d| {
+            block(&params(d, 5050, &block_inputs())?)
+                .quantize(QuantFormat::int4(8))?
                 .forward(&input(d, 5069, &[2, 5, DIM], DType::F32, -1.0, 1.0)?, None)
         }),
         case("Embedding", "attend: [3, 16] through a [50, 16] table (tied output)", |d| {

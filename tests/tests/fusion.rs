@@ -141,7 +141,12 @@ fn attention_layer(d: &Device) -> kiln_nn::CausalSelfAttention {
         weight: kiln_conformance::rng::tensor(d, &[inputs, outputs], seed, -0.4, 0.4),
         bias: Some(random(d, &[outputs], seed + 1)),
     };
-    kiln_nn::CausalSelfAttention { qkv: linear(32, 96, 20), out: linear(32, 32, 22), heads: 4, alibi: true }
+    kiln_nn::CausalSelfAttention {
+        qkv: linear(32, 96, 20).into(),
+        out: linear(32, 32, 22).into(),
+        heads: 4,
+        alibi: true,
+    }
 }
 
 /// The qkv projection (a matmul, then its bias: three views read it), the
@@ -177,11 +182,13 @@ fn one_transformer_block_is_a_fixed_number_of_kernels() {
                 up: kiln_nn::Linear {
                     weight: random(d, &[32, 128], 30).mul_scalar(0.2)?,
                     bias: Some(random(d, &[128], 31)),
-                },
+                }
+                .into(),
                 down: kiln_nn::Linear {
                     weight: random(d, &[128, 32], 32).mul_scalar(0.1)?,
                     bias: Some(random(d, &[32], 33)),
-                },
+                }
+                .into(),
             };
             let block = kiln_nn::Block { norm1: norm(), attention: attention_layer(d), norm2: norm(), mlp };
             block.forward(&random(d, &[2, 16, 32], 34), None)

@@ -1,7 +1,8 @@
 //! Causal multi-head self-attention, with an optional padding mask, and a
 //! fixed-size key/value cache for generating one token at a time.
 
-use super::{Linear, bad_input};
+use super::quantized::codes_under;
+use super::{Dense, Linear, QuantizedTree, bad_input};
 use crate::init;
 use kiln::prelude::*;
 use kiln::{Key, KilnError};
@@ -14,8 +15,8 @@ const MASKED: f64 = -1e9;
 #[derive(Tree, Clone, Debug)]
 pub struct CausalSelfAttention {
     /// `[dim, 3·dim]`: the queries', keys' and values' projections side by side.
-    pub qkv: Linear,
-    pub out: Linear,
+    pub qkv: Dense,
+    pub out: Dense,
     #[tree(skip)]
     pub heads: usize,
     /// Add ALiBi's linear distance penalty to the scores (Press et al.
@@ -24,6 +25,12 @@ pub struct CausalSelfAttention {
     /// and depends only on distance.
     #[tree(skip)]
     pub alibi: bool,
+}
+
+impl QuantizedTree for CausalSelfAttention {
+    fn code_formats(&self) -> Vec<(String, QuantFormat)> {
+        [codes_under("qkv", &self.qkv), codes_under("out", &self.out)].concat()
+    }
 }
 
 /// The keys and values of the positions seen so far, `[batch, heads,
@@ -59,17 +66,22 @@ impl CausalSelfAttention {
             });
         }
         let [kq, ko] = [key.fold_in(0), key.fold_in(1)];
-        let linear = |key, outputs| -> Result<Linear> {
-            Ok(Linear {
+        let linear = |key, outputs| -> Result<Dense> {
+            Ok(Dense::Float(Linear {
                 weight: init::normal(dev, key, &[dim, outputs], 0.02)?,
                 bias: Some(init::zeros(dev, &[outputs])?),
-            })
+            }))
         };
         Ok(CausalSelfAttention { qkv: linear(kq, 3 * dim)?, out: linear(ko, dim)?, heads, alibi: false })
     }
 
     pub fn dim(&self) -> usize {
-        self.out.weight.shape()[1]
+        self.out.outputs()
+    }
+
+    /// The projections' weights in `format` ([`Dense::quantize`]).
+    pub fn quantize(&self, format: QuantFormat) -> Result<CausalSelfAttention> {
+        Ok(CausalSelfAttention { qkv: self.qkv.quantize(format)?, out: self.out.quantize(format)?, ..self.clone() })
     }
 
     pub fn head_dim(&self) -> usize {

@@ -6,6 +6,7 @@
 use super::conv::convolve;
 use super::{Conv2d, Conv2dConfig, Linear, bad_input};
 use kiln::prelude::*;
+use kiln::tree::{Leaves, Path};
 
 /// A parameter tree some of whose leaves are quantized weight codes: u32
 /// words `[n, k / per_word]` of a [`QuantFormat`]. Checkpoints store those
@@ -13,6 +14,11 @@ use kiln::prelude::*;
 pub trait QuantizedTree: Tree {
     /// Each code leaf's path (as [`Tree::named_leaves`] names it) and format.
     fn code_formats(&self) -> Vec<(String, QuantFormat)>;
+}
+
+/// `inner`'s code leaves, their paths under field `field`.
+pub(crate) fn codes_under(field: &str, inner: &impl QuantizedTree) -> Vec<(String, QuantFormat)> {
+    inner.code_formats().into_iter().map(|(p, f)| (format!("{field}.{p}"), f)).collect()
 }
 
 impl QuantizedTree for QuantizedLinear {
@@ -119,6 +125,72 @@ impl QuantizedConv2d {
             let own = |t: &Tensor| if self.config.groups == 1 { Ok(t.clone()) } else { t.narrow(0, g * og, og) };
             let y = rows.quant_matmul(&own(&self.codes)?, &own(&self.scales)?, self.format)?;
             y.transpose(1, 2)
+        })
+    }
+}
+
+/// A linear layer with float or integer weights: the transformer's
+/// projections, which quantize in place ([`Dense::quantize`]). Its leaves
+/// are the inner layer's (`weight`, `bias`; or `codes`, `scales`, `bias`).
+#[derive(Clone, Debug)]
+pub enum Dense {
+    Float(Linear),
+    Quantized(QuantizedLinear),
+}
+
+impl From<Linear> for Dense {
+    fn from(l: Linear) -> Dense {
+        Dense::Float(l)
+    }
+}
+
+impl Tree for Dense {
+    fn visit<'a>(&'a self, path: &mut Path, f: &mut dyn FnMut(&Path, &'a Tensor)) {
+        match self {
+            Dense::Float(l) => l.visit(path, f),
+            Dense::Quantized(l) => l.visit(path, f),
+        }
+    }
+
+    fn rebuild(&self, path: &mut Path, leaves: &mut Leaves) -> Result<Self> {
+        Ok(match self {
+            Dense::Float(l) => Dense::Float(l.rebuild(path, leaves)?),
+            Dense::Quantized(l) => Dense::Quantized(l.rebuild(path, leaves)?),
+        })
+    }
+}
+
+impl QuantizedTree for Dense {
+    fn code_formats(&self) -> Vec<(String, QuantFormat)> {
+        match self {
+            Dense::Float(_) => Vec::new(),
+            Dense::Quantized(l) => l.code_formats(),
+        }
+    }
+}
+
+impl Dense {
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Dense::Float(l) => l.forward(x),
+            Dense::Quantized(l) => l.forward(x),
+        }
+    }
+
+    /// Outputs per input row.
+    pub fn outputs(&self) -> usize {
+        match self {
+            Dense::Float(l) => l.weight.shape()[1],
+            Dense::Quantized(l) => l.codes.shape()[0],
+        }
+    }
+
+    /// This layer with integer weights in `format` where its rows fill
+    /// whole words (otherwise, or already quantized, unchanged).
+    pub fn quantize(&self, format: QuantFormat) -> Result<Dense> {
+        Ok(match self {
+            Dense::Float(l) if format.packs(l.inputs()) => Dense::Quantized(l.quantize(format)?),
+            other => other.clone(),
         })
     }
 }

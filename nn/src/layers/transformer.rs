@@ -1,7 +1,8 @@
 //! The pre-norm transformer block: `x + attn(norm(x))`, then
 //! `x + mlp(norm(x))`, as GPT-2.
 
-use super::{CausalSelfAttention, KvCache, LayerNorm, Linear};
+use super::quantized::codes_under;
+use super::{CausalSelfAttention, Dense, KvCache, LayerNorm, Linear, QuantizedTree};
 use crate::init;
 use kiln::Key;
 use kiln::prelude::*;
@@ -9,18 +10,30 @@ use kiln::prelude::*;
 /// `gelu(x @ up) @ down`, 4× wider in between (GPT-2).
 #[derive(Tree, Clone, Debug)]
 pub struct GeluMlp {
-    pub up: Linear,
-    pub down: Linear,
+    pub up: Dense,
+    pub down: Dense,
+}
+
+impl QuantizedTree for GeluMlp {
+    fn code_formats(&self) -> Vec<(String, QuantFormat)> {
+        [codes_under("up", &self.up), codes_under("down", &self.down)].concat()
+    }
+}
+
+impl QuantizedTree for Block {
+    fn code_formats(&self) -> Vec<(String, QuantFormat)> {
+        [codes_under("attention", &self.attention), codes_under("mlp", &self.mlp)].concat()
+    }
 }
 
 impl GeluMlp {
     /// N(0, 0.02) weights, `down`'s divided by `residual_scale`; zero biases.
     pub fn new(dev: &Device, key: Key, dim: usize, residual_scale: f64) -> Result<GeluMlp> {
-        let linear = |key, inputs, outputs, std| -> Result<Linear> {
-            Ok(Linear {
+        let linear = |key, inputs, outputs, std| -> Result<Dense> {
+            Ok(Dense::Float(Linear {
                 weight: init::normal(dev, key, &[inputs, outputs], std)?,
                 bias: Some(init::zeros(dev, &[outputs])?),
-            })
+            }))
         };
         Ok(GeluMlp {
             up: linear(key.fold_in(0), dim, 4 * dim, 0.02)?,
@@ -30,6 +43,11 @@ impl GeluMlp {
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.down.forward(&self.up.forward(x)?.gelu()?)
+    }
+
+    /// Both projections' weights in `format` ([`Dense::quantize`]).
+    pub fn quantize(&self, format: QuantFormat) -> Result<GeluMlp> {
+        Ok(GeluMlp { up: self.up.quantize(format)?, down: self.down.quantize(format)? })
     }
 }
 
@@ -48,13 +66,21 @@ impl Block {
     pub fn new(dev: &Device, key: Key, dim: usize, heads: usize, layers: usize) -> Result<Block> {
         let residual_scale = (2.0 * layers.max(1) as f64).sqrt();
         let mut attention = CausalSelfAttention::new(dev, key.fold_in(0), dim, heads)?;
-        attention.out.weight = attention.out.weight.div_scalar(residual_scale)?;
+        if let Dense::Float(out) = &mut attention.out {
+            out.weight = out.weight.div_scalar(residual_scale)?;
+        }
         Ok(Block {
             norm1: LayerNorm::new(dev, dim)?,
             attention,
             norm2: LayerNorm::new(dev, dim)?,
             mlp: GeluMlp::new(dev, key.fold_in(1), dim, residual_scale)?,
         })
+    }
+
+    /// The block with its four projections' weights in `format`; the norms
+    /// stay f32.
+    pub fn quantize(&self, format: QuantFormat) -> Result<Block> {
+        Ok(Block { attention: self.attention.quantize(format)?, mlp: self.mlp.quantize(format)?, ..self.clone() })
     }
 
     /// `x` `[B, T, dim]`; `padding` as [`CausalSelfAttention::forward`].
