@@ -25,7 +25,7 @@ pub type Case = (&'static str, fn(&Device) -> Result<Tensor>);
 /// configs run every case: they copy any layout into their textures, and
 /// fall back to their vec4 twin on batches, f16 operands and N not a
 /// multiple of 4.
-pub const CASES: [Case; 9] = [
+pub const CASES: [Case; 10] = [
     ("ragged 37x53 @ 53x29", |d| random(d, &[37, 53], 1)?.matmul(&random(d, &[53, 29], 2)?)),
     ("batched [2,3,19,70] @ [3,70,21]", |d| random(d, &[2, 3, 19, 70], 3)?.matmul(&random(d, &[3, 70, 21], 4)?)),
     ("transposed operands 45x33", |d| random(d, &[33, 45], 5)?.t()?.matmul(&random(d, &[40, 33], 6)?.t()?)),
@@ -50,6 +50,13 @@ pub const CASES: [Case; 9] = [
     // K past one dispatch's chunk: the second adds to the first's output.
     ("vec4-eligible k split over dispatches 3x16404 @ 16404x8", |d| {
         random(d, &[3, 16404], 20)?.matmul(&random(d, &[16404, 8], 21)?)
+    }),
+    // Packed operands by pairs of words (vec4 configs) or unpacked into
+    // f32 textures (texture configs); f16 tolerance, as the fused cast to
+    // f16 rounds only where it is stored, and the reference at every node.
+    ("f16 vec4-eligible relu(x @ w + b) 70x52 @ 52x140", |d| {
+        let (x, w) = (random(d, &[70, 52], 22)?.cast(DType::F16)?, random(d, &[52, 140], 23)?.cast(DType::F16)?);
+        x.matmul(&w)?.cast(DType::F32)?.add(&random(d, &[140], 24)?)?.relu()
     }),
     ("relu(x @ w + b) epilogue 1030x72 @ 72x90", |d| {
         random(d, &[1030, 72], 9)?.matmul(&random(d, &[72, 90], 10)?)?.add(&random(d, &[90], 11)?)?.relu()
@@ -119,6 +126,8 @@ async fn check_forcing(dev: &Device, cases: &[Case], coverage: Coverage) -> Resu
         for (index, config) in configs.iter().enumerate() {
             // Texture configs read any layout (through their copies into textures).
             let eligible = !config.vec || config.tex || what.contains("vec4") || what.starts_with("ragged");
+            // Packed operands through the scalar configs: the "f16 operands" case.
+            let eligible = eligible && (config.vec || !what.starts_with("f16 vec4"));
             if !eligible || !coverage.includes(case, index) {
                 continue;
             }

@@ -173,6 +173,27 @@ pub fn load_expr(dtype: DType, buf: &str, j: &str) -> String {
     }
 }
 
+/// Expression reading elements `4i..4i+3` (`i` a u32 expression) of buffer
+/// `buf` as a vec4<f32>: a vec4 of f32, or a pair of words of a packed
+/// dtype (four f16 or bf16), as [`vec4_storage_type`] declares it.
+pub fn load4_expr(dtype: DType, buf: &str, i: &str) -> String {
+    let w = format!("{buf}[{i}]");
+    match dtype {
+        DType::F16 => format!("vec4<f32>(unpack2x16float({w}.x), unpack2x16float({w}.y))"),
+        // A bf16 is an f32's upper half.
+        DType::BF16 => format!(
+            "bitcast<vec4<f32>>(vec4<u32>({w}.x << 16u, {w}.x & 0xffff0000u, {w}.y << 16u, {w}.y & 0xffff0000u))"
+        ),
+        _ => w,
+    }
+}
+
+/// The element type of a storage buffer of `dtype` read four elements at
+/// a time ([`load4_expr`]).
+pub fn vec4_storage_type(dtype: DType) -> &'static str {
+    if dtype.is_packed() { "vec2<u32>" } else { "vec4<f32>" }
+}
+
 /// `f16_bits(x)` and `bf16_bits(x)`: the f32 `x` rounded to the nearest f16
 /// or bf16 (ties to even), in the low 16 bits, the same on every adapter:
 /// past the largest finite value is ±inf and NaN stays a quiet NaN.
@@ -287,9 +308,11 @@ pub enum KernelKey {
         rows_per: u32,
         cooperative: bool,
     },
-    /// A matmul operand copied into a texture ([`operand_textures`]).
+    /// A matmul operand of `dtype` copied into an f32 texture
+    /// ([`operand_textures`]).
     OperandTexture {
         vec4: bool,
+        dtype: DType,
     },
 }
 
@@ -345,7 +368,7 @@ impl KernelKey {
             KernelKey::Matmul { dtype, batch_rank, epilogue, config } => {
                 matmul::matmul_kernel(config, *dtype, *batch_rank, epilogue.as_ref())
             }
-            KernelKey::OperandTexture { vec4 } => operand_textures::pack_wgsl(*vec4),
+            KernelKey::OperandTexture { vec4, dtype } => operand_textures::pack_wgsl(*vec4, *dtype),
             KernelKey::QuantMatmul { bits, rows_per, cooperative } => {
                 quant_matmul::quant_matmul_wgsl(*bits, *rows_per, *cooperative)
             }
@@ -382,7 +405,17 @@ impl KernelKey {
             }
             KernelKey::Row { sig, layout, vec4, .. } => ("row", Some(sig), layout.suffix(*vec4)),
             KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),
-            KernelKey::OperandTexture { vec4 } => ("operand_texture", None, if *vec4 { "_vec4" } else { "" }),
+            KernelKey::OperandTexture { vec4, dtype } => {
+                let suffix = match (dtype, vec4) {
+                    (DType::F16, true) => "_f16_vec4",
+                    (DType::F16, false) => "_f16",
+                    (DType::BF16, true) => "_bf16_vec4",
+                    (DType::BF16, false) => "_bf16",
+                    (_, true) => "_vec4",
+                    (_, false) => "",
+                };
+                ("operand_texture", None, suffix)
+            }
             KernelKey::QuantMatmul { bits: 8, cooperative, .. } => {
                 ("quant_matmul_int8", None, cooperative_suffix(*cooperative))
             }

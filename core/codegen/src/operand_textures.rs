@@ -4,6 +4,8 @@
 //! panels, four elements per texel, zeros past the operand's edges (so the
 //! matmul kernel clamps nothing and a k step of 4 may pass K).
 
+use kiln_ir::dtype::DType;
+
 /// Where the elements of one operand go: texel (x, y) of layer `l` holds
 /// elements (r, c + e), e = 0..4, of the operand (r rows, c columns), with
 /// r = l·`rows_per[0]` + x·`rows_per[1]` + y·`rows_per[2]` and c likewise.
@@ -67,9 +69,10 @@ pub const PACK_WG: u32 = 64;
 /// Meta: 0 width, 1 height, 2 layers, 3 rows, 4 columns, 5 offset, 6 row
 /// stride, 7 column stride (elements), 8..14 [`OperandTexture::coefficients`].
 /// With `vec4` (column stride 1; columns, offset and row stride multiples
-/// of 4) a texel's four elements are one aligned vec4 of the source.
-pub fn pack_wgsl(vec4: bool) -> String {
-    let elem = if vec4 { "vec4<f32>" } else { "f32" };
+/// of 4) a texel's four elements are one aligned vec4 of the source (a pair
+/// of words of f16 or bf16, unpacked here into the f32 texture).
+pub fn pack_wgsl(vec4: bool, dtype: DType) -> String {
+    let elem = if vec4 { crate::vec4_storage_type(dtype) } else { crate::storage_type(dtype) };
     let mut s = String::from(super::META_DECL);
     s += &format!("@group(0) @binding(1) var<storage, read> src: array<{elem}>;\n");
     s += "@group(0) @binding(2) var dst: texture_storage_2d_array<rgba32float, write>;\n";
@@ -85,13 +88,13 @@ pub fn pack_wgsl(vec4: bool) -> String {
     s += "    let at = i32(m(5u)) + i32(r) * bitcast<i32>(m(6u)) + i32(c) * sc;\n";
     s += "    var v = vec4<f32>(0.0);\n";
     if vec4 {
-        s += "    if (r < m(3u) && c < m(4u)) {\n        v = src[u32(at) >> 2u];\n    }\n";
+        let load = crate::load4_expr(dtype, "src", "u32(at) >> 2u");
+        s += &format!("    if (r < m(3u) && c < m(4u)) {{\n        v = {load};\n    }}\n");
     } else {
         s += "    if (r < m(3u)) {\n";
         for e in 0..4 {
-            s += &format!(
-                "        if (c + {e}u < m(4u)) {{\n            v[{e}] = src[u32(at + {e} * sc)];\n        }}\n"
-            );
+            let load = crate::load_expr(dtype, "src", &format!("u32(at + {e} * sc)"));
+            s += &format!("        if (c + {e}u < m(4u)) {{\n            v[{e}] = {load};\n        }}\n");
         }
         s += "    }\n";
     }

@@ -374,8 +374,10 @@ fn catalog() -> Vec<String> {
         let (stages, outputs) = (vec![ReduceOp::Sum], vec![DType::F32]);
         out.push(KernelKey::Row { sig: s, stages, outputs, per_row, vec4, layout }.wgsl());
     }
-    // Both forms of the copy of a matmul operand into a texture.
-    out.extend([false, true].map(|vec4| KernelKey::OperandTexture { vec4 }.wgsl()));
+    // Both forms of the copy of a matmul operand into a texture, per float dtype.
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        out.extend([false, true].map(|vec4| KernelKey::OperandTexture { vec4, dtype }.wgsl()));
+    }
     // The integer-weight product: both code widths, one row or a block,
     // per invocation or per workgroup.
     for (bits, rows_per, cooperative) in
@@ -395,8 +397,9 @@ fn catalog() -> Vec<String> {
         }
     }
     let pairs = configs.into_iter().flat_map(|c| [(c, DType::F32), (c, DType::F16), (c, DType::BF16)]);
-    // vec4 configs run on f32 operands only (the runtime falls back otherwise).
-    for (config, dtype) in pairs.filter(|(c, d)| !c.vec || *d == DType::F32) {
+    // Every config on every float dtype: vec4 configs read packed operands
+    // by pairs of words, texture configs from f32 textures.
+    for (config, dtype) in pairs {
         for batch_rank in 0..4 {
             out.push(KernelKey::Matmul { dtype, batch_rank, epilogue: None, config }.wgsl());
             // relu(acc + bias): the bias is buffer 2, after A and B.

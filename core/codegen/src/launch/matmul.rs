@@ -71,7 +71,8 @@ pub fn matmul(
     let batch_shape = &shape[..r - 2];
     let batch: usize = batch_shape.iter().product();
     let max = caps.max_workgroups_per_dimension as usize;
-    let vec_ok = operand_dtype == DType::F32
+    // Packed operands too: four elements are two whole words.
+    let vec_ok = matches!(operand_dtype, DType::F32 | DType::F16 | DType::BF16)
         && k.is_multiple_of(VEC)
         && n.is_multiple_of(VEC)
         && a.strides[r - 1] == 1
@@ -90,9 +91,10 @@ pub fn matmul(
         return Err(KilnError::Invalid { op, detail: format!("an output of {m}×{n} exceeds the adapter's grid") });
     }
     let (operands, copies, b, panel_stride) = if config.tex {
-        let copies = vec![operand_texture(caps, op, a, textures.0)?, operand_texture(caps, op, b, textures.1)?];
+        let texture = |l, t| operand_texture(caps, op, l, t, operand_dtype);
+        let copies = vec![texture(a, textures.0)?, texture(b, textures.1)?];
         (MatmulOperands::Textures { a: textures.0, b: textures.1 }, copies, b.clone(), 0)
-    } else if reads_b_in_panels(caps, variants, &config, b, k, n) {
+    } else if operand_dtype == DType::F32 && reads_b_in_panels(caps, variants, &config, b, k, n) {
         let (shape, copy) = column_panels(caps, op, b, k, n, tile_n)?;
         let mut strides = vec![0; r];
         (strides[r - 2], strides[r - 1]) = (tile_n as isize, 1);
@@ -128,9 +130,10 @@ pub fn matmul(
 }
 
 /// Whether a texture config reads this product's operands from textures
-/// (`textures`: A's and B's): f32 operands, one batch, N a multiple of 4
-/// (the kernel stores vec4s) and textures within the adapter's limits.
-/// Otherwise its vec4 twin runs.
+/// (`textures`: A's and B's): float operands (packed ones are unpacked by
+/// the copy into the texture), one batch, N a multiple of 4 (the kernel
+/// stores vec4s) and textures within the adapter's limits. Otherwise its
+/// vec4 twin runs.
 fn reads_textures(
     caps: &Caps,
     dtype: DType,
@@ -138,7 +141,7 @@ fn reads_textures(
     n: usize,
     textures: (OperandTexture, OperandTexture),
 ) -> bool {
-    dtype == DType::F32 && batch == 1 && n.is_multiple_of(VEC) && textures.0.fits(caps) && textures.1.fits(caps)
+    dtype.is_float() && batch == 1 && n.is_multiple_of(VEC) && textures.0.fits(caps) && textures.1.fits(caps)
 }
 
 /// Whether the matmul `config` reads B (`b`, K × N) from a copy laid out
@@ -154,9 +157,9 @@ fn reads_b_in_panels(caps: &Caps, variants: &Variants, config: &MatmulConfig, b:
     possible && variants.matmul_panels.unwrap_or_else(by_size)
 }
 
-/// The launch copying operand `l` (its last two axes, one batch) into a
-/// texture laid out as `tex`.
-fn operand_texture(caps: &Caps, op: &'static str, l: &Layout, tex: OperandTexture) -> Result<Launch> {
+/// The launch copying operand `l` (its last two axes, one batch, of
+/// `dtype`) into a texture laid out as `tex`.
+fn operand_texture(caps: &Caps, op: &'static str, l: &Layout, tex: OperandTexture, dtype: DType) -> Result<Launch> {
     let r = l.shape.len();
     let (rows, cols, row_stride, col_stride) = (l.shape[r - 2], l.shape[r - 1], l.strides[r - 2], l.strides[r - 1]);
     let vec4 = col_stride == 1
@@ -171,7 +174,7 @@ fn operand_texture(caps: &Caps, op: &'static str, l: &Layout, tex: OperandTextur
     });
     let texels = tex.texels() as usize;
     let groups = grid(caps, op, texels.div_ceil(PACK_WG as usize))?;
-    Ok(Launch { key: KernelKey::OperandTexture { vec4 }, meta, groups, elements: texels })
+    Ok(Launch { key: KernelKey::OperandTexture { vec4, dtype }, meta, groups, elements: texels })
 }
 
 /// The shape of B's column panels of `tile_n` (`[N / tile_n, K, tile_n]`,

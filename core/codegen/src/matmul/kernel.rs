@@ -3,7 +3,7 @@
 
 use super::config::{MatmulConfig, STAGE_K};
 use crate::reduce::{MATMUL_SHAPE_BASE, matmul_epilogue_base};
-use crate::{META_DECL, load_expr, storage_type, unravel};
+use crate::{META_DECL, load_expr, load4_expr, storage_type, unravel, vec4_storage_type};
 use kiln_ir::dtype::DType;
 use kiln_sched::lower::Sig;
 use std::fmt::Write;
@@ -11,26 +11,33 @@ pub fn matmul_kernel(c: &MatmulConfig, dtype: DType, batch_rank: usize, epilogue
     // No `enable subgroups;`: naga 30 rejects it (not implemented) and
     // accepts subgroup builtins without it.
     let mut s = String::from(META_DECL);
-    s += &preamble(dtype, batch_rank, epilogue);
+    let loads = match (c.tex, c.vec) {
+        (true, _) => Loads::Textures,
+        (false, true) => Loads::Fours,
+        (false, false) => Loads::Elements,
+    };
+    s += &preamble(dtype, batch_rank, epilogue, loads);
     if c.staged {
         s += &main_staged(c);
     } else if c.tex {
-        // A and B as texture arrays in the bindings of their buffers.
+        // A and B as f32 texture arrays (whatever their dtype: the copy
+        // into the texture unpacks) in the bindings of their buffers.
+        let word = storage_type(dtype);
         for (b, name) in [(2, "a"), (3, "b")] {
-            let buffer = format!("@group(0) @binding({b}) var<storage, read> in{}: array<f32>;\n", b - 2);
+            let buffer = format!("@group(0) @binding({b}) var<storage, read> in{}: array<{word}>;\n", b - 2);
             s = s.replace(&buffer, &format!("@group(0) @binding({b}) var t{name}: texture_2d_array<f32>;\n"));
         }
-        s = s.replace("fn load_a(e: i32) -> f32 { return in0[u32(e)]; }\n", "");
-        s = s.replace("fn load_b(e: i32) -> f32 { return in1[u32(e)]; }\n", "");
         s = s.replace("out: array<f32>", "out: array<vec4<f32>>");
         return s + &main_tex(c) + STORE_VEC4_FN;
     } else if c.vec {
-        // Same bindings, read and written as vec4s (f32 only; N is a
-        // multiple of 4, so a row's vec4s never straddle two rows).
-        s = s.replace("in0: array<f32>", "in0: array<vec4<f32>>").replace("in1: array<f32>", "in1: array<vec4<f32>>");
+        // Same bindings, read and written by fours (N is a multiple of 4,
+        // so a row's vec4s never straddle two rows): f32 operands as
+        // vec4s, packed ones as pairs of words.
+        let (word, four) = (storage_type(dtype), vec4_storage_type(dtype));
+        for buf in ["in0", "in1"] {
+            s = s.replace(&format!("{buf}: array<{word}>"), &format!("{buf}: array<{four}>"));
+        }
         s = s.replace("out: array<f32>", "out: array<vec4<f32>>");
-        s = s.replace("fn load_a(e: i32) -> f32 { return in0[u32(e)]; }\n", "");
-        s = s.replace("fn load_b(e: i32) -> f32 { return in1[u32(e)]; }\n", "");
         return s + &main_vec(c) + STORE_VEC4_FN;
     } else {
         s += &main_fn(c);
@@ -38,8 +45,20 @@ pub fn matmul_kernel(c: &MatmulConfig, dtype: DType, batch_rank: usize, epilogue
     s + STORE_FN
 }
 
+/// How a kernel reads its operands' buffers.
+#[derive(Clone, Copy, PartialEq)]
+enum Loads {
+    /// `load_a(e)`, `load_b(e)`: element e.
+    Elements,
+    /// `load4_a(i)`, `load4_b(i)`: elements 4i..4i+3 (vec4 kernels; a pair
+    /// of words of a packed operand).
+    Fours,
+    /// None: the kernel reads textures.
+    Textures,
+}
+
 /// Bindings, loads, batch offsets and the epilogue.
-fn preamble(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
+fn preamble(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>, loads: Loads) -> String {
     let st = storage_type(dtype);
     let mut s = String::from("@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n");
     match epilogue {
@@ -56,8 +75,17 @@ fn preamble(dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
             s += "fn epilogue(f: u32, acc: f32) -> f32 { return acc; }\n";
         }
     }
-    s += &format!("fn load_a(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "in0", "u32(e)"));
-    s += &format!("fn load_b(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, "in1", "u32(e)"));
+    for (name, buf) in [("a", "in0"), ("b", "in1")] {
+        s += &match loads {
+            Loads::Elements => {
+                format!("fn load_{name}(e: i32) -> f32 {{ return {}; }}\n", load_expr(dtype, buf, "u32(e)"))
+            }
+            Loads::Fours => {
+                format!("fn load4_{name}(i: i32) -> vec4<f32> {{ return {}; }}\n", load4_expr(dtype, buf, "u32(i)"))
+            }
+            Loads::Textures => String::new(),
+        };
+    }
     let b = MATMUL_SHAPE_BASE;
     s += "fn batch_offsets(batch: u32) -> vec2<i32> {\n";
     s += &unravel(batch_rank, b, "batch");
@@ -121,11 +149,11 @@ fn main_vec(c: &MatmulConfig) -> String {
         let _ = writeln!(s, "    let cv{v} = panel0 + lx + {}u;", v * wx);
         let _ = writeln!(s, "    let cb{v} = panel + i32(min(cv{v}, nvec - 1u) - panel0);");
     }
-    let a = |at: String| format!("in0[u32({at})]");
+    let a = |at: String| format!("load4_a({at})");
     let b_step = |kk: u32| {
         let mut s = format!("        let kb{kk} = i32(k + {kk}u) * sbr;\n");
         for v in 0..nv {
-            let _ = writeln!(s, "        let b{kk}_{v} = in1[u32(cb{v} + kb{kk})];");
+            let _ = writeln!(s, "        let b{kk}_{v} = load4_b(cb{v} + kb{kk});");
         }
         s
     };
