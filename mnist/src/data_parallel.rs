@@ -10,7 +10,8 @@
 //! the parameters are asked for.
 
 use crate::model::Config;
-use crate::trainer::{Batches, OptState, Optimizer, checkpoint, evaluate, optimizer};
+use crate::model::ModelKind;
+use crate::trainer::{Batches, OptState, Optimizer, SavedRun, checkpoint, evaluate, optimizer};
 use kiln::core::interp::HostArray;
 use kiln::prelude::*;
 use kiln::{Jit, Key};
@@ -85,6 +86,33 @@ impl DataParallelTrainer {
     /// names what differs.
     pub async fn new(mesh: &Mesh, data: Arc<Mnist>, config: Config) -> Result<DataParallelTrainer> {
         config.check()?;
+        let model = config.model.build(&mesh.devices()[0], Key::new(config.seed))?;
+        DataParallelTrainer::start(mesh, data, config, model, None, 0).await
+    }
+
+    /// The run saved in `ck` (by this trainer or by `Trainer`), continued
+    /// over `mesh`: every process reads the same file (a shared one, or a
+    /// copy), and they must agree on it as `new` requires, and on its step.
+    pub async fn restore(
+        mesh: &Mesh,
+        data: Arc<Mnist>,
+        ck: &Checkpoint,
+        expect: Option<ModelKind>,
+    ) -> Result<DataParallelTrainer> {
+        let run = SavedRun::read(&mesh.devices()[0], &data, ck, expect)?;
+        DataParallelTrainer::start(mesh, data, run.config, run.model, Some(run.state), run.steps).await
+    }
+
+    /// The run from `model` and the optimizer's `state` (`None`: a fresh
+    /// one) at step `steps`, replicated on every rank.
+    async fn start(
+        mesh: &Mesh,
+        data: Arc<Mnist>,
+        config: Config,
+        model: Sequential,
+        state: Option<OptState>,
+        steps: u64,
+    ) -> Result<DataParallelTrainer> {
         let collective = mesh.collective();
         collective.agree("kiln's version", fingerprint(env!("CARGO_PKG_VERSION")))?;
         collective.agree("the model", fingerprint(config.model.name()))?;
@@ -94,6 +122,7 @@ impl DataParallelTrainer {
         collective.agree("the learning rate", config.lr.to_bits())?;
         collective.agree("the precision", fingerprint(config.precision.name()))?;
         collective.agree("the training set", fingerprint((data.train.len(), &data.train.labels)))?;
+        collective.agree("the step", steps)?;
         // Each rank's gradient is unscaled, so only f32 steps split.
         if config.precision != DType::F32 {
             return Err(KilnError::Invalid {
@@ -107,15 +136,14 @@ impl DataParallelTrainer {
                 detail: format!("batch size {} is smaller than the {} ranks", config.batch_size, mesh.world_size()),
             });
         }
-        let model = config.model.build(&mesh.devices()[0], Key::new(config.seed))?;
         let params = kiln_shard::Replicas::new(mesh, &model).await?;
         let opt = optimizer(&config, data.train.len());
         let apply = Arc::new(Update { state: opt.init(&model)?, opt, model: model.clone() });
-        let leaves = params
-            .trees()
-            .iter()
-            .map(|p| Ok([p.leaves(), apply.opt.init(p)?.leaves()].concat()))
-            .collect::<Result<_>>()?;
+        let states = match &state {
+            Some(s) => kiln_shard::Replicas::new(mesh, s).await?.trees().to_vec(),
+            None => params.trees().iter().map(|p| apply.opt.init(p)).collect::<Result<_>>()?,
+        };
+        let leaves = params.trees().iter().zip(&states).map(|(p, s)| [p.leaves(), s.leaves()].concat()).collect();
         let (n, batch) = (model.leaves().len(), config.batch_size);
         let template = model.clone();
         let first: StepFn = Box::new(move |i: &[Tensor]| Ok(vec![partial(&template, &i[0], &i[1], &i[2..], batch)?]));
@@ -137,7 +165,7 @@ impl DataParallelTrainer {
             first: kiln::jit(first),
             steady: kiln::jit(steady),
             apply,
-            steps: 0,
+            steps,
         })
     }
 

@@ -281,6 +281,23 @@ impl Trainer {
     /// A trainer continuing the run saved in `ck` (its config included).
     /// `expect`: the model the caller asked for; another model is an error.
     pub fn restore(device: &Device, data: Arc<Mnist>, ck: &Checkpoint, expect: Option<ModelKind>) -> Result<Trainer> {
+        let run = SavedRun::read(device, &data, ck, expect)?;
+        Trainer::with_params(device, data, run.config, run.model, Some(run.state), run.steps)
+    }
+}
+
+/// A run as a checkpoint holds it, on one device: what a trainer continues.
+pub(crate) struct SavedRun {
+    pub config: Config,
+    pub model: Sequential,
+    pub state: OptState,
+    pub steps: u64,
+}
+
+impl SavedRun {
+    /// The run in `ck`, on `device`. `expect`: the model the caller asked
+    /// for; another model, or quantized weights, are errors.
+    pub fn read(device: &Device, data: &Mnist, ck: &Checkpoint, expect: Option<ModelKind>) -> Result<SavedRun> {
         if let Some(format) = ck.metadata().get(QUANTIZED_KEY) {
             return Err(KilnError::Invalid {
                 op: "checkpoint",
@@ -297,8 +314,7 @@ impl Trainer {
         let fresh = config.model.build(device, Key::new(config.seed))?;
         let model = ck.tree("params", &fresh, device)?;
         let state = ck.tree("opt", &optimizer(&config, data.train.len()).init(&fresh)?, device)?;
-        let steps = meta(ck, "step")?;
-        Trainer::with_params(device, data, config, model, Some(state), steps)
+        Ok(SavedRun { config, model, state, steps: meta(ck, "step")? })
     }
 }
 

@@ -100,9 +100,10 @@ struct Args {
     #[arg(long)]
     verbose: bool,
     /// Split each batch across the ranks of an MPI job (`mpirun -n 2 ...`):
-    /// one device per rank; rank 0 prints, plots and saves.
+    /// one device per rank; rank 0 prints, plots and saves. With --resume,
+    /// every rank reads the checkpoint.
     #[cfg(feature = "mpi")]
-    #[arg(long, conflicts_with_all = ["resume", "eval_only"])]
+    #[arg(long, conflicts_with = "eval_only")]
     data_parallel: bool,
 }
 
@@ -203,7 +204,13 @@ async fn run(args: Args) -> Result<()> {
     if let Some(world) = world {
         println!("rank {} of {} on {}", world.rank(), kiln_shard::Collective::world_size(&world), info.name);
         let mesh = kiln_shard::Mesh::over(vec![dev], Box::new(world))?;
-        let mut trainer = kiln_mnist::DataParallelTrainer::new(&mesh, data, config()).await?;
+        let mut trainer = match &args.resume {
+            Some(path) => {
+                let ck = Checkpoint::load(path)?;
+                kiln_mnist::DataParallelTrainer::restore(&mesh, data, &ck, Some(model)).await?
+            }
+            None => kiln_mnist::DataParallelTrainer::new(&mesh, data, config()).await?,
+        };
         return train(&mut trainer, &args).await;
     }
     let mut trainer = match &args.resume {
