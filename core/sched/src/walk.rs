@@ -136,10 +136,36 @@ impl<'a> Scheduler<'a> {
             let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
             self.vals.insert(n.id(), v.clone());
             if shared && (!matmuls(&v).is_empty() || cost(&v) > RECOMPUTE_MAX || binds_much_for_a_scalar(&v, n)) {
-                self.array(n)?;
+                if !self.materialize_view_source(n)? {
+                    self.array(n)?;
+                }
             }
         }
         self.materialize_roots(roots)
+    }
+
+    /// For a shared view of a matmul's epilogue (the qkv projection plus its
+    /// bias, split into heads and read three ways): compute the matmul with
+    /// that epilogue once, and let the views read its buffer, instead of a
+    /// raw matmul and a copy through the views. False when `n` is not such
+    /// a view.
+    fn materialize_view_source(&mut self, n: &Node) -> Result<bool> {
+        let mut views = Vec::new();
+        let mut source = n.clone();
+        while matches!(source.prim(), Prim::Reshape { .. } | Prim::Permute { .. } | Prim::Slice { .. }) {
+            views.push(source.clone());
+            source = source.inputs()[0].clone();
+        }
+        let Some(v) = self.vals.get(&source.id()).cloned() else { return Ok(false) };
+        if views.is_empty() || !takes_as_epilogue(&v, source.shape()) {
+            return Ok(false);
+        }
+        self.array(&source)?;
+        for view in views.iter().rev() {
+            let v = self.build(view)?;
+            self.vals.insert(view.id(), v);
+        }
+        Ok(true)
     }
 
     /// The fused value of a node (a buffer leaf when it is realized).
@@ -391,11 +417,7 @@ impl<'a> Scheduler<'a> {
         shape: &[usize],
     ) -> Result<Option<DeviceArray>> {
         let [mm] = mms else { return Ok(None) };
-        let aligned = postorder(v).iter().all(|n| match &n.kind {
-            Kind::Mm { layout, .. } => same_mapping(layout, &Layout::contiguous(shape)),
-            _ => true,
-        });
-        if v.dtype != DType::F32 || mm.shape != shape || !aligned || !row_stages(v).is_empty() {
+        if !takes_as_epilogue(v, shape) {
             return Ok(None);
         }
         if matches!(v.kind, Kind::Mm { .. }) {
@@ -605,6 +627,18 @@ fn bindings_bound(v: &Fused) -> usize {
         }
     }
     buffers.len() + stages.len()
+}
+
+/// Whether `v` (of `shape`) can be the epilogue of the one pending matmul
+/// it holds: f32, the matmul's shape, reading its result element for
+/// element, and no row stage.
+fn takes_as_epilogue(v: &Fused, shape: &[usize]) -> bool {
+    let [mm] = &matmuls(v)[..] else { return false };
+    let aligned = postorder(v).iter().all(|n| match &n.kind {
+        Kind::Mm { layout, .. } => same_mapping(layout, &Layout::contiguous(shape)),
+        _ => true,
+    });
+    v.dtype == DType::F32 && mm.shape == shape && aligned && row_stages(v).is_empty()
 }
 
 /// Whether `v`, the value of scalar node `n`, reads so many buffers that
