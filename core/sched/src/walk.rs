@@ -135,10 +135,9 @@ impl<'a> Scheduler<'a> {
             let v = self.build(n)?;
             let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
             self.vals.insert(n.id(), v.clone());
-            if shared && (!matmuls(&v).is_empty() || cost(&v) > RECOMPUTE_MAX || binds_much_for_a_scalar(&v, n)) {
-                if !self.materialize_view_source(n)? {
-                    self.array(n)?;
-                }
+            let materialize = !matmuls(&v).is_empty() || cost(&v) > RECOMPUTE_MAX || binds_much_for_a_scalar(&v, n);
+            if shared && materialize && !self.materialize_view_source(n)? {
+                self.array(n)?;
             }
         }
         self.materialize_roots(roots)
