@@ -174,7 +174,7 @@ pub fn load_expr(dtype: DType, buf: &str, j: &str) -> String {
 }
 
 /// Expression reading elements `4i..4i+3` (`i` a u32 expression) of buffer
-/// `buf` as a vec4<f32>: a vec4 of f32, or a pair of words of a packed
+/// `buf` as a `vec4<f32>`: a vec4 of f32, or a pair of words of a packed
 /// dtype (four f16 or bf16), as [`vec4_storage_type`] declares it.
 pub fn load4_expr(dtype: DType, buf: &str, i: &str) -> String {
     let w = format!("{buf}[{i}]");
