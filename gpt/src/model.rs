@@ -3,7 +3,7 @@
 
 use kiln::prelude::*;
 use kiln::{Key, KilnError};
-use kiln_nn::{Block, Embedding, KvCache, LayerNorm, QuantizedTree};
+use kiln_nn::{Block, Embedding, KvCache, LayerNorm, QuantizedTree, codes_under};
 
 /// The shape of a model.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -50,10 +50,7 @@ pub struct Gpt {
 
 impl QuantizedTree for Gpt {
     fn code_formats(&self) -> Vec<(String, QuantFormat)> {
-        let blocks = self.blocks.iter().enumerate();
-        blocks
-            .flat_map(|(i, b)| b.code_formats().into_iter().map(move |(p, f)| (format!("blocks.{i}.{p}"), f)))
-            .collect()
+        codes_under("blocks", &self.blocks)
     }
 }
 

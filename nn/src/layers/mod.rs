@@ -17,7 +17,7 @@ pub use dense::{Embedding, Linear};
 pub use dropout::Dropout;
 pub use norm::{LayerNorm, RmsNorm};
 pub use pool::{AvgPool2d, MaxPool2d};
-pub use quantized::{Dense, QuantizedConv2d, QuantizedLinear, QuantizedTree};
+pub use quantized::{Dense, QuantizedConv2d, QuantizedLinear, QuantizedTree, codes_under};
 pub use sequential::{Layer, Sequential, mlp};
 pub use transformer::{Block, GeluMlp};
 

@@ -16,9 +16,17 @@ pub trait QuantizedTree: Tree {
     fn code_formats(&self) -> Vec<(String, QuantFormat)>;
 }
 
-/// `inner`'s code leaves, their paths under field `field`.
-pub(crate) fn codes_under(field: &str, inner: &impl QuantizedTree) -> Vec<(String, QuantFormat)> {
+/// `inner`'s code leaves, their paths under field `field` (for a
+/// [`QuantizedTree`] holding quantized parts).
+pub fn codes_under(field: &str, inner: &impl QuantizedTree) -> Vec<(String, QuantFormat)> {
     inner.code_formats().into_iter().map(|(p, f)| (format!("{field}.{p}"), f)).collect()
+}
+
+/// A list's code leaves, under each element's index (as [`Tree`] names them).
+impl<T: QuantizedTree> QuantizedTree for Vec<T> {
+    fn code_formats(&self) -> Vec<(String, QuantFormat)> {
+        self.iter().enumerate().flat_map(|(i, t)| codes_under(&i.to_string(), t)).collect()
+    }
 }
 
 impl QuantizedTree for QuantizedLinear {

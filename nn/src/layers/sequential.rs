@@ -1,5 +1,6 @@
 //! `Sequential`: a list of layers applied in order, and the `mlp` helper.
 
+use super::quantized::codes_under;
 use super::{
     AvgPool2d, Conv2d, Dropout, Embedding, LayerNorm, Linear, MaxPool2d, QuantizedConv2d, QuantizedLinear,
     QuantizedTree,
@@ -94,10 +95,7 @@ impl QuantizedTree for Layer {
 
 impl QuantizedTree for Sequential {
     fn code_formats(&self) -> Vec<(String, QuantFormat)> {
-        let layers = self.layers.iter().enumerate();
-        layers
-            .flat_map(|(i, l)| l.code_formats().into_iter().map(move |(p, f)| (format!("layers.{i}.{p}"), f)))
-            .collect()
+        codes_under("layers", &self.layers)
     }
 }
 
