@@ -6,7 +6,10 @@
 //!   result, or a view the leaves' layouts cannot express;
 //! - a value with several consumers whose recomputation would cost more
 //!   than [`RECOMPUTE_MAX`] ops (cheaper ones are recomputed by each
-//!   consumer: a load saved is worth more than a few ALU ops).
+//!   consumer: a load saved is worth more than a few ALU ops), or a shared
+//!   scalar reading several buffers (which would crowd each consumer's
+//!   bindings); a shared view of a matmul's epilogue materializes the
+//!   epilogue itself, and the views read its buffer.
 //!
 //! A last-axis reduction stays pending as a row stage, so that softmax,
 //! layer norm and cross-entropy become one row kernel; a matmul stays
