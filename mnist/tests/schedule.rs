@@ -76,9 +76,11 @@ fn the_mlp_f16_step_is_45_items_with_its_overflow_flag_computed_once() {
     assert_eq!(computing, 1, "the flag is computed in one kernel");
 }
 
+/// 84 until shared views of a matmul's epilogue read the epilogue's own
+/// buffer (two kernels fewer).
 #[test]
-fn the_cnn_adam_step_is_84_items() {
+fn the_cnn_adam_step_is_82_items() {
     let (s, _) = step_schedule(ModelKind::Cnn, DType::F32);
-    assert_eq!(s.items.len(), 84);
+    assert_eq!(s.items.len(), 82);
     assert_bindings_fit(&s);
 }
