@@ -112,16 +112,16 @@ fn float_dtype(name: &str) -> std::result::Result<DType, String> {
 }
 
 fn quant_format(name: &str) -> std::result::Result<QuantFormat, String> {
-    let bad = || format!("`{name}` is not int8, int4 or int4/G (G a group size, a multiple of 8)");
-    match name.split_once('/') {
-        None if name == "int8" => Ok(QuantFormat::INT8),
-        None if name == "int4" => Ok(QuantFormat::int4(32)),
-        Some(("int4", g)) => match g.parse::<usize>() {
-            Ok(g) if g > 0 && g.is_multiple_of(8) => Ok(QuantFormat::int4(g)),
-            _ => Err(bad()),
-        },
-        _ => Err(bad()),
-    }
+    // `int4` alone means groups of 32; otherwise `QuantFormat::spec`'s
+    // syntax, limited to what the demo's layers quantize.
+    let format = if name == "int4" { Some(QuantFormat::int4(32)) } else { QuantFormat::from_spec(name) };
+    let offered = |f: &QuantFormat| match f.group {
+        None => f.bits == 8,
+        Some(g) => f.bits == 4 && g.is_multiple_of(8),
+    };
+    format
+        .filter(offered)
+        .ok_or_else(|| format!("`{name}` is not int8, int4 or int4/G (G a group size, a multiple of 8)"))
 }
 
 fn main() {

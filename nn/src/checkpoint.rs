@@ -59,10 +59,10 @@ impl Elem {
     /// The name hashed into the checksum (kiln's dtype names, so older
     /// files keep their checksums).
     fn name(self) -> &'static str {
-        match (self, self.file_dtype()) {
-            (Elem::Kiln(d), _) => d.name(),
-            (_, Dtype::I8) => "i8",
-            _ => "u8",
+        match self {
+            Elem::Kiln(d) => d.name(),
+            Elem::Codes(f) if f.bits == 8 => "i8",
+            Elem::Codes(_) => "u8",
         }
     }
 
