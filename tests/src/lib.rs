@@ -12,6 +12,7 @@ pub mod cases;
 // The CUDA checks run natively only (the browser page builds this crate too).
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cuda_kernels;
+pub mod fused_attention;
 pub mod golden;
 pub mod grad_cases;
 pub mod grad_check;

@@ -3,10 +3,12 @@
 //! streams, reduction passes, matmul operands), its kernel key, its meta
 //! block and its grid. The runtime binds the buffers and records.
 
+mod attention;
 mod bind;
 mod matmul;
 mod quant;
 
+pub use attention::{AttentionOperands, attention};
 pub use bind::{Binder, BoundLaunch, bind};
 pub use matmul::{MatmulLaunch, MatmulOperands, matmul};
 pub use quant::quant_matmul;
@@ -37,6 +39,12 @@ pub struct Variants {
     /// Whether vec4 matmuls read B from column panels where they can;
     /// `None`: by B's size on CPU adapters.
     pub matmul_panels: Option<bool>,
+    /// Whether `softmax(scores) @ v` runs as one attention kernel: on GPUs,
+    /// where its tiles in workgroup memory pay off. CPU adapters read a
+    /// value every invocation shares lane by lane: on lavapipe the kernel
+    /// ran 3–5× slower than the scores, softmax and product as three
+    /// kernels (docs/BENCHMARKS.md, 'What was tried' (gpt)).
+    pub fused_attention: bool,
 }
 
 impl Variants {
@@ -46,6 +54,7 @@ impl Variants {
             subgroup_width: caps.subgroup_size,
             workgroup_reductions: !caps.cpu && caps.workgroup_memory,
             matmul_panels: None,
+            fused_attention: !caps.cpu && caps.workgroup_memory,
         }
     }
 }

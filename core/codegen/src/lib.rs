@@ -4,6 +4,7 @@
 //! (`meta`), so a kernel's source depends only on its ops, dtypes, rank and
 //! which inputs are contiguous: one compiled pipeline serves every shape.
 
+pub mod attention;
 pub mod cuda;
 pub mod dump;
 pub mod fused;
@@ -16,6 +17,7 @@ pub mod reduce;
 pub mod row_stream;
 pub mod spirv;
 mod target;
+pub use target::runs_attention;
 pub mod validate;
 
 use fused::Walk;
@@ -302,6 +304,13 @@ pub enum KernelKey {
         epilogue: Option<Sig>,
         config: matmul::MatmulConfig,
     },
+    /// `softmax(scores) @ v` without the scores in memory ([`attention`]).
+    Attention {
+        batch_rank: usize,
+        dk: u32,
+        dv: u32,
+        scores: Sig,
+    },
     /// The integer-weight product ([`quant_matmul`]).
     QuantMatmul {
         bits: u32,
@@ -368,6 +377,9 @@ impl KernelKey {
             KernelKey::Matmul { dtype, batch_rank, epilogue, config } => {
                 matmul::matmul_kernel(config, *dtype, *batch_rank, epilogue.as_ref())
             }
+            KernelKey::Attention { batch_rank, dk, dv, scores } => {
+                attention::attention_wgsl(*batch_rank, *dk as usize, *dv as usize, scores)
+            }
             KernelKey::OperandTexture { vec4, dtype } => operand_textures::pack_wgsl(*vec4, *dtype),
             KernelKey::QuantMatmul { bits, rows_per, cooperative } => {
                 quant_matmul::quant_matmul_wgsl(*bits, *rows_per, *cooperative)
@@ -405,6 +417,7 @@ impl KernelKey {
             }
             KernelKey::Row { sig, layout, vec4, .. } => ("row", Some(sig), layout.suffix(*vec4)),
             KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),
+            KernelKey::Attention { scores, .. } => ("attention", Some(scores), ""),
             KernelKey::OperandTexture { vec4, dtype } => {
                 let suffix = match (dtype, vec4) {
                     (DType::F16, true) => "_f16_vec4",

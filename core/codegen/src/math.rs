@@ -25,6 +25,17 @@ impl Needs {
     pub fn any(&self) -> bool {
         self.exp || self.log || self.sin_cos || self.tanh || self.pow
     }
+
+    /// Every helper either asks for.
+    pub fn or(self, o: Needs) -> Needs {
+        Needs {
+            exp: self.exp || o.exp,
+            log: self.log || o.log,
+            sin_cos: self.sin_cos || o.sin_cos,
+            tanh: self.tanh || o.tanh,
+            pow: self.pow || o.pow,
+        }
+    }
 }
 
 /// The helper functions `needs` asks for, for scalar or `vec4` values

@@ -5,9 +5,10 @@
 use crate::Caps;
 use crate::META_WORDS;
 use crate::fused::ROW_MAX_LEN;
+use crate::launch::{AttentionOperands, Variants};
 use crate::reduce::matmul_epilogue_base;
 use crate::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN};
-use kiln_sched::schedule::Target;
+use kiln_sched::schedule::{Item, Target};
 
 /// Rows longer than this take the streaming row kernel on CPU adapters
 /// whose SIMD batches are 8 wide (llvmpipe), where the lanes layout cannot
@@ -44,4 +45,14 @@ impl Target for Caps {
             && rows >= ROW_STREAM_MIN_ROWS
             && (shortest..=ROW_STREAM_MAX_LEN).contains(&len)
     }
+
+    fn runs_attention(&self, item: &Item) -> bool {
+        runs_attention(self, &Variants::of(self), item)
+    }
+}
+
+/// [`Target::runs_attention`] for a device with `caps` running `variants`.
+pub fn runs_attention(caps: &Caps, variants: &Variants, item: &Item) -> bool {
+    let Item::Attention { q, kt, v, scores, shape, args, .. } = item else { return false };
+    variants.fused_attention && AttentionOperands { q, kt, v, shape }.runs_on(caps, scores, args.buffers.len())
 }

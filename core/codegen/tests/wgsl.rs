@@ -385,6 +385,31 @@ fn catalog() -> Vec<String> {
     {
         out.push(KernelKey::QuantMatmul { bits, rows_per, cooperative }.wgsl());
     }
+    // The attention kernel: bare scores, and scores scaled and masked by a
+    // strided bool leaf (buffer 3, after q, kt and v), for rows a multiple
+    // of 4 and not, the widest, and batch ranks 0 to 3.
+    for (batch_rank, dk, dv) in [(0, 16, 12), (1, 6, 5), (2, 32, 32), (3, 128, 128), (2, 1, 3)] {
+        let mut bare = sig(batch_rank + 2, &[], &[], vec![], vec![]);
+        bare.buffers = vec![DType::F32; 3];
+        bare.bodies[0] = Body { ops: vec![(Op::Acc, DType::F32)], roots: vec![0] };
+        let mut masked = sig(batch_rank + 2, &[(DType::Bool, false)], &[DType::F32, DType::F32], vec![], vec![]);
+        masked.buffers = vec![DType::F32, DType::F32, DType::F32, DType::Bool];
+        masked.leaves[0].buffer = Some(3);
+        masked.bodies[0] = Body {
+            ops: vec![
+                (Op::Acc, DType::F32),
+                (Op::Param(0), DType::F32),
+                (Op::Pointwise(Pointwise::Binary(BinaryOp::Mul, 0, 1)), DType::F32),
+                (Op::Load(0), DType::Bool),
+                (Op::Param(1), DType::F32),
+                (Op::Pointwise(Pointwise::Where(3, 2, 4)), DType::F32),
+            ],
+            roots: vec![5],
+        };
+        for scores in [bare, masked] {
+            out.push(KernelKey::Attention { batch_rank, dk, dv, scores }.wgsl());
+        }
+    }
     // Every member of the matmul family and the twins a texture member
     // (vec4) and a vec4 member (scalar) fall back to, plain and with an
     // epilogue.

@@ -5,6 +5,7 @@
 //! codegen renders and the arguments one launch binds (`lower`). Depends on
 //! `kiln-ir` only: no GPU API.
 
+pub mod attention;
 pub mod expr;
 pub mod lower;
 pub mod pointwise;

@@ -22,6 +22,9 @@ pub trait Target {
     /// Whether `rows` rows of `len` reduce in the streaming row kernel
     /// (so that a last-axis reduction over them stays a row stage).
     fn streams_rows(&self, rows: usize, len: usize) -> bool;
+    /// Whether the device runs this [`Item::Attention`] (its kernel's
+    /// workgroup memory, loops, meta block and bindings fit).
+    fn runs_attention(&self, item: &Item) -> bool;
 }
 
 /// How a tree reduction combines: a reduction, or an arg reduction.
@@ -111,6 +114,21 @@ pub enum Item {
         epilogue: Option<Sig>,
         args: Args,
     },
+    /// `out = softmax(scores) @ v` along the last axis, `scores =
+    /// epilogue(q @ kt)` (`[batch.., tq, tk]`), computed a tile of keys at a
+    /// time with an online softmax, so the scores never reach memory
+    /// (flash attention). `args` binds q's, kt's and v's buffers first,
+    /// then what the scores' epilogue reads.
+    Attention {
+        q: Layout,
+        kt: Layout,
+        v: Layout,
+        scores: Sig,
+        /// The output's shape, `[batch.., tq, dv]`.
+        shape: Vec<usize>,
+        out: Arc<dyn DeviceBuffer>,
+        args: Args,
+    },
     /// `out = x @ wᵀ` for integer weights: `args` binds x `[rows, k]`, the
     /// codes and the scales (contiguous, at their layouts' offsets).
     QuantMatmul { format: QuantFormat, rows: usize, k: usize, n: usize, out: Arc<dyn DeviceBuffer>, args: Args },
@@ -128,7 +146,7 @@ impl Item {
         match self {
             Item::Elementwise { outputs, .. } | Item::Row { outputs, .. } => outputs.iter().map(|o| &o.1).collect(),
             Item::Reduce { values, indices, .. } => std::iter::once(values).chain(indices).collect(),
-            Item::Matmul { out, .. } | Item::QuantMatmul { out, .. } => vec![out],
+            Item::Matmul { out, .. } | Item::QuantMatmul { out, .. } | Item::Attention { out, .. } => vec![out],
         }
     }
 
@@ -139,6 +157,7 @@ impl Item {
             | Item::Reduce { args, .. }
             | Item::Row { args, .. }
             | Item::Matmul { args, .. }
+            | Item::Attention { args, .. }
             | Item::QuantMatmul { args, .. } => &args.buffers,
         }
     }
@@ -150,6 +169,7 @@ impl Item {
             Item::Reduce { .. } => "reduce",
             Item::Row { .. } => "row",
             Item::Matmul { .. } => "matmul",
+            Item::Attention { .. } => "attention",
             Item::QuantMatmul { .. } => "quant_matmul",
         }
     }

@@ -13,10 +13,13 @@
 //!
 //! A last-axis reduction stays pending as a row stage, so that softmax,
 //! layer norm and cross-entropy become one row kernel; a matmul stays
-//! pending so that its consumer (bias, activation) becomes its epilogue.
+//! pending so that its consumer (bias, activation) becomes its epilogue;
+//! `softmax(epilogue(q @ kt)) @ v`, read by no one else, becomes one
+//! attention item ([`crate::attention`]).
 //! The walk touches no device: buffers it needs are [`Slot`]s of the
 //! [`Schedule`] it builds.
 
+use crate::attention::{self, Pattern};
 use crate::expr::{
     Fused, Kind, PendingMatmul, RowStage, View, apply_view, as_buffer, cost, fresh_id, map_leaves, matmuls, node,
     postorder, row_aligned, row_stages, same_mapping, tagged,
@@ -70,6 +73,12 @@ pub struct Scheduler<'a> {
     computed_ids: HashSet<u64>,
     matmuls: HashMap<u64, DeviceArray>,
     stages: HashMap<u64, DeviceArray>,
+    /// Attention patterns by their final matmul, until the walk reaches it.
+    attention: HashMap<u64, Pattern>,
+    /// Nodes of those patterns the walk leaves alone until then: softmax
+    /// nodes are not built, scores not materialized.
+    unbuilt: HashSet<u64>,
+    unsettled: HashSet<u64>,
 }
 
 fn leaf(a: DeviceArray) -> Fused {
@@ -101,6 +110,9 @@ impl<'a> Scheduler<'a> {
             computed_ids: HashSet::new(),
             matmuls: HashMap::new(),
             stages: HashMap::new(),
+            attention: HashMap::new(),
+            unbuilt: HashSet::new(),
+            unsettled: HashSet::new(),
         }
     }
 
@@ -134,16 +146,78 @@ impl<'a> Scheduler<'a> {
                 *self.consumers.entry(i.id()).or_default() += 1;
             }
         }
+        for (matmul, pattern) in attention::find(&order, roots, &self.consumers) {
+            self.unbuilt.extend(pattern.softmax.iter().map(Node::id));
+            self.unsettled.insert(pattern.scores.id());
+            self.attention.insert(matmul, pattern);
+        }
         for n in &order {
+            if self.unbuilt.contains(&n.id()) {
+                continue;
+            }
             let v = self.build(n)?;
-            let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
             self.vals.insert(n.id(), v.clone());
-            let materialize = !matmuls(&v).is_empty() || cost(&v) > RECOMPUTE_MAX || binds_much_for_a_scalar(&v, n);
-            if shared && materialize && !self.materialize_view_source(n)? {
-                self.array(n)?;
+            if !self.unsettled.contains(&n.id()) {
+                self.settle(n, &v)?;
             }
         }
         self.materialize_roots(roots)
+    }
+
+    /// Materialize `n` (of value `v`) now if its consumers would each
+    /// recompute too much of it.
+    fn settle(&mut self, n: &Node, v: &Fused) -> Result<()> {
+        let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
+        let materialize = !matmuls(v).is_empty() || cost(v) > RECOMPUTE_MAX || binds_much_for_a_scalar(v, n);
+        if shared && materialize && !self.materialize_view_source(n)? {
+            self.array(n)?;
+        }
+        Ok(())
+    }
+
+    /// `n = softmax(scores) @ v` as one attention item, when its scores
+    /// are still one matmul's epilogue and the device runs the kernel.
+    fn attention(&mut self, n: &Node, pattern: &Pattern) -> Result<Option<DeviceArray>> {
+        let s = &pattern.scores;
+        let scores = self.vals[&s.id()].clone();
+        let [mm] = &matmuls(&scores)[..] else { return Ok(None) };
+        if !takes_as_epilogue(&scores, s.shape()) {
+            return Ok(None);
+        }
+        let v = self.array(&n.inputs()[1])?;
+        if [mm.a.dtype, mm.b.dtype, v.dtype] != [DType::F32; 3] {
+            return Ok(None);
+        }
+        let mut low = Lowerer::new(s.shape().len(), &[], Some(mm));
+        low.args.buffers = vec![mm.a.buffer.clone(), mm.b.buffer.clone(), v.buffer.clone()];
+        low.sig.buffers = vec![DType::F32; 3];
+        low.body(&[&scores]);
+        let out = self.alloc("attention", DType::F32, n.shape());
+        let (q, kt, v, shape) = (mm.a.layout.clone(), mm.b.layout.clone(), v.layout, n.shape().to_vec());
+        let item = Item::Attention { q, kt, v, scores: low.sig, shape, out: out.clone(), args: low.args };
+        if !self.target.runs_attention(&item) {
+            self.schedule.slots.pop();
+            return Ok(None);
+        }
+        let mut covers = low.covers;
+        covers.extend(pattern.softmax.iter().map(Node::id).chain([n.id()]));
+        self.push("attention", item, covers);
+        Ok(Some(DeviceArray { buffer: out, layout: Layout::contiguous(n.shape()), dtype: DType::F32 }))
+    }
+
+    /// Walk a pattern's held nodes after all, as if it had not been found.
+    fn release(&mut self, pattern: &Pattern) -> Result<()> {
+        let s = &pattern.scores;
+        self.unsettled.remove(&s.id());
+        let scores = self.vals[&s.id()].clone();
+        self.settle(s, &scores)?;
+        for n in &pattern.softmax {
+            self.unbuilt.remove(&n.id());
+            let v = self.build(n)?;
+            self.vals.insert(n.id(), v.clone());
+            self.settle(n, &v)?;
+        }
+        Ok(())
     }
 
     /// For a shared view of a matmul's epilogue (the qkv projection plus its
@@ -258,6 +332,12 @@ impl<'a> Scheduler<'a> {
             Prim::Slice { specs } => self.view(&inputs[0], View::Slice(specs))?,
             Prim::Expand { shape } => self.view(&inputs[0], View::Expand(shape))?,
             Prim::Matmul => {
+                if let Some(pattern) = self.attention.remove(&n.id()) {
+                    if let Some(out) = self.attention(n, &pattern)? {
+                        return Ok(leaf(out));
+                    }
+                    self.release(&pattern)?;
+                }
                 let (a, b) = (self.array(&inputs[0])?, self.array(&inputs[1])?);
                 let mm = PendingMatmul { id: fresh_id(), origin: n.id(), a, b, shape: n.shape().to_vec() };
                 tagged(n.id(), dtype, Kind::Mm { mm: Arc::new(mm), layout: Layout::contiguous(n.shape()) })

@@ -500,3 +500,23 @@ impl Gpu {
         self.overrides.variants(&self.ctx.caps)
     }
 }
+
+/// The scheduler asks the device's caps, and its variants (which tests
+/// may pin) whether attention is one kernel.
+impl crate::sched::schedule::Target for Gpu {
+    fn max_bindings(&self) -> usize {
+        self.ctx.caps.max_bindings()
+    }
+
+    fn meta_room(&self, rank: usize) -> usize {
+        self.ctx.caps.meta_room(rank)
+    }
+
+    fn streams_rows(&self, rows: usize, len: usize) -> bool {
+        self.ctx.caps.streams_rows(rows, len)
+    }
+
+    fn runs_attention(&self, item: &crate::sched::schedule::Item) -> bool {
+        crate::codegen::runs_attention(&self.ctx.caps, &self.variants(), item)
+    }
+}

@@ -20,6 +20,8 @@ pub(super) struct Overrides {
     workgroup_reductions: AtomicU8,
     /// 1 off, 2 on.
     matmul_panels: AtomicU8,
+    /// 1 off, 2 on.
+    fused_attention: AtomicU8,
 }
 
 #[cfg(feature = "testing")]
@@ -45,7 +47,14 @@ impl Overrides {
         };
         let workgroup_reductions = read_tristate(&self.workgroup_reductions)
             .map_or(own.workgroup_reductions, |on| on && caps.workgroup_memory);
-        Variants { subgroup_width, workgroup_reductions, matmul_panels: read_tristate(&self.matmul_panels) }
+        let fused_attention =
+            read_tristate(&self.fused_attention).map_or(own.fused_attention, |on| on && caps.workgroup_memory);
+        Variants {
+            subgroup_width,
+            workgroup_reductions,
+            matmul_panels: read_tristate(&self.matmul_panels),
+            fused_attention,
+        }
     }
 }
 
@@ -70,6 +79,11 @@ pub trait TestHooks {
     /// wherever its shape allows (`Some(true)`), never (`Some(false)`), or
     /// on CPU adapters for large B (`None`, the default).
     fn set_matmul_panels(&self, on: Option<bool>);
+    /// Run `softmax(scores) @ v` as one attention kernel (`Some(true)`,
+    /// what GPUs run) or as the scores, softmax and product apart
+    /// (`Some(false)`, what CPU adapters run); `None`: by device type.
+    /// Ignored where the device has no workgroup memory.
+    fn set_fused_attention(&self, on: Option<bool>);
 }
 
 #[cfg(feature = "testing")]
@@ -95,6 +109,12 @@ impl TestHooks for super::Device {
     fn set_matmul_panels(&self, on: Option<bool>) {
         if let Some(o) = self.overrides() {
             o.matmul_panels.store(tristate(on), Ordering::Relaxed);
+        }
+    }
+
+    fn set_fused_attention(&self, on: Option<bool>) {
+        if let Some(o) = self.overrides() {
+            o.fused_attention.store(tristate(on), Ordering::Relaxed);
         }
     }
 }

@@ -55,7 +55,7 @@ pub(super) struct Plan<'a> {
 impl Gpu {
     /// A scheduler for this device; inputs must live on it.
     pub(super) fn scheduler(&self) -> Scheduler<'_> {
-        Scheduler::new(&self.ctx.caps, HostInputs::Refuse)
+        Scheduler::new(self, HostInputs::Refuse)
     }
 
     /// The schedule realizing `roots`.

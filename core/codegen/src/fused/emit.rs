@@ -439,12 +439,18 @@ impl<'a> Emitter<'a> {
 
     /// Input buffer declarations, bound after `outputs` output buffers.
     pub fn input_decls(&self, outputs: usize) -> String {
+        self.input_decls_needing(outputs, math::Needs::default())
+    }
+
+    /// [`Emitter::input_decls`], with the math helpers that the kernel
+    /// around the body calls (`also`) beside the body's own.
+    pub fn input_decls_needing(&self, outputs: usize, also: math::Needs) -> String {
         let mut s = String::new();
         for (b, &d) in self.sig.buffers.iter().enumerate() {
             let elem = if self.vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
             s += &format!("@group(0) @binding({}) var<storage, read> in{b}: array<{elem}>;\n", outputs + 1 + b);
         }
-        s + &math::helpers(self.math_needs(), self.vec4)
+        s + &math::helpers(self.math_needs().or(also), self.vec4)
     }
 
     fn math_needs(&self) -> math::Needs {

@@ -2,7 +2,10 @@
 //! binding order, over any runtime's buffer handles: the one place that
 //! order is spelled, so the wgpu runtime and the CUDA checks bind alike.
 
-use super::{Launch, MatmulOperands, Variants, elementwise, matmul, partials_dtype, quant_matmul, reduce, row};
+use super::{
+    AttentionOperands, Launch, MatmulOperands, Variants, attention, elementwise, matmul, partials_dtype, quant_matmul,
+    reduce, row,
+};
 use crate::Caps;
 use crate::matmul::MatmulConfig;
 use crate::operand_textures::OperandTexture;
@@ -106,6 +109,11 @@ pub fn bind<B: Binder>(
             let bindings: Vec<B::Handle> = std::iter::once(binder.buffer(out)).chain(reads).collect();
             bound.extend(plan.launches.into_iter().map(|launch| BoundLaunch { launch, bindings: bindings.clone() }));
             bound
+        }
+        Item::Attention { q, kt, v, scores, shape, out, args } => {
+            let launch = attention(caps, op, &AttentionOperands { q, kt, v, shape }, scores, args)?;
+            let out: Vec<(DType, Arc<dyn DeviceBuffer>)> = vec![(DType::F32, out.clone())];
+            written_then_read(binder, launch, &out, &args.buffers)
         }
         Item::QuantMatmul { format, rows, k, n, out, args } => {
             let launch = quant_matmul(caps, variants, op, *format, (*rows, *k, *n), args)?;

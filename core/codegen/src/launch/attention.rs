@@ -1,0 +1,89 @@
+//! An attention item's launch ([`crate::attention`]): its kernel key, meta
+//! block and grid, and whether a device runs it at all.
+
+use super::{Launch, fused_meta, grid};
+use crate::attention::{MAX_HEAD_DIM, MAX_LOOP, QUERIES, attention_meta_fits, key_tile};
+use crate::{Caps, KernelKey, Meta};
+use kiln_ir::error::Result;
+use kiln_ir::shape::{Layout, numel};
+use kiln_sched::lower::{Args, Sig};
+use kiln_sched::schedule::Target;
+
+/// An attention item's operands and output shape (`[batch.., tq, dv]`).
+pub struct AttentionOperands<'a> {
+    pub q: &'a Layout,
+    pub kt: &'a Layout,
+    pub v: &'a Layout,
+    pub shape: &'a [usize],
+}
+
+impl AttentionOperands<'_> {
+    /// (tq, tk, dk, dv).
+    fn dims(&self) -> (usize, usize, usize, usize) {
+        let r = self.shape.len();
+        (self.shape[r - 2], self.kt.shape[r - 1], self.q.shape[r - 1], self.shape[r - 1])
+    }
+
+    fn batch(&self) -> &[usize] {
+        &self.shape[..self.shape.len() - 2]
+    }
+
+    fn workgroups(&self) -> usize {
+        let (tq, ..) = self.dims();
+        numel(self.batch()) * tq.div_ceil(QUERIES as usize)
+    }
+
+    /// Whether a device with `caps` runs the kernel: workgroup memory, rows
+    /// that fit in registers, loops within Mesa's bound, a score's flat
+    /// index within a u32, the meta block, and `bindings` inputs beside the
+    /// output.
+    pub fn runs_on(&self, caps: &Caps, scores: &Sig, bindings: usize) -> bool {
+        let (tq, tk, dk, dv) = self.dims();
+        let scores_len = numel(self.batch()) * tq * tk;
+        let grid_fits = self.workgroups().div_ceil(caps.max_workgroups_per_dimension as usize)
+            <= caps.max_workgroups_per_dimension as usize;
+        caps.workgroup_memory
+            && (1..=MAX_HEAD_DIM).contains(&dk)
+            && (1..=MAX_HEAD_DIM).contains(&dv)
+            && tk > 0
+            && tk.div_ceil(key_tile(dk, dv)) <= MAX_LOOP
+            && scores_len <= u32::MAX as usize
+            && grid_fits
+            && attention_meta_fits(self.batch().len(), scores)
+            && bindings < caps.max_bindings()
+    }
+}
+
+/// The launch computing the item; `None` when its output is empty.
+pub fn attention(
+    caps: &Caps,
+    op: &'static str,
+    operands: &AttentionOperands,
+    scores: &Sig,
+    args: &Args,
+) -> Result<Option<Launch>> {
+    let (tq, tk, dk, dv) = operands.dims();
+    if numel(operands.shape) == 0 {
+        return Ok(None);
+    }
+    let r = operands.shape.len();
+    let (q, kt, v) = (operands.q, operands.kt, operands.v);
+    let mut meta = Meta::default();
+    meta.u(tq).u(tk);
+    meta.layout(q.offset, &q.strides[r - 2..]).layout(kt.offset, &kt.strides[r - 2..]);
+    meta.layout(v.offset, &v.strides[r - 2..]);
+    meta.u(tq.div_ceil(QUERIES as usize)).u(operands.workgroups());
+    operands.batch().iter().for_each(|&d| {
+        meta.u(d);
+    });
+    for l in [q, kt, v] {
+        l.strides[..r - 2].iter().for_each(|&s| {
+            meta.i(s);
+        });
+    }
+    let mut scores_shape = operands.batch().to_vec();
+    scores_shape.extend([tq, tk]);
+    fused_meta(&mut meta, scores, args, &scores_shape);
+    let key = KernelKey::Attention { batch_rank: r - 2, dk: dk as u32, dv: dv as u32, scores: scores.clone() };
+    Ok(Some(Launch { key, meta, groups: grid(caps, op, operands.workgroups())?, elements: numel(operands.shape) }))
+}

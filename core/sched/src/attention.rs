@@ -1,0 +1,153 @@
+//! Attention as one kernel: finds `softmax(scores) @ v` in the graph, where
+//! `scores` is an elementwise function of one matmul `q @ kt` (scaling,
+//! masks, position biases), so that the walk can compute the whole product
+//! a tile of keys at a time ([`crate::schedule::Item::Attention`]) and the
+//! scores never reach memory.
+//!
+//! The match is on the IR, before the walk: the walk would otherwise
+//! materialize the scores (read by both of softmax's row stages) the
+//! moment it reached them. Only values no one else reads qualify, so a
+//! training step, whose backward pass reads the softmax, keeps the
+//! separate kernels.
+
+use kiln_ir::dtype::DType;
+use kiln_ir::ir::{BinaryOp, Node, Prim, ReduceOp, UnaryOp};
+use std::collections::{HashMap, HashSet};
+
+/// One `softmax(scores) @ v` found in the graph.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    /// The softmax's input.
+    pub scores: Node,
+    /// The softmax's own nodes (its max, sum, exp, ... and their
+    /// broadcasts), inputs first: computed inside the attention kernel, or
+    /// by the walk in this order when the kernel does not fit after all.
+    pub softmax: Vec<Node>,
+}
+
+/// The patterns among `order` (a topological order of the unrealized
+/// nodes), by the id of their final matmul. `consumers` counts each node's
+/// readers in `order`; `roots` are what the caller asked for.
+pub fn find(order: &[Node], roots: &[Node], consumers: &HashMap<u64, usize>) -> HashMap<u64, Pattern> {
+    let roots: HashSet<u64> = roots.iter().map(Node::id).collect();
+    let only = |n: &Node, readers: usize| consumers.get(&n.id()).copied() == Some(readers) && !roots.contains(&n.id());
+    let mut found = HashMap::new();
+    for n in order.iter().filter(|n| matches!(n.prim(), Prim::Matmul)) {
+        let [p, v] = &n.inputs()[..] else { continue };
+        if p.id() != v.id()
+            && let Some(pattern) = softmax_of_scores(p, &only)
+        {
+            found.insert(n.id(), pattern);
+        }
+    }
+    found
+}
+
+/// `p = exp(s − max(s)) / sum(exp(s − max(s)))` along the last axis (as
+/// `Tensor::softmax` builds it), read only by the matmul, with `s` an
+/// elementwise function of one matmul.
+fn softmax_of_scores(p: &Node, only: &dyn Fn(&Node, usize) -> bool) -> Option<Pattern> {
+    let last = p.shape().len().checked_sub(1)?;
+    let [e, sum_b] = binary(p, BinaryOp::Div)?;
+    let sum = broadcast_source(&sum_b);
+    let [d] = unary(&e, UnaryOp::Exp)?;
+    let [s, max_b] = binary(&d, BinaryOp::Sub)?;
+    let max = broadcast_source(&max_b);
+    let reduces = |r: &Node, op: ReduceOp, of: &Node| {
+        matches!(r.prim(), Prim::Reduce { op: o, axes, keepdim: true } if *o == op && axes == &[last])
+            && r.inputs()[0].id() == of.id()
+    };
+    let read_once = [p, &d, &sum, &max].into_iter().chain([&sum_b, &max_b]).all(|n| only(n, 1));
+    let fits = reduces(&sum, ReduceOp::Sum, &e)
+        && reduces(&max, ReduceOp::Max, &s)
+        && read_once
+        && only(&e, 2)
+        && only(&s, 2)
+        && [p, &e, &s].iter().all(|n| n.dtype() == DType::F32)
+        && of_one_matmul(&s, only);
+    let mut softmax = vec![max.clone()];
+    if max_b.id() != max.id() {
+        softmax.push(max_b);
+    }
+    softmax.extend([d, e.clone(), sum.clone()]);
+    if sum_b.id() != sum.id() {
+        softmax.push(sum_b);
+    }
+    softmax.push(p.clone());
+    fits.then(|| Pattern { scores: s, softmax })
+}
+
+/// Whether `s` is one matmul, or reaches exactly one matmul of its shape
+/// through elementwise nodes of that shape, each on the way (and the
+/// matmul) read once: then the walk holds `s` as that matmul's epilogue.
+fn of_one_matmul(s: &Node, only: &dyn Fn(&Node, usize) -> bool) -> bool {
+    if matches!(s.prim(), Prim::Matmul) {
+        return true;
+    }
+    let mut matmuls = 0;
+    let mut memo = HashMap::new();
+    let alone = s.inputs().iter().all(|x| leads_to_matmul(x, s.shape(), only, &mut matmuls, &mut memo).is_some());
+    alone && matmuls == 1
+}
+
+/// Whether `x` leads to a matmul of `shape` through elementwise nodes of
+/// that shape (counting the matmuls in `matmuls`); `None` when a node on
+/// such a way has other readers.
+fn leads_to_matmul(
+    x: &Node,
+    shape: &[usize],
+    only: &dyn Fn(&Node, usize) -> bool,
+    matmuls: &mut usize,
+    memo: &mut HashMap<u64, bool>,
+) -> Option<bool> {
+    if let Some(&known) = memo.get(&x.id()) {
+        return Some(known);
+    }
+    if x.shape() != shape || x.realized_value().is_some() {
+        return Some(false);
+    }
+    let leads = match x.prim() {
+        Prim::Matmul => {
+            *matmuls += 1;
+            true
+        }
+        Prim::Unary(_) | Prim::Binary(_) | Prim::Where | Prim::Cast { .. } => {
+            let mut any = false;
+            for i in x.inputs() {
+                any |= leads_to_matmul(&i, shape, only, matmuls, memo)?;
+            }
+            any
+        }
+        _ => false,
+    };
+    if leads && !only(x, 1) {
+        return None;
+    }
+    memo.insert(x.id(), leads);
+    Some(leads)
+}
+
+fn unary(n: &Node, op: UnaryOp) -> Option<[Node; 1]> {
+    match n.prim() {
+        Prim::Unary(o) if *o == op => Some([n.inputs()[0].clone()]),
+        _ => None,
+    }
+}
+
+fn binary(n: &Node, op: BinaryOp) -> Option<[Node; 2]> {
+    match n.prim() {
+        Prim::Binary(o) if *o == op => {
+            let i = n.inputs();
+            Some([i[0].clone(), i[1].clone()])
+        }
+        _ => None,
+    }
+}
+
+/// What `n` broadcasts (itself when it is no `Expand`).
+fn broadcast_source(n: &Node) -> Node {
+    match n.prim() {
+        Prim::Expand { .. } => n.inputs()[0].clone(),
+        _ => n.clone(),
+    }
+}
