@@ -1,13 +1,16 @@
-//! The attention kernel (`softmax(scores) @ v` a tile of keys at a time,
-//! what GPUs run; CPU adapters keep the scores, softmax and product apart)
-//! forced on one device and checked against the CPU reference: natively by
+//! The attention kernel (`softmax(scores) @ v` a few keys at a time),
+//! forced on one device in each way of sharing keys it has (workgroup
+//! tiles, what GPUs run; subgroup rows, what CPU adapters run) and checked
+//! against the CPU reference: natively by
 //! `tests/fused_attention.rs` on every adapter with workgroup memory, and by
 //! the browser's conformance page.
 
 use crate::rng::tensor;
+use kiln::core::codegen::attention::KeySharing;
+use kiln::core::codegen::launch::AttentionPlan;
 use kiln::core::testing::TestHooks;
 use kiln::prelude::*;
-use kiln_nn::{CausalSelfAttention, KvCache, Linear};
+use kiln_nn::{CausalSelfAttention, Linear};
 
 /// An attention layer of `dim` split into `heads`, its weights from `seed`.
 fn layer(dev: &Device, dim: usize, heads: usize, alibi: bool, seed: u64) -> CausalSelfAttention {
@@ -24,9 +27,6 @@ async fn outputs(dev: &Device) -> Result<Vec<(&'static str, Vec<f32>)>> {
     // Padding: the second sequence's last 30 positions.
     let real: Vec<f32> = (0..2 * 150).map(|i| if i >= 150 + 120 { 0.0 } else { 1.0 }).collect();
     let padding = Tensor::from_slice(dev, &real, &[2, 150])?;
-    let cache = KvCache { keys: x(&[2, 3, 8, 8], 90), values: x(&[2, 3, 8, 8], 91) };
-    let position = Tensor::scalar(dev, 5.0, DType::I32)?;
-    let (step, _) = layer(dev, 24, 3, true, 92).forward_cached(&x(&[2, 1, 24], 93), &cache, &position)?;
     let (a, b, c) = (x(&[3, 33, 20], 94), x(&[3, 20, 90], 95), x(&[3, 90, 5], 96));
     let (p, r, w) = (x(&[70, 16], 97), x(&[16, 100], 98), x(&[100, 12], 99));
     let ys = [
@@ -42,7 +42,6 @@ async fn outputs(dev: &Device) -> Result<Vec<(&'static str, Vec<f32>)>> {
             "attention [1, 70, 12], 2 heads of 6 (rows padded to vec4s)",
             layer(dev, 12, 2, true, 84).forward(&x(&[1, 70, 12], 85), None)?,
         ),
-        ("a cached step [2, 1, 24] at position 5 of 8, ALiBi", step),
         (
             "softmax(0.3 a b) c, [3, 33, 20] [3, 20, 90] [3, 90, 5]",
             a.matmul(&b)?.mul_scalar(0.3)?.softmax(-1)?.matmul(&c)?,
@@ -68,33 +67,47 @@ async fn layer_kernels(dev: &Device) -> Result<u64> {
     Ok(dev.stats().kernels_launched - before)
 }
 
-/// Run the outputs on `dev` with the attention kernel forced on; the
-/// failures (off the reference by more than 1e-4 of its largest value, no
-/// attention kernel compiled), empty when all hold.
+/// Run the outputs on `dev` with the attention kernel forced on, in each
+/// way of sharing keys the device has; the failures (off the reference by
+/// more than 1e-4 of its largest value, another kernel count, no attention
+/// kernel compiled), empty when all hold.
 pub async fn check(dev: &Device) -> Result<Vec<String>> {
     let want = outputs(&Device::cpu()).await?;
-    dev.set_fused_attention(Some(true));
-    let got = outputs(dev).await;
-    let kernels = layer_kernels(dev).await;
-    dev.set_fused_attention(None);
-    let (got, kernels) = (got?, kernels?);
+    let info = dev.info();
+    let mut ways = Vec::new();
+    if info.workgroup_memory {
+        ways.push(("workgroup tiles", KeySharing::Workgroup, "var<workgroup> keys"));
+    }
+    if let (true, Some(width)) = (info.subgroups, info.subgroup_size) {
+        ways.push(("subgroup rows", KeySharing::Subgroup(width), "subgroupBroadcast(k0"));
+    }
     let mut failures = Vec::new();
-    for ((what, g), (_, w)) in got.iter().zip(&want) {
-        let scale = w.iter().fold(1f32, |m, v| m.max(v.abs()));
-        // NaN counts as infinitely far (no reference value is NaN).
-        let off = |(a, b): (&f32, &f32)| if (a - b).is_nan() { f32::INFINITY } else { (a - b).abs() };
-        let worst = g.iter().zip(w).map(off).fold(0f32, f32::max);
-        if g.len() != w.len() || worst > 1e-4 * scale {
-            failures.push(format!("{what}: off by {worst:e}"));
+    if ways.is_empty() {
+        failures.push("neither workgroup memory nor subgroups of a fixed width".into());
+    }
+    for (way, keys, marker) in ways {
+        dev.set_attention(Some(AttentionPlan::OneKernel(keys)));
+        let got = outputs(dev).await;
+        let kernels = layer_kernels(dev).await;
+        dev.set_attention(None);
+        let (got, kernels) = (got?, kernels?);
+        for ((what, g), (_, w)) in got.iter().zip(&want) {
+            let scale = w.iter().fold(1f32, |m, v| m.max(v.abs()));
+            // NaN counts as infinitely far (no reference value is NaN).
+            let off = |(a, b): (&f32, &f32)| if (a - b).is_nan() { f32::INFINITY } else { (a - b).abs() };
+            let worst = g.iter().zip(w).map(off).fold(0f32, f32::max);
+            if g.len() != w.len() || worst > 1e-4 * scale {
+                failures.push(format!("{way}: {what}: off by {worst:e}"));
+            }
         }
-    }
-    if kernels != LAYER_KERNELS {
-        failures.push(format!("an attention layer took {kernels} kernels, not {LAYER_KERNELS}"));
-    }
-    // Each output's scores differ, so each compiles a kernel of its own.
-    let compiled = dev.compiled_sources().iter().filter(|s| s.contains("var<workgroup> keys")).count();
-    if compiled < want.len() {
-        failures.push(format!("{compiled} attention kernels compiled for {} outputs", want.len()));
+        if kernels != LAYER_KERNELS {
+            failures.push(format!("{way}: an attention layer took {kernels} kernels, not {LAYER_KERNELS}"));
+        }
+        // Each output's scores differ, so each compiles a kernel of its own.
+        let compiled = dev.compiled_sources().iter().filter(|s| s.contains(marker)).count();
+        if compiled < want.len() {
+            failures.push(format!("{way}: {compiled} attention kernels compiled for {} outputs", want.len()));
+        }
     }
     Ok(failures)
 }

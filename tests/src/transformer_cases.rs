@@ -80,6 +80,12 @@ pub fn cases() -> Vec<Case> {
         case("CausalSelfAttention", "[2, 5, 8], 2 heads, ALiBi", |d| {
             alibi(&attention_params(d, 5080)?).forward(&input(d, 5089, &[2, 5, DIM], DType::F32, -1.0, 1.0)?, None)
         }),
+        // 20 queries: enough for the attention kernel where the adapter has one.
+        case("CausalSelfAttention", "[2, 20, 8], 2 heads, ALiBi, padding mask (one kernel)", |d| {
+            let x = input(d, 5099, &[2, 20, DIM], DType::F32, -1.0, 1.0)?;
+            let real: Vec<f32> = (0..40).map(|i| if i >= 35 { 0.0 } else { 1.0 }).collect();
+            alibi(&attention_params(d, 5090)?).forward(&x, Some(&Tensor::from_slice(d, &real, &[2, 20])?))
+        }),
         case("CausalSelfAttention", "cached step [2, 1, 8] at position 3 of 6, ALiBi", |d| {
             let a = alibi(&attention_params(d, 5030)?);
             let cache = KvCache {

@@ -1,7 +1,8 @@
-//! The attention kernel (`kiln_conformance::fused_attention`) forced on
-//! every adapter with workgroup memory, under the Vulkan validation layer:
-//! ALiBi, padding masks, head widths not a multiple of 4, a cached step,
-//! batched and unbatched products, against the reference.
+//! The attention kernel (`kiln_conformance::fused_attention`) forced on in
+//! every way of sharing keys each adapter has (workgroup tiles, subgroup
+//! rows), under the Vulkan validation layer:
+//! ALiBi, padding masks, head widths not a multiple of 4, batched and
+//! unbatched products, against the reference.
 
 #[test]
 fn attention_as_one_kernel_matches_the_reference() {

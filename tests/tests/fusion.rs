@@ -5,6 +5,7 @@
 //! (`tests/golden/fusion/`).
 
 use kiln::core::codegen::Caps;
+use kiln::core::codegen::launch::AttentionPlan;
 use kiln::core::{Node, Prim, kernels_for};
 use kiln::prelude::*;
 use kiln_conformance::{cuda_kernels, golden};
@@ -155,14 +156,15 @@ fn attention_layer(d: &Device) -> kiln_nn::CausalSelfAttention {
 }
 
 /// The qkv projection (a matmul with its bias as epilogue, whose buffer
-/// the heads' three views read), then on a GPU the attention kernel
-/// (scores, scaled, with ALiBi's bias and the mask, softmax and weighted
-/// sum, a tile of keys at a time) or on a CPU adapter the scores (a matmul
-/// whose epilogue scales, adds ALiBi's bias and masks), the softmax (a row
-/// kernel) and the weighted sum (a matmul); the heads merged (a copy) and
-/// the output projection with its bias: 4 or 6, whatever the sequence
-/// length (150 positions span three key tiles and three query blocks).
-/// `tests/fused_attention.rs` runs the attention kernel on CPU adapters.
+/// the heads' three views read), then the attention kernel (scores, scaled,
+/// with ALiBi's bias and the mask, softmax and weighted sum, a few keys at
+/// a time) or, on an adapter without subgroups or workgroup memory to
+/// share keys (llvmpipe's GL), the scores (a matmul whose epilogue scales,
+/// adds ALiBi's bias and masks), the softmax (a row kernel) and the
+/// weighted sum (a matmul); the heads merged (a copy) and the output
+/// projection with its bias: 4 or 6, whatever the sequence length (150
+/// positions span three key tiles and three query blocks).
+/// `tests/fused_attention.rs` runs every way of sharing keys everywhere.
 #[test]
 fn one_attention_layer_is_a_fixed_number_of_kernels() {
     for t in [16, 40, 150] {
@@ -176,10 +178,9 @@ fn one_attention_layer_is_a_fixed_number_of_kernels() {
 }
 
 /// An attention layer's kernels on `dev`: 4 where the attention is one
-/// kernel (GPUs), 6 where its scores, softmax and product are apart.
+/// kernel, 6 where its scores, softmax and product are apart.
 fn attention_kernels(dev: &Device) -> u64 {
-    let info = dev.info();
-    if info.workgroup_memory && !info.is_cpu_adapter() { 4 } else { 6 }
+    if AttentionPlan::of(&dev.info().caps()) == AttentionPlan::Apart { 6 } else { 4 }
 }
 
 /// A pre-norm block: the attention's, a row kernel per layer norm, the

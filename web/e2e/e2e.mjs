@@ -164,6 +164,8 @@ async function main() {
     check(family.failures.length === 0 && family.checked > 0, `matmul kernel family in the browser: ${family.checked} (case, config) pairs match the reference${family.failures.length ? '; failures:\n' + family.failures.join('\n') : ''}`);
     const reductions = summary.workgroup_reductions ?? { failures: ['did not run'] };
     check(reductions.failures.length === 0, `reductions through workgroup memory in the browser match the reference${reductions.failures.length ? ':\n' + reductions.failures.join('\n') : ''}`);
+    const attention = summary.fused_attention ?? { failures: ['did not run'] };
+    check(attention.failures.length === 0, `attention as one kernel in the browser matches the reference${attention.failures.length ? ':\n' + attention.failures.join('\n') : ''}`);
     const vmapped = summary.cases.filter((c) => c.op.startsWith('vmap: '));
     check(vmapped.length > 0 && vmapped.every((c) => c.passed), `batching checks (vmap) in the browser: ${vmapped.filter((c) => c.passed).length} of ${vmapped.length} match the stacked examples (${summary.skipped.length} cases without inputs skipped)`);
     check(summary.failed === 0 && summary.passed > 0, `conformance in the browser: ${summary.passed} passed, ${summary.failed} failed (${summary.pipelines} kernels compiled by Dawn) in ${((Date.now() - tc) / 1000).toFixed(1)} s`);

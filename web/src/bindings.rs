@@ -64,6 +64,18 @@ impl Gpu {
         })
     }
 
+    /// Attention as one kernel (what GPUs run), forced on this device and
+    /// checked against the CPU reference (`kiln_conformance::fused_attention`),
+    /// so that Dawn compiles and runs it too. Resolves to `{"failures": [what]}`.
+    pub fn fused_attention(&self) -> Promise {
+        let device = self.device.clone();
+        future_to_promise(async move {
+            let failures = kiln_conformance::fused_attention::check(&device).await.map_err(js_err)?;
+            let list = failures.iter().map(|s| quote(s)).collect::<Vec<_>>().join(",");
+            Ok(format!("{{\"failures\":[{list}]}}").into())
+        })
+    }
+
     /// Resolves to a `Gpu`, or rejects saying why (no WebGPU, no adapter).
     pub fn init() -> Promise {
         future_to_promise(async {

@@ -42,6 +42,8 @@ async function main() {
     summary.matmul_family = JSON.parse(await gpu.matmul_family());
     $('status').textContent = 'running the reductions GPUs run (workgroup tree)';
     summary.workgroup_reductions = JSON.parse(await gpu.workgroup_reductions());
+    $('status').textContent = 'running attention as one kernel (what GPUs run)';
+    summary.fused_attention = JSON.parse(await gpu.fused_attention());
   }
   summary.pipelines = gpu.pipelines();
   summary.done = true;

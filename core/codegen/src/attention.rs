@@ -60,28 +60,43 @@ pub fn key_tile(dk: usize, dv: usize) -> usize {
     tile
 }
 
+/// How the invocations of a workgroup share each key's and value's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeySharing {
+    /// A tile of rows in workgroup memory, loaded by all of them (GPUs).
+    Workgroup,
+    /// Each lane of a subgroup this wide loads one row, and
+    /// `subgroupBroadcast` hands it to the others (CPU adapters, whose
+    /// lanes read an address they share one by one).
+    Subgroup(u32),
+}
+
 /// The kernel for `batch_rank` batch dims, rows of `dk` (queries and keys)
-/// and `dv` (values) elements, scores computed by `scores` (a matmul
-/// epilogue: its accumulator is q·k).
-pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, scores: &Sig) -> String {
-    let (d4, v4, tile) = (dk.div_ceil(4), dv.div_ceil(4), key_tile(dk, dv));
+/// and `dv` (values) elements, keys shared as `keys`, scores computed by
+/// `scores` (a matmul epilogue: its accumulator is q·k).
+pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, keys: KeySharing, scores: &Sig) -> String {
+    let (d4, v4) = (dk.div_ceil(4), dv.div_ceil(4));
     let mut s = String::from(META_DECL);
     s += "@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n";
-    let e = Emitter::new(scores, attention_epilogue_base(batch_rank), false);
+    let e = Emitter::new(scores, attention_epilogue_base(batch_rank), false).with_periodic();
     s += &e.input_decls_needing(1, Needs { exp: true, ..Needs::default() });
-    s += "fn scores(f: u32, acc: f32) -> f32 {\n";
-    let v = e.body(0, "f", "", &mut s);
-    let _ = writeln!(s, "    return {};\n}}", v[0]);
     for (name, buf) in [("q", "in0"), ("k", "in1"), ("v", "in2")] {
         let _ = writeln!(s, "fn load_{name}(e: i32) -> f32 {{ return {}; }}", load_expr(DType::F32, buf, "u32(e)"));
     }
     s += &batch_offsets(batch_rank);
-    let _ = writeln!(s, "var<workgroup> keys: array<vec4<f32>, {}>;", tile * d4);
-    let _ = writeln!(s, "var<workgroup> values: array<vec4<f32>, {}>;", tile * v4);
+    let lane_id = match keys {
+        KeySharing::Workgroup => {
+            let tile = key_tile(dk, dv);
+            let _ = writeln!(s, "var<workgroup> keys: array<vec4<f32>, {}>;", tile * d4);
+            let _ = writeln!(s, "var<workgroup> values: array<vec4<f32>, {}>;", tile * v4);
+            ""
+        }
+        KeySharing::Subgroup(_) => ", @builtin(subgroup_invocation_id) sub: u32",
+    };
     let _ = writeln!(s, "@compute @workgroup_size({QUERIES})");
-    s += "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32,
-        @builtin(num_workgroups) grid: vec3<u32>) {
-    let w = wid.y * grid.x + wid.x;
+    let _ = writeln!(s, "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32,");
+    let _ = writeln!(s, "        @builtin(num_workgroups) grid: vec3<u32>{lane_id}) {{");
+    s += &"    let w = wid.y * grid.x + wid.x;
     // Past the last block (the grid rounds up): uniform per workgroup.
     if (w >= m(12u)) {
         return;
@@ -99,8 +114,8 @@ pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, scores: &Sig) -> 
     let kc = bitcast<i32>(m(7u));
     let vr = bitcast<i32>(m(9u));
     let vc = bitcast<i32>(m(10u));
-";
-    s = s.replace("QUERIES", &format!("{QUERIES}u"));
+"
+    .replace("QUERIES", &format!("{QUERIES}u"));
     for c in 0..d4 {
         let parts: Vec<String> = (0..4).map(|x| element(dk, 4 * c + x, "load_q(q_at + {} * qc)")).collect();
         let _ = writeln!(s, "    let q{c} = vec4<f32>({});", parts.join(", "));
@@ -109,8 +124,26 @@ pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, scores: &Sig) -> 
         let _ = writeln!(s, "    var o{c} = vec4<f32>(0.0);");
     }
     s += "    var top = -3.40282347e38;\n    var total = 0.0;\n";
+    // The scores' leaves are read at indices stepped key by key, with no
+    // division per score.
     s += "    let f_row = (batch * tq + row) * tk;\n";
-    let _ = writeln!(s, "    let tiles = (tk + {}u) / {tile}u;", tile - 1);
+    s += &e.periodic_start("f_row", "1u");
+    s += &match keys {
+        KeySharing::Workgroup => tiles(&e, d4, v4, dk, dv),
+        KeySharing::Subgroup(width) => subgroup_rows(&e, d4, v4, dk, dv, width),
+    };
+    s += "    if (i < tq) {\n";
+    let _ = writeln!(s, "        let at = (batch * tq + i) * {dv}u;");
+    for x in 0..dv {
+        let _ = writeln!(s, "        out[at + {x}u] = o{}.{} / total;", x / 4, ["x", "y", "z", "w"][x % 4]);
+    }
+    s + "    }\n}\n"
+}
+
+/// The walk over the keys a tile at a time, through workgroup memory.
+fn tiles(e: &Emitter, d4: usize, v4: usize, dk: usize, dv: usize) -> String {
+    let tile = key_tile(dk, dv);
+    let mut s = format!("    let tiles = (tk + {}u) / {tile}u;\n", tile - 1);
     s += "    for (var t = 0u; t < tiles; t++) {\n";
     let _ = writeln!(s, "        let key0 = t * {tile}u;");
     s += "        workgroupBarrier();\n";
@@ -120,25 +153,70 @@ pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, scores: &Sig) -> 
     let _ = writeln!(s, "        let here = min({tile}u, tk - key0);");
     s += "        for (var j = 0u; j < here; j++) {\n";
     let dots: Vec<String> = (0..d4).map(|c| format!("dot(q{c}, keys[j * {d4}u + {c}u])")).collect();
-    let _ = writeln!(s, "            let score = scores(f_row + key0 + j, {});", dots.join(" + "));
-    s += "            if (score > top) {\n";
-    s += "                let shrink = kiln_exp_no_overflow(top - score);\n";
-    s += "                total *= shrink;\n";
+    s += &score(e, &dots.join(" + "));
+    let values: Vec<String> = (0..v4).map(|c| format!("values[j * {v4}u + {c}u]")).collect();
+    s += &fold("            ", &values);
+    s += &e.periodic_advance();
+    s + "        }\n    }\n"
+}
+
+/// The walk over the keys a subgroup's width at a time: each lane loads
+/// one key's and value's row, and every lane takes each in turn from it.
+fn subgroup_rows(e: &Emitter, d4: usize, v4: usize, dk: usize, dv: usize, width: u32) -> String {
+    let mut s = format!("    let chunks = (tk + {}u) / {width}u;\n", width - 1);
+    s += "    for (var t = 0u; t < chunks; t++) {\n";
+    let _ = writeln!(s, "        let key0 = t * {width}u;");
+    s += "        let mine = min(key0 + sub, tk - 1u);\n";
+    s += "        let ka = base.y + i32(mine) * kc;\n        let va = base.z + i32(mine) * vr;\n";
+    for c in 0..d4 {
+        let parts: Vec<String> = (0..4).map(|x| element(dk, 4 * c + x, "load_k(ka + {} * kr)")).collect();
+        let _ = writeln!(s, "        let k{c} = vec4<f32>({});", parts.join(", "));
+    }
     for c in 0..v4 {
-        let _ = writeln!(s, "                o{c} *= shrink;");
+        let parts: Vec<String> = (0..4).map(|x| element(dv, 4 * c + x, "load_v(va + {} * vc)")).collect();
+        let _ = writeln!(s, "        let v{c} = vec4<f32>({});", parts.join(", "));
     }
-    s += "                top = score;\n            }\n";
-    s += "            let p = kiln_exp_no_overflow(score - top);\n            total += p;\n";
-    for c in 0..v4 {
-        let _ = writeln!(s, "            o{c} += p * values[j * {v4}u + {c}u];");
+    for j in 0..width {
+        // Broadcasts outside the branch: every lane of the subgroup takes part.
+        let dots: Vec<String> = (0..d4).map(|c| format!("dot(q{c}, subgroupBroadcast(k{c}, {j}u))")).collect();
+        let _ = writeln!(s, "        let dot{j} = {};", dots.join(" + "));
+        let values: Vec<String> = (0..v4).map(|c| format!("subgroupBroadcast(v{c}, {j}u)")).collect();
+        for (c, v) in values.iter().enumerate() {
+            let _ = writeln!(s, "        let v{j}_{c} = {v};");
+        }
+        let _ = writeln!(s, "        if (key0 + {j}u < tk) {{");
+        s += &score(e, &format!("dot{j}"));
+        let names: Vec<String> = (0..v4).map(|c| format!("v{j}_{c}")).collect();
+        s += &fold("            ", &names);
+        s += "        }\n";
+        s += &e.periodic_advance();
     }
-    s += "        }\n    }\n";
-    s += "    if (i < tq) {\n";
-    let _ = writeln!(s, "        let at = (batch * tq + i) * {dv}u;");
-    for x in 0..dv {
-        let _ = writeln!(s, "        out[at + {x}u] = o{}.{} / total;", x / 4, ["x", "y", "z", "w"][x % 4]);
+    s + "    }\n"
+}
+
+/// `let score = ...`: the scores' epilogue of `dot` (q·k) at the current
+/// key, in a block of its own (the body's names are not unique).
+fn score(e: &Emitter, dot: &str) -> String {
+    let mut s = format!("            let acc = {dot};\n");
+    let v = e.body(0, "0u", "", &mut s);
+    s + &format!("            let score = {};\n", v[0])
+}
+
+/// One key folded into the online softmax: `score`, its value row's vec4s
+/// `values`.
+fn fold(indent: &str, values: &[String]) -> String {
+    let mut s = format!("{indent}if (score > top) {{\n");
+    let _ = writeln!(s, "{indent}    let shrink = kiln_exp_no_overflow(top - score);");
+    let _ = writeln!(s, "{indent}    total *= shrink;");
+    for c in 0..values.len() {
+        let _ = writeln!(s, "{indent}    o{c} *= shrink;");
     }
-    s + "    }\n}\n"
+    let _ = writeln!(s, "{indent}    top = score;\n{indent}}}");
+    let _ = writeln!(s, "{indent}let p = kiln_exp_no_overflow(score - top);\n{indent}total += p;");
+    for (c, v) in values.iter().enumerate() {
+        let _ = writeln!(s, "{indent}o{c} += p * {v};");
+    }
+    s
 }
 
 /// Element `x` of a row of `len` read by `load` (its `{}` the element's

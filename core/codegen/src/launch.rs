@@ -13,6 +13,7 @@ pub use bind::{Binder, BoundLaunch, bind};
 pub use matmul::{MatmulLaunch, MatmulOperands, matmul};
 pub use quant::quant_matmul;
 
+use crate::attention::KeySharing;
 use crate::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
 use crate::matmul::MatmulConfig;
 use crate::reduce::{Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, reduce_shape, runs_len, whole_spans};
@@ -39,12 +40,41 @@ pub struct Variants {
     /// Whether vec4 matmuls read B from column panels where they can;
     /// `None`: by B's size on CPU adapters.
     pub matmul_panels: Option<bool>,
-    /// Whether `softmax(scores) @ v` runs as one attention kernel: on GPUs,
-    /// where its tiles in workgroup memory pay off. CPU adapters read a
-    /// value every invocation shares lane by lane: on lavapipe the kernel
-    /// ran 3–5× slower than the scores, softmax and product as three
-    /// kernels (docs/BENCHMARKS.md, 'What was tried' (gpt)).
-    pub fused_attention: bool,
+    /// How `softmax(scores) @ v` runs ([`AttentionPlan::of`]).
+    pub attention: AttentionPlan,
+}
+
+/// How `softmax(scores) @ v` runs: as one attention kernel
+/// ([`crate::attention`]) sharing keys one way, or apart (the scores, the
+/// softmax and the product).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionPlan {
+    Apart,
+    OneKernel(KeySharing),
+}
+
+impl AttentionPlan {
+    /// GPUs share key tiles through workgroup memory. CPU adapters read a
+    /// value every invocation shares lane by lane, so the tiles ran 3–5×
+    /// slower on lavapipe than three kernels; they share keys by subgroup
+    /// broadcasts where the width is fixed (docs/BENCHMARKS.md, 'What was
+    /// tried' (gpt)).
+    pub fn of(caps: &Caps) -> AttentionPlan {
+        match (caps.cpu, caps.subgroup_size) {
+            (false, _) if caps.workgroup_memory => AttentionPlan::OneKernel(KeySharing::Workgroup),
+            (true, Some(width)) if caps.subgroups => AttentionPlan::OneKernel(KeySharing::Subgroup(width)),
+            _ => AttentionPlan::Apart,
+        }
+    }
+
+    /// Whether a device with `caps` can run this plan.
+    pub fn possible(self, caps: &Caps) -> bool {
+        match self {
+            AttentionPlan::Apart => true,
+            AttentionPlan::OneKernel(KeySharing::Workgroup) => caps.workgroup_memory,
+            AttentionPlan::OneKernel(KeySharing::Subgroup(_)) => caps.subgroups,
+        }
+    }
 }
 
 impl Variants {
@@ -54,7 +84,7 @@ impl Variants {
             subgroup_width: caps.subgroup_size,
             workgroup_reductions: !caps.cpu && caps.workgroup_memory,
             matmul_panels: None,
-            fused_attention: !caps.cpu && caps.workgroup_memory,
+            attention: AttentionPlan::of(caps),
         }
     }
 }

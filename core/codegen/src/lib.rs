@@ -309,6 +309,7 @@ pub enum KernelKey {
         batch_rank: usize,
         dk: u32,
         dv: u32,
+        keys: attention::KeySharing,
         scores: Sig,
     },
     /// The integer-weight product ([`quant_matmul`]).
@@ -377,8 +378,8 @@ impl KernelKey {
             KernelKey::Matmul { dtype, batch_rank, epilogue, config } => {
                 matmul::matmul_kernel(config, *dtype, *batch_rank, epilogue.as_ref())
             }
-            KernelKey::Attention { batch_rank, dk, dv, scores } => {
-                attention::attention_wgsl(*batch_rank, *dk as usize, *dv as usize, scores)
+            KernelKey::Attention { batch_rank, dk, dv, keys, scores } => {
+                attention::attention_wgsl(*batch_rank, *dk as usize, *dv as usize, *keys, scores)
             }
             KernelKey::OperandTexture { vec4, dtype } => operand_textures::pack_wgsl(*vec4, *dtype),
             KernelKey::QuantMatmul { bits, rows_per, cooperative } => {
@@ -417,7 +418,13 @@ impl KernelKey {
             }
             KernelKey::Row { sig, layout, vec4, .. } => ("row", Some(sig), layout.suffix(*vec4)),
             KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),
-            KernelKey::Attention { scores, .. } => ("attention", Some(scores), ""),
+            KernelKey::Attention { scores, keys, .. } => {
+                let suffix = match keys {
+                    attention::KeySharing::Workgroup => "_tiles",
+                    attention::KeySharing::Subgroup(_) => "_subgroup",
+                };
+                ("attention", Some(scores), suffix)
+            }
             KernelKey::OperandTexture { vec4, dtype } => {
                 let suffix = match (dtype, vec4) {
                     (DType::F16, true) => "_f16_vec4",

@@ -5,7 +5,7 @@
 use crate::Caps;
 use crate::META_WORDS;
 use crate::fused::ROW_MAX_LEN;
-use crate::launch::{AttentionOperands, Variants};
+use crate::launch::{AttentionOperands, AttentionPlan, Variants};
 use crate::reduce::matmul_epilogue_base;
 use crate::row_stream::{ROW_STREAM_LANES, ROW_STREAM_MAX_LEN};
 use kiln_sched::schedule::{Item, Target};
@@ -54,5 +54,6 @@ impl Target for Caps {
 /// [`Target::runs_attention`] for a device with `caps` running `variants`.
 pub fn runs_attention(caps: &Caps, variants: &Variants, item: &Item) -> bool {
     let Item::Attention { q, kt, v, scores, shape, args, .. } = item else { return false };
-    variants.fused_attention && AttentionOperands { q, kt, v, shape }.runs_on(caps, scores, args.buffers.len())
+    let AttentionPlan::OneKernel(keys) = variants.attention else { return false };
+    AttentionOperands { q, kt, v, shape }.runs_on(caps, keys, scores, args.buffers.len())
 }

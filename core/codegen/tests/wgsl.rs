@@ -2,6 +2,7 @@
 //! passes naga validation and translates to SPIR-V, MSL, HLSL and GLSL
 //! (checked with spirv-val where installed). Runs without a GPU.
 
+use kiln_codegen::attention::KeySharing;
 use kiln_codegen::fused::{Combine, RowLanes, Walk};
 use kiln_codegen::matmul::MatmulConfig;
 use kiln_codegen::reduce::{Monoid, ReducePass, Runs};
@@ -385,7 +386,8 @@ fn catalog() -> Vec<String> {
     {
         out.push(KernelKey::QuantMatmul { bits, rows_per, cooperative }.wgsl());
     }
-    // The attention kernel: bare scores, and scores scaled and masked by a
+    // The attention kernel, keys shared through workgroup memory or
+    // subgroups: bare scores, and scores scaled and masked by a
     // strided bool leaf (buffer 3, after q, kt and v), for rows a multiple
     // of 4 and not, the widest, and batch ranks 0 to 3.
     for (batch_rank, dk, dv) in [(0, 16, 12), (1, 6, 5), (2, 32, 32), (3, 128, 128), (2, 1, 3)] {
@@ -407,7 +409,9 @@ fn catalog() -> Vec<String> {
             roots: vec![5],
         };
         for scores in [bare, masked] {
-            out.push(KernelKey::Attention { batch_rank, dk, dv, scores }.wgsl());
+            for keys in [KeySharing::Workgroup, KeySharing::Subgroup(4), KeySharing::Subgroup(32)] {
+                out.push(KernelKey::Attention { batch_rank, dk, dv, keys, scores: scores.clone() }.wgsl());
+            }
         }
     }
     // Every member of the matmul family and the twins a texture member

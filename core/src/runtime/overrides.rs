@@ -4,7 +4,8 @@
 //! are not part of the API a program uses.
 
 use crate::codegen::Caps;
-use crate::codegen::launch::Variants;
+use crate::codegen::attention::KeySharing;
+use crate::codegen::launch::{AttentionPlan, Variants};
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 /// A subgroup width that stands for "no fixed width".
@@ -20,8 +21,28 @@ pub(super) struct Overrides {
     workgroup_reductions: AtomicU8,
     /// 1 off, 2 on.
     matmul_panels: AtomicU8,
-    /// 1 off, 2 on.
-    fused_attention: AtomicU8,
+    /// [`plan_code`] of the pinned attention plan.
+    attention: AtomicU32,
+}
+
+/// An attention plan as a nonzero word: 1 apart, 2 workgroup tiles, 3 + w
+/// subgroups `w` wide.
+#[cfg(feature = "testing")]
+fn plan_code(plan: AttentionPlan) -> u32 {
+    match plan {
+        AttentionPlan::Apart => 1,
+        AttentionPlan::OneKernel(KeySharing::Workgroup) => 2,
+        AttentionPlan::OneKernel(KeySharing::Subgroup(width)) => 3 + width,
+    }
+}
+
+fn read_plan(code: u32) -> Option<AttentionPlan> {
+    match code {
+        0 => None,
+        1 => Some(AttentionPlan::Apart),
+        2 => Some(AttentionPlan::OneKernel(KeySharing::Workgroup)),
+        w => Some(AttentionPlan::OneKernel(KeySharing::Subgroup(w - 3))),
+    }
 }
 
 #[cfg(feature = "testing")]
@@ -47,14 +68,10 @@ impl Overrides {
         };
         let workgroup_reductions = read_tristate(&self.workgroup_reductions)
             .map_or(own.workgroup_reductions, |on| on && caps.workgroup_memory);
-        let fused_attention =
-            read_tristate(&self.fused_attention).map_or(own.fused_attention, |on| on && caps.workgroup_memory);
-        Variants {
-            subgroup_width,
-            workgroup_reductions,
-            matmul_panels: read_tristate(&self.matmul_panels),
-            fused_attention,
-        }
+        let attention = read_plan(self.attention.load(Ordering::Relaxed))
+            .filter(|plan| plan.possible(caps))
+            .unwrap_or(own.attention);
+        Variants { subgroup_width, workgroup_reductions, matmul_panels: read_tristate(&self.matmul_panels), attention }
     }
 }
 
@@ -79,11 +96,11 @@ pub trait TestHooks {
     /// wherever its shape allows (`Some(true)`), never (`Some(false)`), or
     /// on CPU adapters for large B (`None`, the default).
     fn set_matmul_panels(&self, on: Option<bool>);
-    /// Run `softmax(scores) @ v` as one attention kernel (`Some(true)`,
-    /// what GPUs run) or as the scores, softmax and product apart
-    /// (`Some(false)`, what CPU adapters run); `None`: by device type.
-    /// Ignored where the device has no workgroup memory.
-    fn set_fused_attention(&self, on: Option<bool>);
+    /// Run `softmax(scores) @ v` as `plan` says (one kernel sharing keys
+    /// through workgroup memory, as GPUs do, or through subgroups, as CPU
+    /// adapters do; or apart); `None`: by device type. Ignored where the
+    /// device cannot (no workgroup memory, no subgroups).
+    fn set_attention(&self, plan: Option<AttentionPlan>);
 }
 
 #[cfg(feature = "testing")]
@@ -112,9 +129,9 @@ impl TestHooks for super::Device {
         }
     }
 
-    fn set_fused_attention(&self, on: Option<bool>) {
+    fn set_attention(&self, plan: Option<AttentionPlan>) {
         if let Some(o) = self.overrides() {
-            o.fused_attention.store(tristate(on), Ordering::Relaxed);
+            o.attention.store(plan.map_or(0, plan_code), Ordering::Relaxed);
         }
     }
 }

@@ -1,13 +1,19 @@
 //! An attention item's launch ([`crate::attention`]): its kernel key, meta
 //! block and grid, and whether a device runs it at all.
 
-use super::{Launch, fused_meta, grid};
-use crate::attention::{MAX_HEAD_DIM, MAX_LOOP, QUERIES, attention_meta_fits, key_tile};
+use super::{AttentionPlan, Launch, Variants, fused_meta, grid};
+use crate::attention::{KeySharing, MAX_HEAD_DIM, MAX_LOOP, QUERIES, attention_meta_fits, key_tile};
 use crate::{Caps, KernelKey, Meta};
-use kiln_ir::error::Result;
+use kiln_ir::error::{KilnError, Result};
 use kiln_ir::shape::{Layout, numel};
 use kiln_sched::lower::{Args, Sig};
 use kiln_sched::schedule::Target;
+
+/// Fewest queries the kernel takes: fewer (a cached decoding step has one)
+/// would leave most of each workgroup idle while one invocation walks
+/// every key. KV-cache generation on lavapipe ran at 38 characters/s
+/// through the kernel, 59 apart.
+const MIN_QUERIES: usize = 16;
 
 /// An attention item's operands and output shape (`[batch.., tq, dv]`).
 pub struct AttentionOperands<'a> {
@@ -33,20 +39,22 @@ impl AttentionOperands<'_> {
         numel(self.batch()) * tq.div_ceil(QUERIES as usize)
     }
 
-    /// Whether a device with `caps` runs the kernel: workgroup memory, rows
+    /// Whether a device with `caps` runs the kernel: enough queries, a way to
+    /// share keys, rows
     /// that fit in registers, loops within Mesa's bound, a score's flat
     /// index within a u32, the meta block, and `bindings` inputs beside the
     /// output.
-    pub fn runs_on(&self, caps: &Caps, scores: &Sig, bindings: usize) -> bool {
+    pub fn runs_on(&self, caps: &Caps, keys: KeySharing, scores: &Sig, bindings: usize) -> bool {
         let (tq, tk, dk, dv) = self.dims();
         let scores_len = numel(self.batch()) * tq * tk;
         let grid_fits = self.workgroups().div_ceil(caps.max_workgroups_per_dimension as usize)
             <= caps.max_workgroups_per_dimension as usize;
-        caps.workgroup_memory
+        AttentionPlan::OneKernel(keys).possible(caps)
+            && tq >= MIN_QUERIES
             && (1..=MAX_HEAD_DIM).contains(&dk)
             && (1..=MAX_HEAD_DIM).contains(&dv)
             && tk > 0
-            && tk.div_ceil(key_tile(dk, dv)) <= MAX_LOOP
+            && tk.div_ceil(keys_per_trip(keys, dk, dv)) <= MAX_LOOP
             && scores_len <= u32::MAX as usize
             && grid_fits
             && attention_meta_fits(self.batch().len(), scores)
@@ -54,9 +62,19 @@ impl AttentionOperands<'_> {
     }
 }
 
-/// The launch computing the item; `None` when its output is empty.
+/// Keys the kernel's loop takes per trip.
+fn keys_per_trip(keys: KeySharing, dk: usize, dv: usize) -> usize {
+    match keys {
+        KeySharing::Workgroup => key_tile(dk, dv),
+        KeySharing::Subgroup(width) => width as usize,
+    }
+}
+
+/// The launch computing the item, sharing keys as `variants` say; `None`
+/// when its output is empty.
 pub fn attention(
     caps: &Caps,
+    variants: &Variants,
     op: &'static str,
     operands: &AttentionOperands,
     scores: &Sig,
@@ -84,6 +102,13 @@ pub fn attention(
     let mut scores_shape = operands.batch().to_vec();
     scores_shape.extend([tq, tk]);
     fused_meta(&mut meta, scores, args, &scores_shape);
-    let key = KernelKey::Attention { batch_rank: r - 2, dk: dk as u32, dv: dv as u32, scores: scores.clone() };
+    let AttentionPlan::OneKernel(keys) = variants.attention else {
+        return Err(KilnError::Invalid {
+            op,
+            detail: "an attention item on a device that runs attention apart".into(),
+        });
+    };
+    let (dk, dv) = (dk as u32, dv as u32);
+    let key = KernelKey::Attention { batch_rank: r - 2, dk, dv, keys, scores: scores.clone() };
     Ok(Some(Launch { key, meta, groups: grid(caps, op, operands.workgroups())?, elements: numel(operands.shape) }))
 }

@@ -111,7 +111,7 @@ pub fn bind<B: Binder>(
             bound
         }
         Item::Attention { q, kt, v, scores, shape, out, args } => {
-            let launch = attention(caps, op, &AttentionOperands { q, kt, v, shape }, scores, args)?;
+            let launch = attention(caps, variants, op, &AttentionOperands { q, kt, v, shape }, scores, args)?;
             let out: Vec<(DType, Arc<dyn DeviceBuffer>)> = vec![(DType::F32, out.clone())];
             written_then_read(binder, launch, &out, &args.buffers)
         }
