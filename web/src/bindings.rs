@@ -22,6 +22,12 @@ fn quote(s: &str) -> String {
     serde_json::Value::from(s).to_string()
 }
 
+/// A check's failures as `{"failures": [what]}`.
+fn failures_json(failures: &[String]) -> JsValue {
+    let list = failures.iter().map(|s| quote(s)).collect::<Vec<_>>().join(",");
+    format!("{{\"failures\":[{list}]}}").into()
+}
+
 /// A kiln device on the browser's WebGPU adapter, opened with the adapter's
 /// own limits (kiln checks every buffer against them).
 #[wasm_bindgen]
@@ -59,20 +65,19 @@ impl Gpu {
         let device = self.device.clone();
         future_to_promise(async move {
             let failures = kiln_conformance::workgroup_reductions::check(&device).await.map_err(js_err)?;
-            let list = failures.iter().map(|s| quote(s)).collect::<Vec<_>>().join(",");
-            Ok(format!("{{\"failures\":[{list}]}}").into())
+            Ok(failures_json(&failures))
         })
     }
 
-    /// Attention as one kernel (what GPUs run), forced on this device and
-    /// checked against the CPU reference (`kiln_conformance::fused_attention`),
-    /// so that Dawn compiles and runs it too. Resolves to `{"failures": [what]}`.
+    /// Attention as one kernel, forced on this device in each way of
+    /// sharing keys it has and checked against the CPU reference
+    /// (`kiln_conformance::fused_attention`), so that Dawn compiles and
+    /// runs it too. Resolves to `{"failures": [what]}`.
     pub fn fused_attention(&self) -> Promise {
         let device = self.device.clone();
         future_to_promise(async move {
             let failures = kiln_conformance::fused_attention::check(&device).await.map_err(js_err)?;
-            let list = failures.iter().map(|s| quote(s)).collect::<Vec<_>>().join(",");
-            Ok(format!("{{\"failures\":[{list}]}}").into())
+            Ok(failures_json(&failures))
         })
     }
 
