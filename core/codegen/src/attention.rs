@@ -123,8 +123,8 @@ pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, keys: KeySharing,
     for c in 0..v4 {
         let _ = writeln!(s, "    var o{c} = vec4<f32>(0.0);");
     }
-    // The lowest finite f32 by its bits: Tint rejects the decimal literal.
-    s += "    var top = bitcast<f32>(0xff7fffffu);\n    var total = 0.0;\n";
+    // The lowest finite f32 by its bits (Tint rejects the decimal literal).
+    s += "    var top = f32_bits(0xff7fffffu);\n    var total = 0.0;\n";
     // The scores' leaves are read at indices stepped key by key, with no
     // division per score.
     s += "    let f_row = (batch * tq + row) * tk;\n";
