@@ -50,7 +50,8 @@ pub fn attention_meta_fits(batch_rank: usize, scores: &Sig) -> bool {
 }
 
 /// Keys per tile for rows of `dk` (keys) and `dv` (values) elements: the
-/// most, up to [`MAX_TILE`], whose tiles fit in [`WORKGROUP_BYTES`].
+/// most, up to 64, whose tiles fit in the 16 KiB of workgroup memory
+/// WebGPU guarantees.
 pub fn key_tile(dk: usize, dv: usize) -> usize {
     let per_key = 16 * (dk.div_ceil(4) + dv.div_ceil(4));
     let mut tile = MAX_TILE;
