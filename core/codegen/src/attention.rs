@@ -2,10 +2,11 @@
 //! with `scores = epilogue(q @ kt)`, never storing the scores (flash
 //! attention, Dao et al. 2022). A workgroup takes [`QUERIES`] queries of
 //! one batch entry, an invocation each, with its query and its output row
-//! in registers. It walks the keys a tile at a time: the tile's keys and
-//! values are loaded once into workgroup memory for all its queries, then
-//! each invocation folds them into an online softmax (a running maximum,
-//! whose rise rescales the running sum and output).
+//! in registers. It walks the keys a few at a time, shared among its
+//! invocations ([`KeySharing`]: a tile in workgroup memory, or each lane
+//! of a subgroup loading one row for the others), and each invocation
+//! folds them into an online softmax (a running maximum, whose rise
+//! rescales the running sum and output).
 //!
 //! Meta: 0 tq, 1 tk, 2..4 q's offset and row and column strides, 5..7
 //! kt's, 8..10 v's, 11 query blocks per batch entry, 12 workgroups, then
