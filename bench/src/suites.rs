@@ -7,7 +7,7 @@ use crate::ceilings::Ceilings;
 use crate::measure::{Paired, Record, Reps, time, time_paired};
 use kiln::core::codegen::matmul::{MatmulConfig, ShapeClass};
 use kiln::prelude::*;
-use kiln_mnist::per_example::per_example_grads;
+use kiln_mnist::per_example::{clipped_mean, per_example_grads};
 use kiln_mnist::{Config, ModelKind, Trainer};
 use kiln_nn::Sequential;
 use kiln_nn::data::Mnist;
@@ -250,6 +250,14 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
     if cx.wants("sum 16M f32") {
         out(cx.memory("sum 16M f32", &[n], 4.0, |x| x.sum(&[], false))?);
     }
+    // Over columns: a gradient's sum over a batch, and over a long one.
+    for (bench, shape) in
+        [("sum [64,262144] over axis 0", [64, 1 << 18]), ("sum [16384,1024] over axis 0", [1 << 14, 1024])]
+    {
+        if cx.wants(bench) {
+            out(cx.memory(bench, &shape, 4.0, |x| x.sum(&[0], false))?);
+        }
+    }
     // 4 bytes read and 2 written per element.
     for dtype in [DType::F16, DType::BF16] {
         let bench = format!("cast 16M f32 → {dtype}");
@@ -432,10 +440,13 @@ fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
 
 /// Per-example gradients of the demo's MLP for a batch of 64: `vmap(grad)`
 /// against a loop of 64 `grad` calls (realized together: one submit, as
-/// the vmap's), with one ordinary batched gradient for scale in the note.
+/// the vmap's), with one ordinary batched gradient for scale in the note;
+/// and DP-SGD's clipped mean of them (`kiln_mnist::per_example`), where
+/// the per-example gradients need not reach memory.
 fn per_example(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
     let (vmapped, looped) = ("per-example grads (vmap)", "per-example grads (loop)");
-    if !cx.wants(vmapped) && !cx.wants(looped) {
+    let clipped = "per-example clipped mean (vmap)";
+    if !cx.wants(vmapped) && !cx.wants(looped) && !cx.wants(clipped) {
         return Ok(());
     }
     let batch = 64;
@@ -450,8 +461,21 @@ fn per_example(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         wait(&ts[0])
     };
     let loss = |m: &Sequential, x: &Tensor, y: &Tensor| cross_entropy(&m.forward(x)?, y);
+    if cx.wants(clipped) {
+        let mut step = || {
+            let (mean, norms) = clipped_mean(&per_example_grads(&model, &x, &y)?, 1.0)?;
+            realize(mean.leaves().into_iter().chain([norms]).collect())
+        };
+        let t = time(cx.reps, &mut step)?;
+        cx.print_profile(&mut step)?;
+        out(Record::duration(clipped, cx.adapter, t, 1e3, "ms").note("norms and the clipped mean, one submit"));
+    }
+    if !cx.wants(vmapped) && !cx.wants(looped) {
+        return Ok(());
+    }
     let batched = time(cx.reps, || realize(kiln::grad(|m: &Sequential| loss(m, &x, &y))(&model)?.leaves()))?;
     let v = time(cx.reps, || realize(per_example_grads(&model, &x, &y)?.leaves()))?;
+    cx.print_profile(&mut || realize(per_example_grads(&model, &x, &y)?.leaves()))?;
     let each = || {
         let mut all = Vec::new();
         for i in 0..batch {

@@ -337,13 +337,18 @@ fn reductions(s: &mut Suite) {
         let (lo, hi) = if name == "prod" { (0.9, 1.1) } else { (-1.0, 1.0) };
         let is_arg = name.starts_with("arg");
         let tol = if is_arg { Tol::EXACT } else { Tol { abs: 1e-5, rel: 1e-5 } };
-        let cases: [(&str, Vec<usize>, Vec<isize>, bool); 6] = [
+        // Reductions over leading or middle axes run over columns: a row
+        // or four at a time, in one chunk or many.
+        let cases: [(&str, Vec<usize>, Vec<isize>, bool); 9] = [
             ("[7, 1023] over axis -1", vec![7, 1023], vec![-1], false),
             ("[7, 1023] over axis 0, keepdim", vec![7, 1023], vec![0], true),
             ("[4097] over all", vec![4097], vec![], false),
             ("[3, 5, 7, 9] over axes (0, 2), keepdim", vec![3, 5, 7, 9], vec![0, 2], true),
             ("[1] over all", vec![1], vec![], false),
             ("[65, 4097] over axis 1", vec![65, 4097], vec![1], false),
+            ("[2048, 64] over axis 0", vec![2048, 64], vec![0], false),
+            ("[131072, 6] over axis 0", vec![131072, 6], vec![0], false),
+            ("[16, 3, 4096] over axis 1", vec![16, 3, 4096], vec![1], false),
         ];
         for (detail, shape, axes, keepdim) in cases {
             if is_arg && axes.len() > 1 {
@@ -388,11 +393,19 @@ fn reductions(s: &mut Suite) {
                 let hi = if name == "prod" { 1.0 } else { 3.0 };
                 apply(&input(d, 53, &[7, 1023], DType::I32, -1.0, hi)?, &[-1], false)
             });
+            // Ties across a column's chunks: arg reductions keep the first.
+            s.add(name, "i32 [2048, 64] with ties over axis 0", Tol::EXACT, move |d| {
+                let hi = if name == "prod" { 1.0 } else { 3.0 };
+                apply(&input(d, 58, &[2048, 64], DType::I32, -1.0, hi)?, &[0], false)
+            });
         }
         for dtype in [DType::F16, DType::BF16] {
             let tol = if is_arg { Tol::EXACT } else { Tol { abs: 2e-2, rel: Tol::storage(dtype).rel } };
             s.add(name, format!("{dtype} [7, 1023] over axis -1"), tol, move |d| {
                 apply(&input(d, 54, &[7, 1023], dtype, lo, hi)?, &[-1], false)
+            });
+            s.add(name, format!("{dtype} [1023, 8] over axis 0"), tol, move |d| {
+                apply(&input(d, 54, &[1023, 8], dtype, lo, hi)?, &[0], false)
             });
         }
     }

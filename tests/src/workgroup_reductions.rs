@@ -9,14 +9,18 @@ use kiln::prelude::*;
 
 /// The outputs: 2^24 elements (the size that shows Mesa's 65,535-iteration
 /// loop limit), rows of an odd length (one input large enough for the
-/// streaming first pass), and small integers with many ties for the arg
-/// reductions; integer-weight products of one row and of a row block.
+/// streaming first pass), small integers with many ties for the arg
+/// reductions, and long columns; integer-weight products of one row and of
+/// a row block.
 /// Sums are listed in [`SUMS`].
 async fn outputs(dev: &Device) -> Result<Vec<Vec<f32>>> {
     let big = crate::rng::tensor(dev, &[1 << 24], 71, -1.0, 1.0);
     let rows = crate::rng::tensor(dev, &[3, 70001], 72, -2.0, 2.0);
     let ties = crate::rng::tensor(dev, &[5, 40000], 73, 0.0, 7.0).floor()?;
     let long = crate::rng::tensor(dev, &[5, 250001], 74, -1.0, 1.0);
+    // Long columns, split into chunks whose partials the tree combines.
+    let tall = crate::rng::tensor(dev, &[40000, 8], 81, -1.0, 1.0);
+    let tall_ties = crate::rng::tensor(dev, &[40000, 6], 82, 0.0, 7.0).floor()?;
     let mut ys = vec![
         big.sum(&[], false)?,
         big.max(&[], false)?,
@@ -28,6 +32,8 @@ async fn outputs(dev: &Device) -> Result<Vec<Vec<f32>>> {
         ties.argmin(Some(-1), false)?.cast(DType::F32)?,
         ties.argmax(None, false)?.cast(DType::F32)?,
         long.sum(&[-1], false)?,
+        tall.sum(&[0], false)?,
+        tall_ties.argmax(Some(0), false)?.cast(DType::F32)?,
     ];
     for (i, format) in [QuantFormat::INT8, QuantFormat::int4(32)].into_iter().enumerate() {
         let (codes, scales) = format.shapes("quant_matmul", 33, 1024)?;
@@ -47,7 +53,7 @@ async fn outputs(dev: &Device) -> Result<Vec<Vec<f32>>> {
 
 /// Outputs that sum many terms, in another order than the reference's:
 /// within 2e-4 of the largest result; the others must match exactly.
-const SUMS: [usize; 9] = [0, 2, 4, 5, 9, 10, 11, 12, 13];
+const SUMS: [usize; 10] = [0, 2, 4, 5, 9, 10, 12, 13, 14, 15];
 
 /// Run the outputs twice on `dev` with the workgroup tree forced on; the
 /// failures (off the reference, bits that differ between the runs, no

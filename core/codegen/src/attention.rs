@@ -28,10 +28,6 @@ pub const MAX_HEAD_DIM: usize = 128;
 const WORKGROUP_BYTES: usize = 16384;
 /// Most keys per tile.
 const MAX_TILE: usize = 64;
-/// Longest loop the kernel may run: Mesa ends a shader loop after 65,535
-/// iterations.
-pub const MAX_LOOP: usize = 65_535;
-
 /// Meta word where the batch shape starts.
 const BATCH_BASE: usize = 13;
 

@@ -18,7 +18,7 @@ use crate::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vecto
 use crate::matmul::MatmulConfig;
 use crate::reduce::{Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, reduce_shape, runs_len, whole_spans};
 use crate::row_stream::stream_lanes;
-use crate::{Caps, KernelKey, META_WORDS, Meta, RowLayout, WG};
+use crate::{Caps, KernelKey, MAX_LOOP, META_WORDS, Meta, RowLayout, WG};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::ReduceOp;
@@ -354,7 +354,12 @@ pub fn reduce(
     let len = numel(view_shape) / rows;
     let value_dtype = partials_dtype(&sig);
     let plain = matches!(monoid, Monoid::Reduce(_)) && vectorizable(&sig);
-    let runs = if plain && len.is_multiple_of(VEC) && aligned4(&sig, args, false) {
+    let columns = column_view(&sig, args, view_shape, rows);
+    let runs = if let Some((sig, args, _)) = &columns {
+        // Four neighbouring rows at a time where they split into vec4s.
+        let vec4 = plain && rows.is_multiple_of(VEC) && aligned4(sig, args, false);
+        if vec4 { Runs::Vec4 } else { Runs::Scalar }
+    } else if plain && len.is_multiple_of(VEC) && aligned4(&sig, args, false) {
         Runs::Vec4
     } else if plain && len >= VEC && aligned4(&sig, args, true) {
         Runs::Straddling
@@ -362,8 +367,15 @@ pub fn reduce(
         Runs::Scalar
     };
     // A straddling run may hold two rows' elements: no shared statistic.
-    let row_leaves = runs == Runs::Vec4 && row_constant_leaves(&sig, args, len);
+    let row_leaves = columns.is_none() && runs == Runs::Vec4 && row_constant_leaves(&sig, args, len);
     let mut len = runs_len(runs, len);
+    // What the first pass reads: the fused input over rows, or over columns.
+    let (sig, column_args, first_shape) = match columns {
+        Some((sig, args, shape)) => (sig, Some(args), shape),
+        None => (sig, None, view_shape.to_vec()),
+    };
+    let columns = column_args.is_some();
+    let first_args = column_args.as_ref().unwrap_or(args);
     let mut prologue = Some(sig);
     let mut passes = Vec::new();
     loop {
@@ -378,27 +390,36 @@ pub fn reduce(
         };
         let step = if runs == Runs::Scalar { 1 } else { VEC };
         let streams = first && matches!(monoid, Monoid::Reduce(_)) && rows * len >= REDUCE_STREAM_MIN;
-        let (per_thread, _) = reduce_shape(monoid, streams, workgroup);
-        let groups = len.div_ceil(per_thread * step);
-        // Partials this pass leaves per row: one per invocation, or one
-        // per workgroup of REDUCE_WG invocations.
-        let partials = if workgroup { groups.div_ceil(REDUCE_WG) } else { groups };
-        let workgroups = if workgroup { rows * partials } else { (rows * groups).div_ceil(REDUCE_WG) };
+        let (pass, groups, partials, workgroups) = if first && columns {
+            // One invocation per chunk of a row (or of 4 neighbouring
+            // rows), leaving a partial per row.
+            let chunks = column_chunks(rows / step, len, rows * len, workgroup);
+            (ReducePass::over_columns(runs), chunks, chunks, (rows / step * chunks).div_ceil(REDUCE_WG))
+        } else {
+            let (per_thread, _) = reduce_shape(monoid, streams, workgroup);
+            let groups = len.div_ceil(per_thread * step);
+            // Partials this pass leaves per row: one per invocation, or one
+            // per workgroup of REDUCE_WG invocations.
+            let partials = if workgroup { groups.div_ceil(REDUCE_WG) } else { groups };
+            let workgroups = if workgroup { rows * partials } else { (rows * groups).div_ceil(REDUCE_WG) };
+            let pass = ReducePass {
+                runs,
+                workgroup,
+                streams,
+                row_leaves: row_leaves && first,
+                whole: whole_spans(monoid, streams, workgroup, len, step),
+                one_row: rows == 1,
+                columns: false,
+            };
+            (pass, groups, partials, workgroups)
+        };
         let groups_grid = grid(caps, op, workgroups)?;
         let mut meta = Meta::default();
         meta.u(rows).u(len).u(groups).u(groups_grid[0] as usize * REDUCE_WG);
         let prologue_sig = prologue.take();
         if let Some(sig) = &prologue_sig {
-            fused_meta(&mut meta, sig, args, view_shape);
+            fused_meta(&mut meta, sig, first_args, &first_shape);
         }
-        let pass = ReducePass {
-            runs,
-            workgroup,
-            streams,
-            row_leaves: row_leaves && first,
-            whole: whole_spans(monoid, streams, workgroup, len, step),
-            one_row: rows == 1,
-        };
         let key = KernelKey::Reduce { monoid, prologue: prologue_sig, partials: value_dtype, pass };
         passes.push(ReducePassLaunch {
             launch: Launch { key, meta, groups: groups_grid, elements: rows * len },
@@ -409,6 +430,82 @@ pub fn reduce(
         }
         len = partials;
     }
+}
+
+/// A reduction over `[rows, len]` (`view_shape`: kept axes, then reduced
+/// ones) that reads its rows across memory (some leaf steps by one element
+/// from row to row, and none along a row), seen as `[reduced.., kept..]`:
+/// its signature, args and shape for a first pass over columns
+/// ([`ReducePass::columns`]), in which consecutive flat indices are
+/// neighbouring rows. None for a reduction along rows.
+fn column_view(sig: &Sig, args: &Args, view_shape: &[usize], rows: usize) -> Option<(Sig, Args, Vec<usize>)> {
+    let kept = (0..=view_shape.len()).find(|&k| numel(&view_shape[..k]) == rows)?;
+    let innermost = |axes: std::ops::Range<usize>| axes.rev().find(|&d| view_shape[d] > 1);
+    let (row_axis, element_axis) = (innermost(0..kept)?, innermost(kept..view_shape.len())?);
+    let mut across = false;
+    for (leaf, l) in sig.leaves.iter().zip(&args.layouts) {
+        match leaf.access {
+            Access::Contiguous => return None,
+            Access::Strided if l.strides[element_axis].abs() == 1 => return None,
+            Access::Strided => across |= l.strides[row_axis].abs() == 1,
+            Access::Mod | Access::Div => {}
+        }
+    }
+    if !across {
+        return None;
+    }
+    let perm: Vec<usize> = (kept..view_shape.len()).chain(0..kept).collect();
+    let (mut sig, mut args) = (sig.clone(), args.clone());
+    args.layouts.iter_mut().for_each(|l| *l = l.permute(&perm));
+    for body in &mut sig.bodies {
+        for (op, _) in &mut body.ops {
+            if let Op::Gather { axis, .. } = op {
+                *axis = perm.iter().position(|&p| p == *axis).expect("a permutation");
+            }
+        }
+    }
+    // A gather's source stays strided (it is read through coordinates).
+    let gathered: Vec<usize> = gather_sources(&sig).collect();
+    for (k, (leaf, l)) in sig.leaves.iter_mut().zip(&args.layouts).enumerate() {
+        leaf.access = if gathered.contains(&k) { Access::Strided } else { Access::of(l).0 };
+    }
+    Some((sig, args, perm.iter().map(|&p| view_shape[p]).collect()))
+}
+
+/// The leaves `sig`'s gathers read from.
+fn gather_sources(sig: &Sig) -> impl Iterator<Item = usize> + '_ {
+    sig.bodies.iter().flat_map(|b| &b.ops).filter_map(|(op, _)| match op {
+        Op::Gather { src, .. } => Some(*src),
+        _ => None,
+    })
+}
+
+/// Invocations a first pass over columns aims for: enough to fill a GPU,
+/// or a CPU adapter's threads with room to balance.
+const COLUMN_INVOCATIONS: [usize; 2] = [1 << 14, 1 << 16];
+
+/// Fewest elements a chunk of a column holds where the column is split:
+/// fewer would spend more on partials than they save.
+const COLUMN_CHUNK_MIN: usize = 16;
+
+/// Fewest elements a reduction over columns must have to be split into
+/// chunks: a smaller one (a bias's gradient over a batch) takes one pass,
+/// since a second kernel's launch would cost more than the parallelism
+/// gains.
+const COLUMN_SPLIT_MIN: usize = 1 << 16;
+
+/// Chunks per row of a first pass over columns run by `invocations`
+/// (rows, or quads of rows): as many as fill the device
+/// ([`COLUMN_INVOCATIONS`], the second with `workgroup`, for GPUs), each
+/// of at least [`COLUMN_CHUNK_MIN`] elements and at most [`MAX_LOOP`],
+/// none empty; one below [`COLUMN_SPLIT_MIN`] elements.
+fn column_chunks(invocations: usize, len: usize, elements: usize, workgroup: bool) -> usize {
+    let wanted = match elements < COLUMN_SPLIT_MIN {
+        true => 1,
+        false => COLUMN_INVOCATIONS[workgroup as usize].div_ceil(invocations),
+    };
+    let span = len.div_ceil(wanted).clamp(COLUMN_CHUNK_MIN, MAX_LOOP);
+    len.div_ceil(span)
 }
 
 /// The dtype a reduction of `sig`'s body 0 accumulates and leaves partials in.

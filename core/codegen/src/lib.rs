@@ -106,6 +106,10 @@ pub const META_WORDS: usize = 128;
 /// Invocations per workgroup for 1-D kernels (WebGPU's guaranteed maximum).
 pub const WG: u32 = 256;
 
+/// Longest loop a kernel may run: Mesa ends a shader loop after 65,535
+/// iterations.
+pub const MAX_LOOP: usize = 65_535;
+
 /// The uniform block and its accessor, and `f32_bits` (an f32 from its bit
 /// pattern, for infinities and NaN), shared by every kernel.
 pub const META_DECL: &str = "@group(0) @binding(0) var<uniform> kparams: array<vec4<u32>, 32>;
@@ -407,6 +411,7 @@ impl KernelKey {
                     Monoid::Arg(op) => op.name(),
                 };
                 let suffix = match (prologue.is_some(), pass.workgroup, pass.runs) {
+                    _ if pass.columns => "_columns",
                     (true, false, reduce::Runs::Straddling) => "_straddling",
                     (true, true, reduce::Runs::Straddling) => "_wg_straddling",
                     (true, false, _) => "",

@@ -13,6 +13,8 @@ pub const REDUCE_TEMPLATE: &str = include_str!("../../../shaders/reduce.wgsl");
 pub const REDUCE_PASS: &str = include_str!("../../../shaders/reduce_pass.wgsl");
 /// The entry point of a pass on GPUs: one partial per workgroup.
 pub const REDUCE_WORKGROUP: &str = include_str!("../../../shaders/reduce_workgroup.wgsl");
+/// The entry point of a first pass over columns (every adapter).
+pub const REDUCE_COLUMNS: &str = include_str!("../../../shaders/reduce_columns.wgsl");
 /// Invocations per workgroup of a reduce pass (both entry points): kiln's
 /// usual workgroup, a power of two, as the workgroup tree needs.
 pub const REDUCE_WG: usize = super::WG as usize;
@@ -112,11 +114,33 @@ pub struct ReducePass {
     /// A single row (a full reduction): an invocation's slot is its index
     /// in the row, with no division by the row's invocations.
     pub one_row: bool,
+    /// A first pass over rows that lie across memory while neighbouring
+    /// rows lie together (the reduced axes outside a kept one: a bias's
+    /// gradient, a sum over a batch): an invocation folds a chunk of one
+    /// row, neighbouring invocations neighbouring rows
+    /// (shaders/reduce_columns.wgsl). The other fields are then unused.
+    pub columns: bool,
+}
+
+impl ReducePass {
+    /// A first pass over columns reading `runs` (a row, or `Vec4`: four
+    /// neighbouring rows, at a time).
+    pub fn over_columns(runs: Runs) -> ReducePass {
+        ReducePass {
+            runs,
+            workgroup: false,
+            streams: false,
+            row_leaves: false,
+            whole: false,
+            one_row: false,
+            columns: true,
+        }
+    }
 }
 
 /// A reduce pass of `monoid` over `src`, shaped by `pass`.
 pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, pass: ReducePass) -> String {
-    let ReducePass { runs, workgroup, streams, row_leaves, whole, one_row } = pass;
+    let ReducePass { runs, workgroup, streams, row_leaves, whole, one_row, columns } = pass;
     let vec4 = runs != Runs::Scalar;
     let straddling = runs == Runs::Straddling;
     let value_dtype = match src {
@@ -147,6 +171,14 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, pass: ReducePass) -> Strin
     s += &format!("fn merge_unit(a: {unit}, b: {unit}) -> {unit} {{ return {merge}; }}\n");
     let value = if vec4 { "merge(merge(u.x, u.y), merge(u.z, u.w))" } else { "u" };
     s += &format!("fn value(u: {unit}) -> {acc} {{ return {value}; }}\n");
+    s += &store_fn(acc, is_arg);
+    s += &format!("const REDUCE_WG: u32 = {REDUCE_WG}u;\n");
+    s += &format!("const STEP: u32 = {}u;\n", if vec4 { 4 } else { 1 });
+    if let (true, ReduceSource::Prologue(sig)) = (columns, src) {
+        let e = Emitter::new(sig, 4, vec4).with_periodic();
+        s += &e.input_decls(value_out);
+        return s + &fold_column(&e, is_arg, &unit) + &store_column(vec4, &unit) + REDUCE_COLUMNS;
+    }
     match src {
         ReduceSource::Prologue(sig) => {
             let e = Emitter::new(sig, 4, vec4).with_straddling(straddling);
@@ -178,16 +210,47 @@ pub fn reduce_wgsl(monoid: Monoid, src: ReduceSource, pass: ReducePass) -> Strin
     }
     let stride = lanes as usize * if vec4 { VEC } else { 1 };
     s += &fold_span(src, is_arg, runs, row_leaves, &unit, per_thread, stride);
-    s += &format!("fn store(slot: u32, v: {acc}, i: u32) {{\n    out_v[slot] = v;\n");
-    if is_arg {
-        s += "    out_i[slot] = i32(i);\n";
-    }
-    s += "}\n";
-    s += &format!("const STEP: u32 = {}u;\n", if vec4 { 4 } else { 1 });
     s += &format!("const LANES: u32 = {lanes}u;\nconst PER_THREAD: u32 = {per_thread}u;\n");
     s += &format!("const WHOLE_SPANS: bool = {whole};\nconst ONE_ROW: bool = {one_row};\n");
-    s += &format!("const REDUCE_WG: u32 = {REDUCE_WG}u;\n");
     s + REDUCE_TEMPLATE + if workgroup { REDUCE_WORKGROUP } else { REDUCE_PASS }
+}
+
+/// `store(slot, v, i)`: a partial (and its index) at `slot`.
+fn store_fn(acc: &str, is_arg: bool) -> String {
+    let index = if is_arg { "    out_i[slot] = i32(i);\n" } else { "" };
+    format!("fn store(slot: u32, v: {acc}, i: u32) {{\n    out_v[slot] = v;\n{index}}}\n")
+}
+
+/// `fold_column(row, start, end, &acc_i)`: elements `start..end` of
+/// `row` (of the STEP rows from `row`) of body 0, in order. `e` reads the
+/// input seen as `[reduced.., kept..]`, where a row's next element is
+/// `rows` further on, and is periodic: each leaf's index is stepped from
+/// the last rather than divided out of the flat index.
+fn fold_column(e: &Emitter, is_arg: bool, unit: &str) -> String {
+    let mut s = format!("fn fold_column(row: u32, start: u32, end: u32, acc_i: ptr<function, u32>) -> {unit} {{\n");
+    s += "    var acc = identity_unit();\n    var i = 0u;\n    let rows = m(0u);\n    var f = start * rows + row;\n";
+    s += &e.periodic_start("f", "rows");
+    s += "    for (var r = start; r < end; r++) {\n";
+    let v = e.body(0, "f", "", &mut s).remove(0);
+    if is_arg {
+        s += &format!("    i = select(i, r, take_value(acc, {v}));\n");
+    }
+    s += &format!("    acc = merge_unit(acc, {v});\n    f += rows;\n");
+    s += &e.periodic_advance();
+    s + "    }\n    *acc_i = i;\n    return acc;\n}\n"
+}
+
+/// `store_column(row, chunk, chunks, acc, i)`: the partials of chunk
+/// `chunk` of the STEP rows from `row`, where later passes read them (each
+/// row's `chunks` partials together).
+fn store_column(vec4: bool, unit: &str) -> String {
+    let mut s = format!("fn store_column(row: u32, chunk: u32, chunks: u32, acc: {unit}, i: u32) {{\n");
+    if vec4 {
+        (0..VEC).for_each(|j| s += &format!("    store((row + {j}u) * chunks + chunk, acc[{j}], i);\n"));
+    } else {
+        s += "    store(row * chunks + chunk, acc, i);\n";
+    }
+    s + "}\n"
 }
 
 /// `fold_span(row, start, &acc_i)`: the loop of shaders/reduce.wgsl over

@@ -206,6 +206,7 @@ fn catalog() -> Vec<String> {
                 row_leaves: true,
                 whole: streams,
                 one_row: streams,
+                columns: false,
             },
         };
         out.push(key.wgsl());
@@ -221,6 +222,7 @@ fn catalog() -> Vec<String> {
                 row_leaves: false,
                 whole: streams,
                 one_row: false,
+                columns: false,
             },
         };
         out.push(key.wgsl());
@@ -270,9 +272,19 @@ fn catalog() -> Vec<String> {
                             row_leaves: false,
                             whole: streams,
                             one_row: streams,
+                            columns: false,
                         },
                     };
                     out.extend(runs.iter().map(|&r| key(r).wgsl()));
+                }
+                // A first pass over columns, whose leaves' indices step: a
+                // row at a time, and four where plain reductions can.
+                if !contiguous {
+                    for &runs in runs.iter().filter(|&&r| r != Runs::Straddling) {
+                        let pass = ReducePass::over_columns(runs);
+                        let key = KernelKey::Reduce { monoid, prologue: Some(s.clone()), partials: dtype.wide(), pass };
+                        out.push(key.wgsl());
+                    }
                 }
             }
             // Later passes, over partials read as vec4s where a plain
@@ -291,6 +303,7 @@ fn catalog() -> Vec<String> {
                         row_leaves: false,
                         whole: workgroup,
                         one_row: !workgroup,
+                        columns: false,
                     },
                 };
                 out.push(key.wgsl());

@@ -2,7 +2,8 @@
 //! block and grid, and whether a device runs it at all.
 
 use super::{AttentionPlan, Launch, Variants, fused_meta, grid};
-use crate::attention::{KeySharing, MAX_HEAD_DIM, MAX_LOOP, QUERIES, attention_meta_fits, key_tile};
+use crate::MAX_LOOP;
+use crate::attention::{KeySharing, MAX_HEAD_DIM, QUERIES, attention_meta_fits, key_tile};
 use crate::{Caps, KernelKey, Meta};
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::shape::{Layout, numel};

@@ -3,7 +3,7 @@
 
 use super::{Launch, Variants, grid};
 use crate::quant_matmul::QUANT_WG;
-use crate::{Caps, KernelKey, Meta};
+use crate::{Caps, KernelKey, MAX_LOOP, Meta};
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::quant::QuantFormat;
 use kiln_sched::lower::Args;
@@ -11,10 +11,6 @@ use kiln_sched::lower::Args;
 /// Rows of x one invocation (or workgroup) takes when there are several:
 /// each unpacked word then serves four rows.
 const ROWS_PER: usize = 4;
-
-/// Longest loop the kernel may run: Mesa ends a shader loop after 65,535
-/// iterations.
-const MAX_LOOP: usize = 65_535;
 
 /// The launch of `out [rows, n] = x [rows, k] @ wᵀ`, `args` binding x, the
 /// codes and the scales; `None` when the output is empty.
