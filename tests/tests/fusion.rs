@@ -158,12 +158,13 @@ fn attention_layer(d: &Device) -> kiln_nn::CausalSelfAttention {
 /// The qkv projection (a matmul with its bias as epilogue, whose buffer
 /// the heads' three views read), then the attention kernel (scores, scaled,
 /// with ALiBi's bias and the mask, softmax and weighted sum, a few keys at
-/// a time) or, on an adapter without subgroups or workgroup memory to
-/// share keys (llvmpipe's GL), the scores (a matmul whose epilogue scales,
-/// adds ALiBi's bias and masks), the softmax (a row kernel) and the
-/// weighted sum (a matmul); the heads merged (a copy) and the output
-/// projection with its bias: 4 or 6, whatever the sequence length (150
-/// positions span three key tiles and three query blocks).
+/// a time, written with the heads merged) or, on an adapter without
+/// subgroups or workgroup memory to share keys (llvmpipe's GL), the scores
+/// (a matmul whose epilogue scales, adds ALiBi's bias and masks), the
+/// softmax (a row kernel), the weighted sum (a matmul) and the heads merged
+/// (a copy); then the output projection with its bias: 3 or 6, whatever
+/// the sequence length (150 positions span three key tiles and three query
+/// blocks).
 /// `tests/fused_attention.rs` runs every way of sharing keys everywhere.
 #[test]
 fn one_attention_layer_is_a_fixed_number_of_kernels() {
@@ -177,10 +178,11 @@ fn one_attention_layer_is_a_fixed_number_of_kernels() {
     }
 }
 
-/// An attention layer's kernels on `dev`: 4 where the attention is one
-/// kernel, 6 where its scores, softmax and product are apart.
+/// An attention layer's kernels on `dev`: 3 where the attention is one
+/// kernel, 6 where its scores, softmax, product and the heads' merge are
+/// apart.
 fn attention_kernels(dev: &Device) -> u64 {
-    if AttentionPlan::of(&dev.info().caps()) == AttentionPlan::Apart { 6 } else { 4 }
+    if AttentionPlan::of(&dev.info().caps()) == AttentionPlan::Apart { 6 } else { 3 }
 }
 
 /// A pre-norm block: the attention's, a row kernel per layer norm, the

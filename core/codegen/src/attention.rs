@@ -28,12 +28,14 @@ pub const MAX_HEAD_DIM: usize = 128;
 const WORKGROUP_BYTES: usize = 16384;
 /// Most keys per tile.
 const MAX_TILE: usize = 64;
-/// Meta word where the batch shape starts.
-const BATCH_BASE: usize = 13;
+/// Meta word where the batch shape starts (after the output's row stride,
+/// word 13).
+const BATCH_BASE: usize = 14;
 
-/// Meta word where the scores' epilogue starts, past the batch layout.
+/// Meta word where the scores' epilogue starts, past the batch shape and
+/// q's, kt's, v's and the output's strides along it.
 pub fn attention_epilogue_base(batch_rank: usize) -> usize {
-    BATCH_BASE + 4 * batch_rank
+    BATCH_BASE + 5 * batch_rank
 }
 
 /// Meta words a launch needs.
@@ -132,7 +134,7 @@ pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, keys: KeySharing,
         KeySharing::Subgroup(width) => subgroup_rows(&e, d4, v4, dk, dv, width),
     };
     s += "    if (i < tq) {\n";
-    let _ = writeln!(s, "        let at = (batch * tq + i) * {dv}u;");
+    s += "        let at = u32(base.w + i32(i) * bitcast<i32>(m(13u)));\n";
     for x in 0..dv {
         let _ = writeln!(s, "        out[at + {x}u] = o{}.{} / total;", x / 4, ["x", "y", "z", "w"][x % 4]);
     }
@@ -258,15 +260,16 @@ fn tile_load(
     s + "        }\n"
 }
 
-/// `batch_offsets(batch)`: q's, kt's and v's element offsets for a batch entry.
+/// `batch_offsets(batch)`: q's, kt's, v's and the output's element offsets
+/// for a batch entry.
 fn batch_offsets(batch_rank: usize) -> String {
-    let mut s = String::from("fn batch_offsets(batch: u32) -> vec3<i32> {\n");
+    let mut s = String::from("fn batch_offsets(batch: u32) -> vec4<i32> {\n");
     s += &unravel(batch_rank, BATCH_BASE, "batch");
-    s += "    var at = vec3<i32>(i32(m(2u)), i32(m(5u)), i32(m(8u)));\n";
+    s += "    var at = vec4<i32>(i32(m(2u)), i32(m(5u)), i32(m(8u)), 0);\n";
     for d in 0..batch_rank {
         let strides: Vec<String> =
-            (1..=3).map(|o| format!("bitcast<i32>(m({}u))", BATCH_BASE + o * batch_rank + d)).collect();
-        let _ = writeln!(s, "    at += i32(c{d}) * vec3<i32>({});", strides.join(", "));
+            (1..=4).map(|o| format!("bitcast<i32>(m({}u))", BATCH_BASE + o * batch_rank + d)).collect();
+        let _ = writeln!(s, "    at += i32(c{d}) * vec4<i32>({});", strides.join(", "));
     }
     s + "    return at;\n}\n"
 }

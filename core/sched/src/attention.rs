@@ -23,6 +23,11 @@ pub struct Pattern {
     /// broadcasts), inputs first: computed inside the attention kernel, or
     /// by the walk in this order when the kernel does not fit after all.
     pub softmax: Vec<Node>,
+    /// The permutation of the one permute that reads the product, when it
+    /// keeps the last axis last (the heads' merge, `[b, h, t, d]` to
+    /// `[b, t, h, d]`): the kernel then writes the output so that the
+    /// permute's view of it is contiguous, and the merge needs no copy.
+    pub merged_by: Option<Vec<usize>>,
 }
 
 /// The patterns among `order` (a topological order of the unrealized
@@ -35,12 +40,23 @@ pub fn find(order: &[Node], roots: &[Node], consumers: &HashMap<u64, usize>) -> 
     for n in order.iter().filter(|n| matches!(n.prim(), Prim::Matmul)) {
         let [p, v] = &n.inputs()[..] else { continue };
         if p.id() != v.id()
-            && let Some(pattern) = softmax_of_scores(p, &only)
+            && let Some(mut pattern) = softmax_of_scores(p, &only)
         {
+            pattern.merged_by = only(n, 1).then(|| merging_permute(n, order)).flatten();
             found.insert(n.id(), pattern);
         }
     }
     found
+}
+
+/// The permutation of the permute reading `n` (its one reader), when it
+/// moves axes but keeps the last one last.
+fn merging_permute(n: &Node, order: &[Node]) -> Option<Vec<usize>> {
+    let reader = order.iter().find(|r| r.inputs().iter().any(|i| i.id() == n.id()))?;
+    let Prim::Permute { perm } = reader.prim() else { return None };
+    let last = perm.len().checked_sub(1)?;
+    let moves = perm.iter().enumerate().any(|(i, &p)| i != p);
+    (perm[last] == last && moves).then(|| perm.clone())
 }
 
 /// `p = exp(s − max(s)) / sum(exp(s − max(s)))` along the last axis (as
@@ -74,7 +90,7 @@ fn softmax_of_scores(p: &Node, only: &dyn Fn(&Node, usize) -> bool) -> Option<Pa
         softmax.push(sum_b);
     }
     softmax.push(p.clone());
-    fits.then(|| Pattern { scores: s, softmax })
+    fits.then(|| Pattern { scores: s, softmax, merged_by: None })
 }
 
 /// Whether `s` is one matmul, or reaches exactly one matmul of its shape

@@ -126,6 +126,10 @@ pub enum Item {
         scores: Sig,
         /// The output's shape, `[batch.., tq, dv]`.
         shape: Vec<usize>,
+        /// The output's strides (1 along `dv`): contiguous, or such that
+        /// the one permute reading it sees contiguous memory (the heads'
+        /// merge before an output projection).
+        out_strides: Vec<isize>,
         out: Arc<dyn DeviceBuffer>,
         args: Args,
     },

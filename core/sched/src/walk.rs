@@ -32,7 +32,7 @@ use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::{DeviceArray, DeviceBuffer, buffer_id};
 use kiln_ir::ir::{Node, Prim, Realized};
 use kiln_ir::quant::QuantFormat;
-use kiln_ir::shape::{Layout, numel};
+use kiln_ir::shape::{Layout, contiguous_strides, numel};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -201,7 +201,12 @@ impl<'a> Scheduler<'a> {
         low.body(&[&scores]);
         let out = self.alloc("attention", DType::F32, n.shape());
         let (q, kt, v, shape) = (mm.a.layout.clone(), mm.b.layout.clone(), v.layout, n.shape().to_vec());
-        let item = Item::Attention { q, kt, v, scores: low.sig, shape, out: out.clone(), args: low.args };
+        let out_strides = match &pattern.merged_by {
+            Some(perm) => contiguous_through(perm, &shape),
+            None => contiguous_strides(&shape),
+        };
+        let out_layout = Layout { shape: shape.clone(), strides: out_strides.clone(), offset: 0 };
+        let item = Item::Attention { q, kt, v, scores: low.sig, shape, out_strides, out: out.clone(), args: low.args };
         if !self.target.runs_attention(&item) {
             self.schedule.slots.pop();
             return Ok(None);
@@ -209,7 +214,7 @@ impl<'a> Scheduler<'a> {
         let mut covers = low.covers;
         covers.extend(pattern.softmax.iter().map(Node::id).chain([n.id()]));
         self.push("attention", item, covers);
-        Ok(Some(DeviceArray { buffer: out, layout: Layout::contiguous(n.shape()), dtype: DType::F32 }))
+        Ok(Some(DeviceArray { buffer: out, layout: out_layout, dtype: DType::F32 }))
     }
 
     /// Walk a pattern's held nodes after all, as if it had not been found.
@@ -740,6 +745,17 @@ fn takes_as_epilogue(v: &Fused, shape: &[usize]) -> bool {
         _ => true,
     });
     v.dtype == DType::F32 && mm.shape == shape && aligned && row_stages(v).is_empty()
+}
+
+/// Strides for `shape` under which its view permuted by `perm` is
+/// contiguous.
+fn contiguous_through(perm: &[usize], shape: &[usize]) -> Vec<isize> {
+    let permuted: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let mut strides = vec![0; shape.len()];
+    for (&p, s) in perm.iter().zip(contiguous_strides(&permuted)) {
+        strides[p] = s;
+    }
+    strides
 }
 
 /// Whether `v` (of `shape`) broadcast to `to` would be recomputed so often

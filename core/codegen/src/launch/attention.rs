@@ -16,12 +16,14 @@ use kiln_sched::schedule::Target;
 /// through the kernel, 59 apart.
 const MIN_QUERIES: usize = 16;
 
-/// An attention item's operands and output shape (`[batch.., tq, dv]`).
+/// An attention item's operands, output shape (`[batch.., tq, dv]`) and
+/// output strides (1 along `dv`).
 pub struct AttentionOperands<'a> {
     pub q: &'a Layout,
     pub kt: &'a Layout,
     pub v: &'a Layout,
     pub shape: &'a [usize],
+    pub out_strides: &'a [isize],
 }
 
 impl AttentionOperands<'_> {
@@ -91,12 +93,12 @@ pub fn attention(
     meta.u(tq).u(tk);
     meta.layout(q.offset, &q.strides[r - 2..]).layout(kt.offset, &kt.strides[r - 2..]);
     meta.layout(v.offset, &v.strides[r - 2..]);
-    meta.u(tq.div_ceil(QUERIES as usize)).u(operands.workgroups());
+    meta.u(tq.div_ceil(QUERIES as usize)).u(operands.workgroups()).i(operands.out_strides[r - 2]);
     operands.batch().iter().for_each(|&d| {
         meta.u(d);
     });
-    for l in [q, kt, v] {
-        l.strides[..r - 2].iter().for_each(|&s| {
+    for strides in [&q.strides, &kt.strides, &v.strides, operands.out_strides] {
+        strides[..r - 2].iter().for_each(|&s| {
             meta.i(s);
         });
     }
