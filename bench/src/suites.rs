@@ -330,22 +330,38 @@ fn chains(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
     ];
     // Fraction: the copy ceiling's time for the same 8 B/element over the
     // figure's, the two timed in pairs.
-    let mut timed = |bench: &str, run: &dyn Fn() -> Result<Tensor>| -> Result<()> {
+    let timed = |bench: &str, bytes_per_element: f64, run: &dyn Fn() -> Result<Tensor>| -> Result<Record> {
         wait(&run()?)?;
         let p = cx.against_copy(|| wait(&run()?))?;
         cx.print_profile(&mut || wait(&run()?))?;
-        let fraction = p.fraction(8.0 * (4096.0 * 4096.0), cx.ceilings.copy_bytes);
-        out(Record::duration(bench, cx.adapter, p.timing, 1e3, "ms").fraction(fraction));
-        Ok(())
+        let fraction = p.fraction(bytes_per_element * (4096.0 * 4096.0), cx.ceilings.copy_bytes);
+        Ok(Record::duration(bench, cx.adapter, p.timing, 1e3, "ms").fraction(fraction))
     };
     // kiln's own generated kernel for one op: what the code generator costs
     // before any chain.
-    timed("1-op kernel (neg) generated", &|| m.neg())?;
+    out(timed("1-op kernel (neg) generated", 8.0, &|| m.neg())?);
     for (name, ops) in [("arithmetic", &cheap), ("transcendental", &transcendental)] {
         for (how, eager) in [("fused", false), ("unfused", true)] {
-            timed(&format!("8-op {name} chain {how}"), &|| chain(&m, ops, eager))?;
+            out(timed(&format!("8-op {name} chain {how}"), 8.0, &|| chain(&m, ops, eager))?);
         }
     }
+    // The arithmetic chain on f16 values (4 bytes an element): computed in
+    // f16 where the adapter has `shader-f16`, else unpacked to f32.
+    let (m, b) = (m.cast(DType::F16)?, b.cast(DType::F16)?);
+    wait(&m)?;
+    wait(&b)?;
+    let half: [Op; 8] = [
+        &|t| t.add(&b),
+        &|t| t.mul_scalar(0.5),
+        &|t| t.sub_scalar(1.0),
+        &|t| t.abs(),
+        &|t| t.relu(),
+        &|t| t.neg(),
+        &|t| t.add_scalar(2.0),
+        &|t| t.mul_scalar(3.0),
+    ];
+    let record = timed("8-op arithmetic chain fused f16", 4.0, &|| chain(&m, &half, false))?;
+    out(record.note(cx.dev.info().f16_path().to_string()));
     Ok(())
 }
 

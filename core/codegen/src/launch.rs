@@ -18,7 +18,7 @@ use crate::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vecto
 use crate::matmul::MatmulConfig;
 use crate::reduce::{Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, reduce_shape, runs_len, whole_spans};
 use crate::row_stream::stream_lanes;
-use crate::{Caps, KernelKey, MAX_LOOP, META_WORDS, Meta, RowLayout, WG};
+use crate::{Caps, KernelKey, MAX_LOOP, META_WORDS, Meta, RowLayout, WG, held_packed};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::ReduceOp;
@@ -233,10 +233,12 @@ pub fn elementwise(
         return Ok(None);
     }
     let dtypes = outputs.to_vec();
+    // f16 as WGSL's `f16` where the adapter has it and the kernel has any.
+    let half = caps.f16_compute && (dtypes.contains(&DType::F16) || sig.has_dtype(DType::F16));
     let vec4 = out_region.is_none()
         && n.is_multiple_of(VEC)
-        && dtypes.iter().all(|&d| !d.is_packed())
-        && vectorizable(&sig)
+        && dtypes.iter().all(|&d| !held_packed(d, half))
+        && vectorizable(&sig, half)
         && aligned4(&sig, args, true);
     let walk = if vec4 { vec4_walk(&sig, args, n) } else { Walk::Flat };
     let threads = match walk {
@@ -246,7 +248,7 @@ pub fn elementwise(
         }
         Walk::Vec4Segments => n / (VEC * ROWS_PER_INVOCATION),
         Walk::Vec4 | Walk::Vec4Straddling => n.div_ceil(VEC).div_ceil(ROWS_PER_INVOCATION),
-        Walk::Flat if dtypes.iter().any(|d| d.is_packed()) => n.div_ceil(2),
+        Walk::Flat if dtypes.iter().any(|&d| held_packed(d, half)) => n.div_ceil(2),
         Walk::Flat => n,
     };
     let groups = grid(caps, op, threads.div_ceil(WG as usize))?;
@@ -258,7 +260,7 @@ pub fn elementwise(
     }
     let invocations = groups[0] as usize * groups[1] as usize * WG as usize;
     let whole = walk != Walk::Flat && invocations * VEC * ROWS_PER_INVOCATION == n;
-    let key = KernelKey::Elementwise { sig, outputs: dtypes, out_strided: out_region.is_some(), walk, whole };
+    let key = KernelKey::Elementwise { sig, outputs: dtypes, out_strided: out_region.is_some(), walk, whole, half };
     Ok(Some(Launch { key, meta, groups, elements: n }))
 }
 
@@ -285,7 +287,8 @@ pub fn row(
     }
     let dtypes = outputs.to_vec();
     // Rows read in lanes or as vec4s: word-sized values written per element.
-    let word_outputs = dtypes.iter().all(|&d| !d.is_packed() && d != DType::Bool) && vectorizable_reading_rows(&sig);
+    let word_outputs =
+        dtypes.iter().all(|&d| !d.is_packed() && d != DType::Bool) && vectorizable_reading_rows(&sig, false);
     let words = !per_row && word_outputs;
     let vec4 = words && len.is_multiple_of(VEC) && aligned4(&sig, args, false);
     let (memory, cpu, width) = (caps.workgroup_memory, caps.cpu, subgroup_width);
@@ -353,7 +356,7 @@ pub fn reduce(
     }
     let len = numel(view_shape) / rows;
     let value_dtype = partials_dtype(&sig);
-    let plain = matches!(monoid, Monoid::Reduce(_)) && vectorizable(&sig);
+    let plain = matches!(monoid, Monoid::Reduce(_)) && vectorizable(&sig, false);
     let columns = column_view(&sig, args, view_shape, rows);
     let runs = if let Some((sig, args, _)) = &columns {
         // Four neighbouring rows at a time where they split into vec4s.

@@ -56,6 +56,9 @@ pub struct Caps {
     pub max_texture_layers: u32,
     /// Workgroups a dispatch may have along one dimension.
     pub max_workgroups_per_dimension: u32,
+    /// Elementwise kernels compute f16 as WGSL's `f16` (the adapter has
+    /// `shader-f16`); otherwise f16 is packed in words and computed in f32.
+    pub f16_compute: bool,
 }
 
 impl Caps {
@@ -75,6 +78,7 @@ impl Caps {
             max_texture_side: 8192,
             max_texture_layers: 256,
             max_workgroups_per_dimension: 65535,
+            f16_compute: false,
         }
     }
 }
@@ -95,6 +99,7 @@ impl Caps {
             max_texture_side: 0,
             max_texture_layers: 0,
             max_workgroups_per_dimension: 65535,
+            f16_compute: false,
         }
     }
 }
@@ -250,6 +255,17 @@ pub fn literal(dtype: DType, v: f64) -> String {
     }
 }
 
+/// A finite literal of WGSL's `f16` (in kernels computing f16 natively).
+pub fn half_literal(v: f64) -> String {
+    format!("f16({v:?})")
+}
+
+/// Whether a kernel computing f16 natively (`half`) or not holds `dtype`
+/// packed two per word: bf16 always, f16 unless `half`.
+pub fn held_packed(dtype: DType, half: bool) -> bool {
+    dtype == DType::BF16 || (dtype == DType::F16 && !half)
+}
+
 /// Statements computing the strided element index `at_{name}` of an input
 /// from coordinates `c0..c{rank-1}`, with its layout in meta at `base`.
 pub fn strided_index(name: &str, rank: usize, base: usize) -> String {
@@ -286,6 +302,8 @@ pub enum KernelKey {
         walk: Walk,
         /// A vec4 walk's grid covers the elements exactly: no bounds checks.
         whole: bool,
+        /// f16 values are WGSL `f16`s ([`Caps::f16_compute`]).
+        half: bool,
     },
     /// First pass (`prologue`) or a later pass over partials of `dtype`.
     Reduce {
@@ -360,8 +378,8 @@ impl RowLayout {
 impl KernelKey {
     pub fn wgsl(&self) -> String {
         match self {
-            KernelKey::Elementwise { sig, outputs, out_strided, walk, whole } => {
-                fused::elementwise_wgsl(sig, outputs, *out_strided, *walk, *whole)
+            KernelKey::Elementwise { sig, outputs, out_strided, walk, whole, half } => {
+                fused::elementwise_wgsl(sig, outputs, *out_strided, *walk, *whole, *half)
             }
             KernelKey::Reduce { monoid, prologue, partials, pass } => {
                 let src = match prologue {

@@ -18,12 +18,15 @@ pub struct Needs {
     pub sin_cos: bool,
     pub tanh: bool,
     pub pow: bool,
+    /// `kiln_f16`: an f32 narrowed to WGSL's `f16` (kernels computing f16
+    /// natively).
+    pub f16: bool,
 }
 
 impl Needs {
     /// Whether any helper is needed.
     pub fn any(&self) -> bool {
-        self.exp || self.log || self.sin_cos || self.tanh || self.pow
+        self.exp || self.log || self.sin_cos || self.tanh || self.pow || self.f16
     }
 
     /// Every helper either asks for.
@@ -34,6 +37,7 @@ impl Needs {
             sin_cos: self.sin_cos || o.sin_cos,
             tanh: self.tanh || o.tanh,
             pow: self.pow || o.pow,
+            f16: self.f16 || o.f16,
         }
     }
 }
@@ -41,13 +45,16 @@ impl Needs {
 /// The helper functions `needs` asks for, for scalar or `vec4` values
 /// (`pow` is scalar only: kernels with `pow` are not vectorized).
 pub fn helpers(needs: Needs, vec4: bool) -> String {
-    let (f, u, i) = if vec4 { ("vec4<f32>", "vec4<u32>", "vec4<i32>") } else { ("f32", "u32", "i32") };
+    let (f, u, i, h) =
+        if vec4 { ("vec4<f32>", "vec4<u32>", "vec4<i32>", "vec4<f16>") } else { ("f32", "u32", "i32", "f16") };
     let exp = needs.exp || needs.tanh || needs.pow;
     let log = needs.log || needs.pow;
     let mut s = String::new();
-    for (wanted, src) in [(exp, EXP_FN), (log, LOG_FN), (needs.sin_cos, SIN_COS_FN), (needs.tanh, TANH_FN)] {
+    let wanted =
+        [(exp, EXP_FN), (log, LOG_FN), (needs.sin_cos, SIN_COS_FN), (needs.tanh, TANH_FN), (needs.f16, F16_FN)];
+    for (wanted, src) in wanted {
         if wanted {
-            s += &src.replace("{F}", f).replace("{U}", u).replace("{I}", i);
+            s += &src.replace("{F}", f).replace("{U}", u).replace("{I}", i).replace("{H}", h);
         }
     }
     if needs.pow {
@@ -145,6 +152,19 @@ const TANH_FN: &str = "fn kiln_tanh(x: {F}) -> {F} {
     let large = {F}(1.0) - {F}(2.0) / (kiln_exp({F}(2.0) * a) + {F}(1.0));
     let t = select(large, small, a < {F}(0.4));
     return select(t, -t, x < {F}(0.0));
+}
+";
+
+/// x rounded to the nearest f16, as `f16_bits` rounds it: WGSL leaves
+/// `f16(x)` of a finite x outside f16's range indeterminate, so past the
+/// largest finite f16's rounding boundary (65520) is ±inf and NaN stays
+/// NaN, converted from f32's ±inf and NaN (which every API converts as
+/// IEEE 754 does). Dynamic loss scaling counts on overflow reaching inf.
+const F16_FN: &str = "fn kiln_f16(x: {F}) -> {H} {
+    let bits = bitcast<{U}>(x) & {U}(0x7fffffffu);
+    let inf = bitcast<{F}>((bitcast<{U}>(x) & {U}(0x80000000u)) | {U}(0x7f800000u));
+    let special = select(inf, x, bits > {U}(0x7f800000u));
+    return select({H}(clamp(x, {F}(-65504.0), {F}(65504.0))), {H}(special), bits >= {U}(0x477ff000u));
 }
 ";
 

@@ -9,9 +9,9 @@ pub fn validate_wgsl(source: &str) -> Result<(naga::Module, ModuleInfo)> {
     let fail = |message: String| KilnError::Shader { message, wgsl: source.to_string() };
     let module = naga::front::wgsl::parse_str(source).map_err(|e| fail(e.emit_to_string(source)))?;
     // pack2x16float/unpack2x16float (f16 storage) need this capability in
-    // naga; wgpu grants it on every backend kiln targets. Subgroup kernels
-    // are only compiled where the device has the feature.
-    let caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SUBGROUP;
+    // naga; wgpu grants it on every backend kiln targets. Subgroup and f16
+    // kernels are only compiled where the device has the feature.
+    let caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SUBGROUP | Capabilities::SHADER_FLOAT16;
     let info =
         Validator::new(ValidationFlags::all(), caps).validate(&module).map_err(|e| fail(e.emit_to_string(source)))?;
     Ok((module, info))
@@ -23,12 +23,15 @@ pub struct Translations {
     pub spirv: Vec<u32>,
     pub msl: String,
     pub hlsl: String,
-    pub glsl: String,
+    /// None for kernels computing f16 (`enable f16;`): GLSL ES 3.1 has no
+    /// f16, and wgpu's GL backend offers no `shader-f16`.
+    pub glsl: Option<String>,
 }
 
 /// Validate `source` and translate its `main` entry point to SPIR-V (as
 /// [`crate::spirv::for_vulkan`] writes it), MSL,
-/// HLSL and GLSL (ES 3.1 compute, what wgpu's GL backend emits).
+/// HLSL and GLSL (ES 3.1 compute, what wgpu's GL backend emits; not for
+/// kernels computing f16).
 pub fn translate_all(source: &str) -> Result<Translations> {
     use naga::back::{glsl, hlsl, msl};
     let (module, info) = validate_wgsl(source)?;
@@ -42,12 +45,20 @@ pub fn translate_all(source: &str) -> Result<Translations> {
     hlsl::Writer::new(&mut hlsl, &hlsl::Options::default(), &hlsl::PipelineOptions::default())
         .write(&module, &info, None)
         .map_err(|e| fail("HLSL", e.to_string()))?;
-    let mut glsl = String::new();
-    let options = glsl::Options { version: glsl::Version::new_gles(310), ..Default::default() };
-    let pipeline =
-        glsl::PipelineOptions { shader_stage: naga::ShaderStage::Compute, entry_point: "main".into(), multiview: None };
-    glsl::Writer::new(&mut glsl, &module, &info, &options, &pipeline, naga::proc::BoundsCheckPolicies::default())
-        .and_then(|mut w| w.write())
-        .map_err(|e| fail("GLSL", e.to_string()))?;
+    let glsl = if source.contains("enable f16;") {
+        None
+    } else {
+        let mut glsl = String::new();
+        let options = glsl::Options { version: glsl::Version::new_gles(310), ..Default::default() };
+        let pipeline = glsl::PipelineOptions {
+            shader_stage: naga::ShaderStage::Compute,
+            entry_point: "main".into(),
+            multiview: None,
+        };
+        glsl::Writer::new(&mut glsl, &module, &info, &options, &pipeline, naga::proc::BoundsCheckPolicies::default())
+            .and_then(|mut w| w.write())
+            .map_err(|e| fail("GLSL", e.to_string()))?;
+        Some(glsl)
+    };
     Ok(Translations { spirv, msl, hlsl, glsl })
 }

@@ -56,7 +56,26 @@ fn access(contiguous: bool) -> Access {
 const LOAD: usize = 1 << 20;
 
 fn ew(sig: Sig, outputs: Vec<DType>) -> String {
-    KernelKey::Elementwise { sig, outputs, out_strided: false, walk: Walk::Flat, whole: false }.wgsl()
+    KernelKey::Elementwise { sig, outputs, out_strided: false, walk: Walk::Flat, whole: false, half: false }.wgsl()
+}
+
+/// Where `sig` has f16 values, its kernels computing them as WGSL's `f16`
+/// (adapters with `shader-f16`), one element and four at a time.
+fn half_forms(sig: &Sig, outputs: &[DType]) -> Vec<String> {
+    if !sig.has_dtype(DType::F16) && !outputs.contains(&DType::F16) {
+        return Vec::new();
+    }
+    let walks =
+        if kiln_codegen::fused::vectorizable(sig, true) { &[Walk::Flat, Walk::Vec4][..] } else { &[Walk::Flat] };
+    let key = |walk| KernelKey::Elementwise {
+        sig: sig.clone(),
+        outputs: outputs.to_vec(),
+        out_strided: false,
+        walk,
+        whole: false,
+        half: true,
+    };
+    walks.iter().map(|&w| key(w).wgsl()).collect()
 }
 
 /// Ops 0..3 of a row body: x − row stage 0.
@@ -83,9 +102,11 @@ fn catalog() -> Vec<String> {
                         out_strided: false,
                         walk: Walk::Vec4,
                         whole: contiguous,
+                        half: false,
                     };
                     out.push(key.wgsl());
                 }
+                out.extend(half_forms(&s, &[d]));
                 out.push(ew(s, vec![d]));
             }
         }
@@ -100,6 +121,7 @@ fn catalog() -> Vec<String> {
                 vec![(Op::Pointwise(Pointwise::Binary(op, LOAD, LOAD + 1)), o)],
                 vec![0],
             );
+            out.extend(half_forms(&s, &[o]));
             out.push(ew(s, vec![o]));
             if op != BinaryOp::Pow && !d.is_packed() {
                 let s = sig(
@@ -116,6 +138,7 @@ fn catalog() -> Vec<String> {
                         out_strided: false,
                         walk: Walk::Vec4,
                         whole: false,
+                        half: false,
                     }
                     .wgsl(),
                 );
@@ -124,19 +147,18 @@ fn catalog() -> Vec<String> {
     }
     for from in DType::ALL {
         for to in DType::ALL {
-            out.push(ew(
-                sig(3, &[(from, false)], &[], vec![(Op::Pointwise(Pointwise::Cast(LOAD)), to)], vec![0]),
-                vec![to],
-            ));
+            let s = sig(3, &[(from, false)], &[], vec![(Op::Pointwise(Pointwise::Cast(LOAD)), to)], vec![0]);
+            out.extend(half_forms(&s, &[to]));
+            out.push(ew(s, vec![to]));
         }
         let leaves = [(DType::Bool, true), (from, true), (from, false)];
-        out.push(ew(
-            sig(3, &leaves, &[], vec![(Op::Pointwise(Pointwise::Where(LOAD, LOAD + 1, LOAD + 2)), from)], vec![0]),
-            vec![from],
-        ));
+        let s = sig(3, &leaves, &[], vec![(Op::Pointwise(Pointwise::Where(LOAD, LOAD + 1, LOAD + 2)), from)], vec![0]);
+        out.extend(half_forms(&s, &[from]));
+        out.push(ew(s, vec![from]));
         if from != DType::Bool {
             let mut s = sig(3, &[], &[from, from], vec![(Op::Iota { leaf: 0, start: 0, step: 1 }, from)], vec![0]);
             s.leaves.push(LeafDesc { dtype: from, buffer: None, access: Access::Strided });
+            out.extend(half_forms(&s, &[from]));
             out.push(ew(s, vec![from]));
             for (index, axis) in [(DType::I32, 1), (DType::U32, 0)] {
                 let gather = Op::Gather { src: 0, axis, index: LOAD + 1, len: 0 };
@@ -148,8 +170,15 @@ fn catalog() -> Vec<String> {
         let wide = from.wide();
         let s = sig(2, &[(from, false)], &[], vec![(Op::Pointwise(Pointwise::Cast(LOAD)), wide)], vec![0]);
         out.push(
-            KernelKey::Elementwise { sig: s, outputs: vec![wide], out_strided: true, walk: Walk::Flat, whole: false }
-                .wgsl(),
+            KernelKey::Elementwise {
+                sig: s,
+                outputs: vec![wide],
+                out_strided: true,
+                walk: Walk::Flat,
+                whole: false,
+                half: false,
+            }
+            .wgsl(),
         );
     }
     // Broadcast leaves read without coordinates: a bias (period) and a row
@@ -162,7 +191,10 @@ fn catalog() -> Vec<String> {
         s.bodies[0].ops.push((Op::Pointwise(Pointwise::Where(2, 3, 0)), DType::F32));
         s.bodies[0].roots = vec![4];
         let whole = matches!(walk, Walk::Vec4Rows | Walk::Vec4Straddling);
-        out.push(KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk, whole }.wgsl());
+        out.push(
+            KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk, whole, half: false }
+                .wgsl(),
+        );
     }
     // A row index (an iota along rows) next to a row statistic, and a
     // column index (an iota along columns) next to a per-column value, on
@@ -177,7 +209,15 @@ fn catalog() -> Vec<String> {
         s.bodies[0].roots = vec![3];
         let walk = Walk::Vec4Straddling;
         out.push(
-            KernelKey::Elementwise { sig: s, outputs: vec![DType::F32], out_strided: false, walk, whole: false }.wgsl(),
+            KernelKey::Elementwise {
+                sig: s,
+                outputs: vec![DType::F32],
+                out_strided: false,
+                walk,
+                whole: false,
+                half: false,
+            }
+            .wgsl(),
         );
     }
     // Row statistics alone (an op depending only on one, hoisted): eighths
@@ -189,7 +229,14 @@ fn catalog() -> Vec<String> {
     s.bodies[0].roots = vec![3];
     let walk = Walk::Vec4Segments;
     for whole in [false, true] {
-        let key = KernelKey::Elementwise { sig: s.clone(), outputs: vec![DType::F32], out_strided: false, walk, whole };
+        let key = KernelKey::Elementwise {
+            sig: s.clone(),
+            outputs: vec![DType::F32],
+            out_strided: false,
+            walk,
+            whole,
+            half: false,
+        };
         out.push(key.wgsl());
     }
     for (workgroup, streams) in [(false, false), (false, true), (true, false), (true, true)] {
@@ -478,7 +525,8 @@ fn every_kernel_kind_validates_and_translates() {
     let mut checked = 0;
     for source in &kernels {
         let t = translate_all(source).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!t.msl.is_empty() && !t.hlsl.is_empty() && !t.glsl.is_empty());
+        assert!(!t.msl.is_empty() && !t.hlsl.is_empty());
+        assert_eq!(t.glsl.is_none(), source.contains("enable f16;"), "GLSL for every kernel not computing f16");
         let env = if source.contains("subgroup") { "vulkan1.1" } else { "vulkan1.0" };
         match spirv_val(&t.spirv, env) {
             Some(Err(e)) => panic!("spirv-val rejected:\n{e}\n{source}"),
@@ -668,8 +716,10 @@ fn no_kernel_mixes_a_shift_with_other_operators_unparenthesized() {
     assert!(bad.is_empty(), "shifts mixed with other operators (Tint rejects these):\n{}", bad.join("\n"));
 }
 
+/// Kernels computing f16 natively are for wgpu adapters with `shader-f16`;
+/// the CUDA backend computes f16 in f32 (`Caps::cuda`), so has none.
 #[test]
-fn every_kernel_kind_has_a_cuda_form_but_those_reading_textures() {
+fn every_kernel_kind_has_a_cuda_form_but_those_reading_textures_or_computing_f16() {
     let kernels = catalog();
     let mut rendered = 0;
     for source in &kernels {
@@ -681,7 +731,9 @@ fn every_kernel_kind_has_a_cuda_form_but_those_reading_textures() {
                 }
                 rendered += 1;
             }
-            Err(e) if source.contains("texture_") => assert!(e.to_string().contains("CUDA"), "{e}"),
+            Err(e) if source.contains("texture_") || source.contains("enable f16;") => {
+                assert!(e.to_string().contains("CUDA"), "{e}")
+            }
             Err(e) => panic!("{e}"),
         }
     }

@@ -127,6 +127,15 @@ pub struct Sig {
     pub bodies: Vec<Body>,
 }
 
+impl Sig {
+    /// Whether a leaf, param or op of the kernel has dtype `d`.
+    pub fn has_dtype(&self, d: DType) -> bool {
+        self.leaves.iter().any(|l| l.dtype == d)
+            || self.params.contains(&d)
+            || self.bodies.iter().any(|b| b.ops.iter().any(|(_, t)| *t == d))
+    }
+}
+
 /// What one launch of a fused kernel binds.
 #[derive(Debug, Clone, Default)]
 pub struct Args {

@@ -40,6 +40,7 @@ pub(super) fn info(device: &CudaDevice) -> DeviceInfo {
             ..wgpu::Limits::default()
         },
         shader_f16: false,
+        f16_compute: false,
         subgroups: caps.subgroups,
         subgroup_size: caps.subgroup_size,
         workgroup_memory: caps.workgroup_memory,

@@ -55,6 +55,10 @@ pub struct DeviceInfo {
     pub driver_info: String,
     pub limits: wgpu::Limits,
     pub shader_f16: bool,
+    /// Elementwise kernels compute f16 as f16 (`shader-f16`, unless
+    /// `KILN_F16_COMPUTE=0`); otherwise f16 is packed two per word and
+    /// computed in f32 ([`DeviceInfo::f16_path`]).
+    pub f16_compute: bool,
     pub subgroups: bool,
     /// The subgroup width when the adapter has subgroups and they are
     /// always this wide (the subgroup-lanes row kernel needs to know it).
@@ -71,6 +75,15 @@ impl DeviceInfo {
     /// reductions ask.
     pub fn is_cpu_adapter(&self) -> bool {
         self.device_type == "Cpu"
+    }
+
+    /// How this device computes f16, in words.
+    pub fn f16_path(&self) -> &'static str {
+        if self.f16_compute {
+            "f16 arithmetic (shader-f16), f32 accumulation"
+        } else {
+            "f16 packed in words, f32 arithmetic"
+        }
     }
 
     /// What codegen may assume of this device.
@@ -91,6 +104,7 @@ impl DeviceInfo {
             max_texture_side: self.limits.max_texture_dimension_2d,
             max_texture_layers: self.limits.max_texture_array_layers,
             max_workgroups_per_dimension: self.limits.max_compute_workgroups_per_dimension,
+            f16_compute: self.f16_compute,
         }
     }
 }
@@ -160,6 +174,12 @@ impl PartialEq for Device {
     }
 }
 
+/// `KILN_F16_COMPUTE=0` keeps f16 packed and computed in f32 even where
+/// the adapter has `shader-f16` (to compare the two paths).
+fn f16_compute_allowed() -> bool {
+    std::env::var("KILN_F16_COMPUTE").map_or(true, |v| v != "0")
+}
+
 fn instance(backends: wgpu::Backends) -> wgpu::Instance {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     desc.backends = backends;
@@ -223,7 +243,8 @@ impl Device {
                 label: Some("kiln"),
                 // Subgroup operations where offered: some matmul kernels use
                 // them. Timestamps for `set_kernel_profiling`.
-                required_features: (features & (wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY))
+                required_features: (features
+                    & (wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::SHADER_F16))
                     | passthrough,
                 required_limits: limits.clone(),
                 ..Default::default()
@@ -238,6 +259,7 @@ impl Device {
             driver_info: ai.driver_info.clone(),
             limits,
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            f16_compute: features.contains(wgpu::Features::SHADER_F16) && f16_compute_allowed(),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
             subgroup_size: (features.contains(wgpu::Features::SUBGROUP)
                 && ai.subgroup_min_size == ai.subgroup_max_size)
@@ -387,6 +409,7 @@ impl Device {
                 driver_info: String::new(),
                 limits: wgpu::Limits::default(),
                 shader_f16: true,
+                f16_compute: false,
                 subgroups: false,
                 subgroup_size: None,
                 workgroup_memory: false,

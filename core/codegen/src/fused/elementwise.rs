@@ -2,24 +2,25 @@
 //! in one of the walks ([`Walk`]).
 
 use super::emit::{Emitter, Flat, ROWS_PER_INVOCATION, Walk};
-use crate::{META_DECL, PACK_DECL, WG, pack_pair_expr, storage_type, store_expr, unravel};
+use crate::{META_DECL, PACK_DECL, WG, held_packed, pack_pair_expr, store_expr, unravel};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::BinaryOp;
 use kiln_sched::lower::{Access, Op, Sig};
 use kiln_sched::pointwise::Pointwise;
-/// Whether a body can run four elements at a time: only 4-byte leaves
-/// (strided ones where their rows split into vec4s, which the launch
-/// checks), no gather, no pow.
-pub fn vectorizable(sig: &Sig) -> bool {
-    vectorizable_reading_rows(sig) && !sig.bodies.iter().any(|b| b.ops.iter().any(|(op, _)| matches!(op, Op::Row(_))))
+/// Whether a body can run four elements at a time: no packed leaves (f16
+/// is not packed where `half`: [`held_packed`]; strided leaves where their
+/// rows split into vec4s, which the launch checks), no gather, no pow.
+pub fn vectorizable(sig: &Sig, half: bool) -> bool {
+    vectorizable_reading_rows(sig, half)
+        && !sig.bodies.iter().any(|b| b.ops.iter().any(|(op, _)| matches!(op, Op::Row(_))))
 }
 
 /// `vectorizable`, except that the bodies may read row stages (splat).
-pub fn vectorizable_reading_rows(sig: &Sig) -> bool {
-    sig.leaves.iter().all(|l| !l.dtype.is_packed())
+pub fn vectorizable_reading_rows(sig: &Sig, half: bool) -> bool {
+    sig.leaves.iter().all(|l| !held_packed(l.dtype, half))
         && sig.bodies.iter().all(|b| {
             b.ops.iter().all(|(op, d)| {
-                !d.is_packed()
+                !held_packed(*d, half)
                     && !matches!(op, Op::Gather { .. } | Op::Pointwise(Pointwise::Binary(BinaryOp::Pow, ..)) | Op::Acc)
             })
         })
@@ -29,16 +30,26 @@ pub fn vectorizable_reading_rows(sig: &Sig) -> bool {
 /// Meta: 0 element count, 1 threads per grid row, shape at 2, then leaves
 /// and params, then (with `out_strided`) the one output's layout. `whole`:
 /// a vec4 walk's grid covers the elements exactly (8 vec4s for each
-/// invocation), so it needs no bounds checks.
-pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: Walk, whole: bool) -> String {
+/// invocation), so it needs no bounds checks. `half`: f16 values are WGSL
+/// `f16`s.
+pub fn elementwise_wgsl(
+    sig: &Sig,
+    outputs: &[DType],
+    out_strided: bool,
+    walk: Walk,
+    whole: bool,
+    half: bool,
+) -> String {
     let vec4 = walk != Walk::Flat;
-    let e = Emitter::new(sig, 2, vec4);
-    let mut s = String::from(META_DECL);
-    if outputs.iter().any(|d| d.is_packed()) {
+    let e = Emitter::new(sig, 2, vec4).with_half(half);
+    let packed_outputs = outputs.iter().any(|&d| held_packed(d, half));
+    let mut s = if half { String::from("enable f16;\n") } else { String::new() };
+    s += META_DECL;
+    if packed_outputs {
         s += PACK_DECL;
     }
     for (k, &d) in outputs.iter().enumerate() {
-        let elem = if vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
+        let elem = if vec4 { format!("vec4<{}>", e.storage(d)) } else { e.storage(d).to_string() };
         s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{elem}>;\n", k + 1);
     }
     s += &e.input_decls(outputs.len());
@@ -95,13 +106,13 @@ pub fn elementwise_wgsl(sig: &Sig, outputs: &[DType], out_strided: bool, walk: W
             let advance = if i + 1 < ROWS_PER_INVOCATION { e.periodic_advance() } else { String::new() };
             s += &format!("    {{\n    let q = t + {i}u * stride;\n{step}{advance}    }}\n");
         }
-    } else if outputs.iter().any(|d| d.is_packed()) {
+    } else if packed_outputs {
         // Two elements per invocation, so packed outputs write whole words.
         s += "    let f0 = t * 2u;\n    if (f0 >= n) { return; }\n    let f1 = min(f0 + 1u, n - 1u);\n";
         let a = e.body(0, "f0", "a_", &mut s);
         let b = e.body(0, "f1", "b_", &mut s);
         for (k, &d) in outputs.iter().enumerate() {
-            if d.is_packed() {
+            if held_packed(d, half) {
                 s += &format!("    out{k}[t] = {};\n", pack_pair_expr(d, &a[k], &b[k]));
             } else {
                 s += &format!("    out{k}[f0] = {};\n", store(d, &a[k]));

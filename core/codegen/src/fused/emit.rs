@@ -2,7 +2,7 @@
 //! a flat index through each leaf's access, and the ops' WGSL forms.
 
 use super::rows::shifted_by_row_max;
-use crate::{compute_type, literal, load_expr, math, storage_type, unravel};
+use crate::{compute_type, half_literal, literal, load_expr, math, storage_type, unravel};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::{BinaryOp, ReduceOp, UnaryOp};
 use kiln_sched::lower::{Access, Body, Op, Sig, meta_bases};
@@ -85,13 +85,47 @@ pub struct Emitter<'a> {
     straddling: bool,
     /// A row kernel's stages, whose values `Row(k)` ops read.
     stages: &'a [ReduceOp],
+    /// Hold f16 values as WGSL's `f16` (buffers, registers, arithmetic)
+    /// instead of packed words computed in f32: adapters with `shader-f16`.
+    half: bool,
 }
 
 impl<'a> Emitter<'a> {
     pub fn new(sig: &'a Sig, shape_base: usize, vec4: bool) -> Emitter<'a> {
         let (leaf_base, param_base) = meta_bases(sig, shape_base);
         let (meta_lets, periodic, straddling) = (false, false, false);
-        Emitter { sig, shape_base, leaf_base, param_base, vec4, meta_lets, periodic, straddling, stages: &[] }
+        let half = false;
+        Emitter { sig, shape_base, leaf_base, param_base, vec4, meta_lets, periodic, straddling, stages: &[], half }
+    }
+
+    /// This emitter, computing f16 values as WGSL's `f16` when `on`.
+    pub fn with_half(self, on: bool) -> Emitter<'a> {
+        Emitter { half: on, ..self }
+    }
+
+    /// Whether values of `d` are WGSL `f16`s here.
+    fn native_half(&self, d: DType) -> bool {
+        self.half && d == DType::F16
+    }
+
+    /// The scalar type `d` computes in here.
+    fn compute(&self, d: DType) -> &'static str {
+        if self.native_half(d) { "f16" } else { compute_type(d) }
+    }
+
+    /// The element type of a storage buffer of `d` here.
+    pub(super) fn storage(&self, d: DType) -> &'static str {
+        if self.native_half(d) { "f16" } else { storage_type(d) }
+    }
+
+    /// A scalar literal of `d`'s compute type here.
+    fn scalar_literal(&self, d: DType, v: f64) -> String {
+        if self.native_half(d) { half_literal(v) } else { literal(d, v) }
+    }
+
+    /// Element `at` of buffer `buf` holding `d`.
+    fn load_scalar(&self, d: DType, buf: &str, at: &str) -> String {
+        if self.native_half(d) { format!("{buf}[{at}]") } else { load_expr(d, buf, at) }
     }
 
     /// This emitter, in a row kernel whose `Row(k)` ops read `stages`.
@@ -224,16 +258,33 @@ impl<'a> Emitter<'a> {
     }
 
     fn ty(&self, d: DType) -> String {
-        if self.vec4 { format!("vec4<{}>", compute_type(d)) } else { compute_type(d).to_string() }
+        if self.vec4 { format!("vec4<{}>", self.compute(d)) } else { self.compute(d).to_string() }
     }
 
     fn lit(&self, d: DType, v: f64) -> String {
-        if self.vec4 { format!("vec4<{}>({})", compute_type(d), literal(d, v)) } else { literal(d, v) }
+        if self.native_half(d) && v.is_infinite() {
+            return self.narrow(&literal(DType::F32, v));
+        }
+        let v = self.scalar_literal(d, v);
+        if self.vec4 { format!("vec4<{}>({v})", self.compute(d)) } else { v }
     }
 
     fn param(&self, d: DType, p: usize) -> String {
         let v = scalar_param(d, self.param_base + p);
-        if self.vec4 { format!("vec4<{}>({v})", compute_type(d)) } else { v }
+        if self.native_half(d) {
+            return self.narrow(&v);
+        }
+        if self.vec4 { format!("vec4<{}>({v})", self.compute(d)) } else { v }
+    }
+
+    /// An f16 value `v` as f32 (exactly).
+    fn widen(&self, v: &str) -> String {
+        if self.vec4 { format!("vec4<f32>({v})") } else { format!("f32({v})") }
+    }
+
+    /// A scalar f32 `v` (splat in a vec4 body) rounded to f16.
+    fn narrow(&self, v: &str) -> String {
+        if self.vec4 { format!("kiln_f16(vec4<f32>({v}))") } else { format!("kiln_f16({v})") }
     }
 
     /// The element index of leaf `k` at the current position (a u32 expression).
@@ -289,8 +340,8 @@ impl<'a> Emitter<'a> {
         let leaf = &self.sig.leaves[k];
         let buf = format!("in{}", leaf.buffer.expect("load of a computed leaf"));
         let lanes: Vec<String> =
-            indices.iter().map(|at| load_expr(leaf.dtype, &buf, &format!("{at} >> 2u][{at} & 3u"))).collect();
-        format!("vec4<{}>({})", compute_type(leaf.dtype), lanes.join(", "))
+            indices.iter().map(|at| self.load_scalar(leaf.dtype, &buf, &format!("{at} >> 2u][{at} & 3u"))).collect();
+        format!("vec4<{}>({})", self.compute(leaf.dtype), lanes.join(", "))
     }
 
     /// Leaf `k` at element index `at`, or at vec4 index `quad` where given.
@@ -304,7 +355,7 @@ impl<'a> Emitter<'a> {
             (true, _) if splat => self.load_elements(k, &[at.to_string()]),
             (true, DType::Bool) => format!("({buf}[{quad}] != vec4<u32>(0u))"),
             (true, _) => format!("{buf}[{quad}]"),
-            (false, d) => load_expr(d, &buf, at),
+            (false, d) => self.load_scalar(d, &buf, at),
         }
     }
 
@@ -369,6 +420,12 @@ impl<'a> Emitter<'a> {
             }
             let d = *d;
             let dt = |j: usize| body.ops[j].1;
+            // An f16 op that f16 arithmetic would round differently from
+            // the reference reads its operands as f32 and rounds once.
+            let wide = self.native_half(d) && !computes_in_f16(op);
+            let v = |j: usize| if wide && self.native_half(dt(j)) { self.widen(&v(j)) } else { v(j) };
+            let dt = |j: usize| if wide && self.native_half(dt(j)) { DType::F32 } else { dt(j) };
+            let dc = if wide { DType::F32 } else { d };
             let value = match op {
                 _ if given.is_some_and(|g| g.0 == i) => given.unwrap().1.to_string(),
                 Op::Load(k) if self.straddles(*k) => self.load_elements(*k, &self.straddling_indices(*k, f)),
@@ -376,15 +433,15 @@ impl<'a> Emitter<'a> {
                 Op::Iota { leaf, start, step } => {
                     let at = self.index(*leaf, f, pfx);
                     let idx = if self.straddles(*leaf) {
-                        format!("{}(vec4<u32>({}))", self.ty(d), self.straddling_indices(*leaf, f).join(", "))
+                        format!("{}(vec4<u32>({}))", self.ty(dc), self.straddling_indices(*leaf, f).join(", "))
                     } else if self.vec4 && self.sig.leaves[*leaf].access == Access::Div {
-                        format!("{}(vec4<u32>({at}))", self.ty(d))
+                        format!("{}(vec4<u32>({at}))", self.ty(dc))
                     } else if self.vec4 {
-                        format!("{}(vec4<u32>({at}) + vec4<u32>(0u, 1u, 2u, 3u))", self.ty(d))
+                        format!("{}(vec4<u32>({at}) + vec4<u32>(0u, 1u, 2u, 3u))", self.ty(dc))
                     } else {
-                        format!("{}({at})", self.ty(d))
+                        format!("{}({at})", self.ty(dc))
                     };
-                    format!("{} + {idx} * {}", self.param(d, *start), self.param(d, *step))
+                    format!("{} + {idx} * {}", self.param(dc, *start), self.param(dc, *step))
                 }
                 Op::Row(k) if self.vec4 => format!("{}(s{k})", self.ty(d)),
                 Op::Row(k) => format!("s{k}"),
@@ -398,12 +455,22 @@ impl<'a> Emitter<'a> {
                 Op::Pointwise(Pointwise::Unary(op, x)) => unary(*op, dt(*x), &v(*x), &|d, x| self.lit(d, x)),
                 Op::Pointwise(Pointwise::Binary(op, x, y)) => binary(*op, &v(*x), &v(*y), &self.ty(DType::U32)),
                 Op::Pointwise(Pointwise::Where(c, x, y)) => format!("select({}, {}, {})", v(*y), v(*x), v(*c)),
-                Op::Pointwise(Pointwise::Cast(x)) => cast(dt(*x), d, &v(*x), &self.ty(d), &|d, x| self.lit(d, x)),
+                Op::Pointwise(Pointwise::Cast(x))
+                    if self.native_half(d) && !matches!(dt(*x), DType::F16 | DType::Bool) =>
+                {
+                    let wide = cast(dt(*x), DType::F32, &v(*x), &self.ty(DType::F32), false, &|d, x| self.lit(d, x));
+                    format!("kiln_f16({wide})")
+                }
+                Op::Pointwise(Pointwise::Cast(x)) => {
+                    let same = self.compute(dt(*x)) == self.compute(d);
+                    cast(dt(*x), d, &v(*x), &self.ty(d), same, &|d, x| self.lit(d, x))
+                }
                 Op::Gather { src, axis, index, len } => {
-                    self.gather(*src, *axis, &v(*index), dt(*index), *len, &v(i), pfx, s);
+                    self.gather(*src, *axis, &v(*index), dt(*index), *len, &var_name(pfx, false, i), pfx, s);
                     continue;
                 }
             };
+            let value = if wide { format!("kiln_f16({value})") } else { value };
             invariant[i] = hoisted.as_ref().is_some_and(|h| match op {
                 Op::Load(k) => self.sig.leaves[*k].access == h.1,
                 Op::Param(_) => true,
@@ -431,10 +498,10 @@ impl<'a> Emitter<'a> {
         }
         let buf = format!("in{}", self.sig.leaves[src].buffer.expect("gather source"));
         s.push_str(&format!("    let {name}_j = {ji};\n"));
-        s.push_str(&format!("    var {name}: {} = {};\n", compute_type(dtype), literal(dtype, 0.0)));
+        s.push_str(&format!("    var {name}: {} = {};\n", self.compute(dtype), self.scalar_literal(dtype, 0.0)));
         let bound = scalar_param(DType::U32, self.param_base + len);
         s.push_str(&format!("    if ({name}_j >= 0 && u32({name}_j) < {bound}) {{\n"));
-        s.push_str(&format!("        {name} = {};\n    }}\n", load_expr(dtype, &buf, &format!("u32({at})"))));
+        s.push_str(&format!("        {name} = {};\n    }}\n", self.load_scalar(dtype, &buf, &format!("u32({at})"))));
     }
 
     /// Input buffer declarations, bound after `outputs` output buffers.
@@ -447,10 +514,11 @@ impl<'a> Emitter<'a> {
     pub fn input_decls_needing(&self, outputs: usize, also: math::Needs) -> String {
         let mut s = String::new();
         for (b, &d) in self.sig.buffers.iter().enumerate() {
-            let elem = if self.vec4 { format!("vec4<{}>", storage_type(d)) } else { storage_type(d).to_string() };
+            let elem = if self.vec4 { format!("vec4<{}>", self.storage(d)) } else { self.storage(d).to_string() };
             s += &format!("@group(0) @binding({}) var<storage, read> in{b}: array<{elem}>;\n", outputs + 1 + b);
         }
-        s + &math::helpers(self.math_needs().or(also), self.vec4)
+        let narrowing = math::Needs { f16: self.half, ..math::Needs::default() };
+        s + &math::helpers(self.math_needs().or(also).or(narrowing), self.vec4)
     }
 
     fn math_needs(&self) -> math::Needs {
@@ -468,6 +536,7 @@ pub(super) fn math_needs<'b>(ops: impl Iterator<Item = &'b (Op, DType)> + Clone)
         sin_cos: unary(&[UnaryOp::Sin, UnaryOp::Cos]),
         tanh: unary(&[UnaryOp::Tanh, UnaryOp::Gelu]),
         pow: uses(&|op| matches!(op, Op::Pointwise(Pointwise::Binary(BinaryOp::Pow, ..)))),
+        f16: false,
     }
 }
 
@@ -487,6 +556,24 @@ pub(super) fn live_ops(body: &Body, cut: Option<usize>) -> Vec<bool> {
 /// prefix.
 fn var_name(pfx: &str, hoisted: bool, i: usize) -> String {
     if hoisted { format!("hv{i}") } else { format!("{pfx}v{i}") }
+}
+
+/// Whether an op of dtype f16 computes in f16 in a kernel computing f16
+/// natively: where f16 arithmetic gives the exact result rounded once, as
+/// the reference does (IEEE `+ − ×`, comparisons, and ops that do no
+/// arithmetic). The others (`÷`, whose f16 form WGSL allows 2.5 ulp, and
+/// the transcendentals, computed by kiln's f32 polynomials) compute in f32
+/// and round once.
+fn computes_in_f16(op: &Op) -> bool {
+    match op {
+        Op::Pointwise(Pointwise::Unary(u, _)) => {
+            matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Floor | UnaryOp::Round)
+        }
+        Op::Pointwise(Pointwise::Binary(b, ..)) => !matches!(b, BinaryOp::Div | BinaryOp::Pow),
+        Op::Iota { .. } => false,
+        Op::Load(_) | Op::Param(_) | Op::Gather { .. } | Op::Row(_) | Op::Acc => true,
+        Op::Pointwise(Pointwise::Where(..) | Pointwise::Cast(_)) => true,
+    }
 }
 
 /// (identity, merge(a, b)) of a reduction in compute type `d`.
@@ -567,9 +654,10 @@ fn binary(op: BinaryOp, a: &str, b: &str, u32_ty: &str) -> String {
 }
 
 /// WGSL conversions: float → int truncates and saturates, i32 ↔ u32
-/// reinterprets the bits (wraps), bool ↔ number is 0/1.
-fn cast(from: DType, to: DType, v: &str, ty: &str, lit: &dyn Fn(DType, f64) -> String) -> String {
-    if compute_type(from) == compute_type(to) {
+/// reinterprets the bits (wraps), bool ↔ number is 0/1. `same`: both
+/// compute in one type.
+fn cast(from: DType, to: DType, v: &str, ty: &str, same: bool, lit: &dyn Fn(DType, f64) -> String) -> String {
+    if same {
         v.to_string()
     } else if to == DType::Bool {
         format!("({v} != {})", lit(from, 0.0))
