@@ -159,7 +159,7 @@ async fn run(args: Args) -> Result<()> {
     let info = dev.info();
     let data = Arc::new(Mnist::load(&args.data)?);
     if root {
-        println!("adapter: {} ({}, {})", info.name, info.backend, info.device_type);
+        println!("adapter: {} ({}, {}; {})", info.name, info.backend, info.device_type, info.f16_path());
         println!("data: {} ({} train, {} test images)", args.data.display(), data.train.len(), data.test.len());
     }
 

@@ -3,7 +3,7 @@
 use crate::batch_check::{self, BatchRow};
 use crate::browser::Browser;
 use crate::grad_check::{self, GradRow};
-use crate::{Case, Outcome, compare};
+use crate::{Case, Outcome, Tol, compare};
 use kiln::core::interp::HostArray;
 use kiln::prelude::*;
 
@@ -151,6 +151,22 @@ pub(crate) fn cell(o: &Outcome) -> String {
     }
 }
 
+/// The tolerances every case is held to, from the constants the cases use.
+fn tolerances() -> String {
+    let t = |tol: Tol| format!("{:e} + {:e} · |reference|", tol.abs, tol.rel);
+    format!(
+        "\nTolerances, each element within abs + rel · |reference|: results stored as f16 {}, as bf16 {}; \
+         f32 arithmetic {}, transcendentals {}; integers and bool exact. Ops that round many times (long \
+         sums, matmuls) loosen these case by case (`tests/src/cases.rs`). f16 is computed in f16 on \
+         adapters with `shader-f16` and in f32 elsewhere (the f16 column above), within the same \
+         tolerances.\n",
+        t(Tol::F16),
+        t(Tol::BF16),
+        t(Tol::F32),
+        t(Tol::MATH)
+    )
+}
+
 /// The Markdown of docs/CONFORMANCE.md, with a browser column when the web
 /// e2e test's results are given.
 pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
@@ -160,15 +176,20 @@ pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
          pass (✓) or fail (✗) and the largest absolute difference from the reference over the op's \
          cases. Regenerate with `{command}`.\n\n"
     );
-    s += &format!("{}.\n\n## Adapters\n\n| adapter | backend | type | driver |\n|---|---|---|---|\n", run.validation);
+    s += &format!(
+        "{}.\n\n## Adapters\n\n| adapter | backend | type | driver | f16 |\n|---|---|---|---|---|\n",
+        run.validation
+    );
     for (label, info) in &run.adapters {
-        s += &format!("| {label} | {} | {} | {} {} |\n", info.backend, info.device_type, info.driver, info.driver_info);
+        let (backend, kind, path) = (&info.backend, &info.device_type, info.f16_path());
+        s += &format!("| {label} | {backend} | {kind} | {} {} | {path} |\n", info.driver, info.driver_info);
     }
     for skip in &run.skipped {
         s += &format!("\nSkipped: {skip}.\n");
     }
     let (passed, failed) = run.counts();
     s += &format!("\n{passed} passed, {failed} failed ({} cases × {} adapters).\n", run.rows.len(), run.adapters.len());
+    s += &tolerances();
     if let Some(b) = browser {
         let (bp, bf) = b.counts();
         s += &format!(

@@ -98,7 +98,7 @@ impl Gpu {
             "{{\"name\":{},\"backend\":{},\"device_type\":{},\"driver\":{},\"driver_info\":{},\
              \"max_storage_buffer_binding_size\":{},\"max_buffer_size\":{},\
              \"max_compute_workgroup_storage_size\":{},\"max_compute_invocations_per_workgroup\":{},\
-             \"max_compute_workgroups_per_dimension\":{},\"shader_f16\":{}}}",
+             \"max_compute_workgroups_per_dimension\":{},\"shader_f16\":{},\"f16_path\":{}}}",
             quote(&i.name),
             quote(&i.backend),
             quote(&i.device_type),
@@ -110,6 +110,7 @@ impl Gpu {
             l.max_compute_invocations_per_workgroup,
             l.max_compute_workgroups_per_dimension,
             i.shader_f16,
+            quote(i.f16_path()),
         )
     }
 

@@ -1,6 +1,8 @@
 //! Element types. Every dtype is stored in 32-bit words on the GPU, so every
 //! kernel works on adapters without `shader-f16`: f16 and bf16 are packed two
-//! per u32 and computed in f32; bool is one u32 (0 or 1) per element.
+//! per u32 and computed in f32 (f16 in f16 where the adapter has
+//! `shader-f16`: the bytes are the same); bool is one u32 (0 or 1) per
+//! element.
 
 use std::fmt;
 
