@@ -14,7 +14,9 @@ pub use matmul::{MatmulLaunch, MatmulOperands, matmul};
 pub use quant::quant_matmul;
 
 use crate::attention::KeySharing;
-use crate::fused::{ROWS_PER_INVOCATION, RowLanes, VEC, Walk, vectorizable, vectorizable_reading_rows};
+use crate::fused::{
+    ROWS_PER_INVOCATION, RowLanes, VEC, Walk, elementwise_vectorizable, vectorizable, vectorizable_reading_rows,
+};
 use crate::matmul::MatmulConfig;
 use crate::reduce::{Monoid, REDUCE_STREAM_MIN, REDUCE_WG, ReducePass, Runs, reduce_shape, runs_len, whole_spans};
 use crate::row_stream::stream_lanes;
@@ -199,6 +201,21 @@ fn reads_per_element(access: Access, l: &Layout) -> bool {
     }
 }
 
+/// Whether a vec4 walk reads each packed leaf (f16 unless `half`, bf16)
+/// four elements at a time, a pair of words: not where it would read
+/// single elements (a row-broadcast leaf's, and every broadcast leaf's in
+/// a straddling walk), since a packed buffer of an odd number of words is
+/// one word longer than its pairs.
+fn packed_leaves_read_whole(sig: &Sig, args: &Args, half: bool) -> bool {
+    let leaves = || sig.leaves.iter().zip(&args.layouts);
+    let straddling = leaves().any(|(leaf, l)| reads_per_element(leaf.access, l));
+    leaves().filter(|(leaf, _)| held_packed(leaf.dtype, half)).all(|(leaf, _)| match leaf.access {
+        Access::Contiguous | Access::Strided => true,
+        Access::Mod => !straddling,
+        Access::Div => false,
+    })
+}
+
 /// The shape, leaf layouts and params of a fused body, in meta order.
 pub fn fused_meta(meta: &mut Meta, sig: &Sig, args: &Args, shape: &[usize]) {
     shape.iter().for_each(|&d| {
@@ -237,9 +254,9 @@ pub fn elementwise(
     let half = caps.f16_compute && (dtypes.contains(&DType::F16) || sig.has_dtype(DType::F16));
     let vec4 = out_region.is_none()
         && n.is_multiple_of(VEC)
-        && dtypes.iter().all(|&d| !held_packed(d, half))
-        && vectorizable(&sig, half)
-        && aligned4(&sig, args, true);
+        && elementwise_vectorizable(&sig)
+        && aligned4(&sig, args, true)
+        && packed_leaves_read_whole(&sig, args, half);
     let walk = if vec4 { vec4_walk(&sig, args, n) } else { Walk::Flat };
     let threads = match walk {
         Walk::Vec4Rows => {
@@ -287,8 +304,7 @@ pub fn row(
     }
     let dtypes = outputs.to_vec();
     // Rows read in lanes or as vec4s: word-sized values written per element.
-    let word_outputs =
-        dtypes.iter().all(|&d| !d.is_packed() && d != DType::Bool) && vectorizable_reading_rows(&sig, false);
+    let word_outputs = dtypes.iter().all(|&d| !d.is_packed() && d != DType::Bool) && vectorizable_reading_rows(&sig);
     let words = !per_row && word_outputs;
     let vec4 = words && len.is_multiple_of(VEC) && aligned4(&sig, args, false);
     let (memory, cpu, width) = (caps.workgroup_memory, caps.cpu, subgroup_width);
@@ -356,7 +372,7 @@ pub fn reduce(
     }
     let len = numel(view_shape) / rows;
     let value_dtype = partials_dtype(&sig);
-    let plain = matches!(monoid, Monoid::Reduce(_)) && vectorizable(&sig, false);
+    let plain = matches!(monoid, Monoid::Reduce(_)) && vectorizable(&sig);
     let columns = column_view(&sig, args, view_shape, rows);
     let runs = if let Some((sig, args, _)) = &columns {
         // Four neighbouring rows at a time where they split into vec4s.

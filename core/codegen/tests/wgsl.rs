@@ -66,7 +66,7 @@ fn half_forms(sig: &Sig, outputs: &[DType]) -> Vec<String> {
         return Vec::new();
     }
     let walks =
-        if kiln_codegen::fused::vectorizable(sig, true) { &[Walk::Flat, Walk::Vec4][..] } else { &[Walk::Flat] };
+        if kiln_codegen::fused::elementwise_vectorizable(sig) { &[Walk::Flat, Walk::Vec4][..] } else { &[Walk::Flat] };
     let key = |walk| KernelKey::Elementwise {
         sig: sig.clone(),
         outputs: outputs.to_vec(),
@@ -93,19 +93,18 @@ fn catalog() -> Vec<String> {
         for d in DType::ALL.into_iter().filter(|&d| op.accepts(d)) {
             for contiguous in [true, false] {
                 let s = sig(3, &[(d, contiguous)], &[], vec![(Op::Pointwise(Pointwise::Unary(op, LOAD)), d)], vec![0]);
-                // Strided leaves read vec4s too, where their rows split into them.
-                if !d.is_packed() {
-                    // With and without the grid-strided walk's bounds checks.
-                    let key = KernelKey::Elementwise {
-                        sig: s.clone(),
-                        outputs: vec![d],
-                        out_strided: false,
-                        walk: Walk::Vec4,
-                        whole: contiguous,
-                        half: false,
-                    };
-                    out.push(key.wgsl());
-                }
+                // Strided leaves read vec4s too, where their rows split into
+                // them; packed ones as pairs of words. With and without the
+                // grid-strided walk's bounds checks.
+                let key = KernelKey::Elementwise {
+                    sig: s.clone(),
+                    outputs: vec![d],
+                    out_strided: false,
+                    walk: Walk::Vec4,
+                    whole: contiguous,
+                    half: false,
+                };
+                out.push(key.wgsl());
                 out.extend(half_forms(&s, &[d]));
                 out.push(ew(s, vec![d]));
             }
@@ -123,7 +122,7 @@ fn catalog() -> Vec<String> {
             );
             out.extend(half_forms(&s, &[o]));
             out.push(ew(s, vec![o]));
-            if op != BinaryOp::Pow && !d.is_packed() {
+            if op != BinaryOp::Pow {
                 let s = sig(
                     2,
                     &[(d, true), (d, true)],

@@ -2,28 +2,35 @@
 //! in one of the walks ([`Walk`]).
 
 use super::emit::{Emitter, Flat, ROWS_PER_INVOCATION, Walk};
-use crate::{META_DECL, PACK_DECL, WG, held_packed, pack_pair_expr, store_expr, unravel};
+use crate::{META_DECL, PACK_DECL, WG, held_packed, pack_pair_expr, store_expr, unravel, vec4_storage_type};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::BinaryOp;
 use kiln_sched::lower::{Access, Op, Sig};
 use kiln_sched::pointwise::Pointwise;
-/// Whether a body can run four elements at a time: no packed leaves (f16
-/// is not packed where `half`: [`held_packed`]; strided leaves where their
-/// rows split into vec4s, which the launch checks), no gather, no pow.
-pub fn vectorizable(sig: &Sig, half: bool) -> bool {
-    vectorizable_reading_rows(sig, half)
-        && !sig.bodies.iter().any(|b| b.ops.iter().any(|(op, _)| matches!(op, Op::Row(_))))
+/// Whether a row or reduction body can run four elements at a time: only
+/// 4-byte leaves (strided ones where their rows split into vec4s, which the
+/// launch checks), no gather, no pow.
+pub fn vectorizable(sig: &Sig) -> bool {
+    vectorizable_reading_rows(sig) && !sig.bodies.iter().any(|b| b.ops.iter().any(|(op, _)| matches!(op, Op::Row(_))))
 }
 
 /// `vectorizable`, except that the bodies may read row stages (splat).
-pub fn vectorizable_reading_rows(sig: &Sig, half: bool) -> bool {
-    sig.leaves.iter().all(|l| !held_packed(l.dtype, half))
-        && sig.bodies.iter().all(|b| {
-            b.ops.iter().all(|(op, d)| {
-                !held_packed(*d, half)
-                    && !matches!(op, Op::Gather { .. } | Op::Pointwise(Pointwise::Binary(BinaryOp::Pow, ..)) | Op::Acc)
-            })
-        })
+pub fn vectorizable_reading_rows(sig: &Sig) -> bool {
+    sig.leaves.iter().all(|l| !l.dtype.is_packed())
+        && sig.bodies.iter().all(|b| b.ops.iter().all(|(op, d)| !d.is_packed() && !scalar_only(op)))
+}
+
+/// Whether an elementwise body can run four elements at a time: no
+/// gather, no pow. Packed leaves are read four at a time as a pair of
+/// words where the launch finds them whole ([`crate::launch`]), and packed
+/// outputs written so.
+pub fn elementwise_vectorizable(sig: &Sig) -> bool {
+    sig.bodies.iter().all(|b| b.ops.iter().all(|(op, _)| !scalar_only(op) && !matches!(op, Op::Row(_))))
+}
+
+/// Ops that have no vec4 form.
+fn scalar_only(op: &Op) -> bool {
+    matches!(op, Op::Gather { .. } | Op::Pointwise(Pointwise::Binary(BinaryOp::Pow, ..)) | Op::Acc)
 }
 
 /// An elementwise kernel writing the roots of body 0 to `outputs` buffers.
@@ -49,15 +56,28 @@ pub fn elementwise_wgsl(
         s += PACK_DECL;
     }
     for (k, &d) in outputs.iter().enumerate() {
-        let elem = if vec4 { format!("vec4<{}>", e.storage(d)) } else { e.storage(d).to_string() };
+        let elem = match vec4 {
+            true if held_packed(d, half) => vec4_storage_type(d).to_string(),
+            true => format!("vec4<{}>", e.storage(d)),
+            false => e.storage(d).to_string(),
+        };
         s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{elem}>;\n", k + 1);
     }
     s += &e.input_decls(outputs.len());
     s += &format!("@compute @workgroup_size({WG})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, ");
     s += "@builtin(num_workgroups) nwg: vec3<u32>) {\n";
     s += "    let t = gid.y * m(1u) + gid.x;\n    let n = m(0u);\n";
-    let store = |d: DType, v: &str| {
-        if vec4 && d == DType::Bool { format!("select(vec4<u32>(0u), vec4<u32>(1u), {v})") } else { store_expr(d, v) }
+    let store = |d: DType, v: &str| match d {
+        DType::Bool if vec4 => format!("select(vec4<u32>(0u), vec4<u32>(1u), {v})"),
+        // Four packed values: a pair of words.
+        _ if vec4 && held_packed(d, half) => {
+            let (lo, hi) = (
+                pack_pair_expr(d, &format!("{v}.x"), &format!("{v}.y")),
+                pack_pair_expr(d, &format!("{v}.z"), &format!("{v}.w")),
+            );
+            format!("vec2<u32>({lo}, {hi})")
+        }
+        _ => store_expr(d, v),
     };
     // A walk's bounds check, left out where the grid covers the elements
     // exactly (`whole`; see the grid-strided walk below).

@@ -2,7 +2,10 @@
 //! a flat index through each leaf's access, and the ops' WGSL forms.
 
 use super::rows::shifted_by_row_max;
-use crate::{compute_type, half_literal, literal, load_expr, math, storage_type, unravel};
+use crate::{
+    compute_type, half_literal, held_packed, literal, load_expr, load4_expr, math, storage_type, unravel,
+    vec4_storage_type,
+};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::{BinaryOp, ReduceOp, UnaryOp};
 use kiln_sched::lower::{Access, Body, Op, Sig, meta_bases};
@@ -338,6 +341,7 @@ impl<'a> Emitter<'a> {
     /// element `at` is `[at >> 2][at & 3]`).
     fn load_elements(&self, k: usize, indices: &[String]) -> String {
         let leaf = &self.sig.leaves[k];
+        debug_assert!(!held_packed(leaf.dtype, self.half), "the launch reads packed leaves whole");
         let buf = format!("in{}", leaf.buffer.expect("load of a computed leaf"));
         let lanes: Vec<String> =
             indices.iter().map(|at| self.load_scalar(leaf.dtype, &buf, &format!("{at} >> 2u][{at} & 3u"))).collect();
@@ -354,6 +358,7 @@ impl<'a> Emitter<'a> {
             // All four lanes read one element when the leaf repeats by 4s.
             (true, _) if splat => self.load_elements(k, &[at.to_string()]),
             (true, DType::Bool) => format!("({buf}[{quad}] != vec4<u32>(0u))"),
+            (true, d) if held_packed(d, self.half) => load4_expr(d, &buf, &quad),
             (true, _) => format!("{buf}[{quad}]"),
             (false, d) => self.load_scalar(d, &buf, at),
         }
@@ -514,7 +519,11 @@ impl<'a> Emitter<'a> {
     pub fn input_decls_needing(&self, outputs: usize, also: math::Needs) -> String {
         let mut s = String::new();
         for (b, &d) in self.sig.buffers.iter().enumerate() {
-            let elem = if self.vec4 { format!("vec4<{}>", self.storage(d)) } else { self.storage(d).to_string() };
+            let elem = match self.vec4 {
+                true if held_packed(d, self.half) => vec4_storage_type(d).to_string(),
+                true => format!("vec4<{}>", self.storage(d)),
+                false => self.storage(d).to_string(),
+            };
             s += &format!("@group(0) @binding({}) var<storage, read> in{b}: array<{elem}>;\n", outputs + 1 + b);
         }
         let narrowing = math::Needs { f16: self.half, ..math::Needs::default() };

@@ -10,7 +10,7 @@ mod elementwise;
 mod emit;
 mod rows;
 
-pub use elementwise::{elementwise_wgsl, vectorizable, vectorizable_reading_rows};
+pub use elementwise::{elementwise_vectorizable, elementwise_wgsl, vectorizable, vectorizable_reading_rows};
 pub use emit::{Emitter, Flat, ROWS_PER_INVOCATION, VEC, Walk, reduce_monoid, scalar_param};
 pub use rows::{Combine, ROW_LANES_WG, ROW_MAX_LEN, RowLanes, row_lanes_wgsl, row_wgsl};
 // For the streamed row kernels (`row_stream`), which share the row walk.
