@@ -23,6 +23,6 @@ export async function describeAdapter(gpu) {
   const web = adapter?.info ?? {};
   const detail = { ...info, vendor: web.vendor ?? '', architecture: web.architecture ?? '', description: web.description ?? '' };
   const what = [detail.name || detail.description, detail.vendor, detail.architecture].filter(Boolean).join(' ');
-  detail.label = `${what || 'unnamed adapter'} (kiln backend ${detail.backend}, ${detail.device_type})`;
+  detail.label = `${what || 'unnamed adapter'} (kiln backend ${detail.backend}, ${detail.device_type}; ${detail.f16_path})`;
   return detail;
 }
