@@ -7,7 +7,7 @@ use crate::ceilings::Ceilings;
 use crate::measure::{Paired, Record, Reps, time, time_paired};
 use kiln::core::codegen::matmul::{MatmulConfig, ShapeClass};
 use kiln::prelude::*;
-use kiln_mnist::per_example::{clipped_mean, per_example_grads};
+use kiln_mnist::per_example::{clipped_mean, ghost_clipped_mean, per_example_grads};
 use kiln_mnist::{Config, ModelKind, Trainer};
 use kiln_nn::Sequential;
 use kiln_nn::data::Mnist;
@@ -457,12 +457,13 @@ fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
 /// Per-example gradients of the demo's MLP for a batch of 64: `vmap(grad)`
 /// against a loop of 64 `grad` calls (realized together: one submit, as
 /// the vmap's), with one ordinary batched gradient for scale in the note;
-/// and DP-SGD's clipped mean of them (`kiln_mnist::per_example`), where
-/// the per-example gradients need not reach memory.
+/// and DP-SGD's clipped mean of them (`kiln_mnist::per_example`): from
+/// the per-example gradients, and by ghost clipping, without them.
 fn per_example(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
     let (vmapped, looped) = ("per-example grads (vmap)", "per-example grads (loop)");
     let clipped = "per-example clipped mean (vmap)";
-    if !cx.wants(vmapped) && !cx.wants(looped) && !cx.wants(clipped) {
+    let ghost = "per-example clipped mean (ghost)";
+    if ![vmapped, looped, clipped, ghost].iter().any(|b| cx.wants(b)) {
         return Ok(());
     }
     let batch = 64;
@@ -485,6 +486,16 @@ fn per_example(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         let t = time(cx.reps, &mut step)?;
         cx.print_profile(&mut step)?;
         out(Record::duration(clipped, cx.adapter, t, 1e3, "ms").note("norms and the clipped mean, one submit"));
+    }
+    if cx.wants(ghost) {
+        let mut step = || {
+            let (mean, norms) = ghost_clipped_mean(&model, &x, &y, 1.0)?;
+            realize(mean.leaves().into_iter().chain([norms]).collect())
+        };
+        let t = time(cx.reps, &mut step)?;
+        cx.print_profile(&mut step)?;
+        out(Record::duration(ghost, cx.adapter, t, 1e3, "ms")
+            .note("the same, from per-layer norms: no per-example gradients"));
     }
     if !cx.wants(vmapped) && !cx.wants(looped) {
         return Ok(());

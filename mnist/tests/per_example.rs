@@ -1,11 +1,12 @@
 //! Per-example gradients of the demo's MLP by vmap(grad) against a loop of
-//! grad calls, and their clipping, on the CPU reference.
+//! grad calls, and their clipping, on the CPU reference; ghost clipping
+//! against clipping the per-example gradients, there and on every adapter.
 
 use kiln::prelude::*;
 use kiln_mnist::ModelKind;
-use kiln_mnist::per_example::{clipped_mean, norms, per_example_grads};
-use kiln_nn::Sequential;
+use kiln_mnist::per_example::{clipped_mean, ghost_clipped_mean, norms, per_example_grads};
 use kiln_nn::loss::cross_entropy;
+use kiln_nn::{Layer, Sequential};
 
 fn values(t: &Tensor) -> Vec<f32> {
     kiln::block_on(t.to_vec::<f32>()).unwrap()
@@ -38,4 +39,49 @@ fn per_example_gradients_match_a_loop_and_clip_to_the_bound() {
     let mean_norm: f32 = mean.leaves().iter().map(|g| values(g).iter().map(|v| v * v).sum::<f32>()).sum::<f32>().sqrt();
     assert!(mean_norm <= clip * 1.0001, "clipped mean norm {mean_norm} over {clip}");
     assert!(mean_norm > 0.0);
+}
+
+/// `ghost_clipped_mean` of a 3-layer MLP gives `clipped_mean` of the
+/// per-example gradients (norms and mean), with a clip that scales some
+/// examples and not others.
+#[test]
+fn ghost_clipping_equals_clipping_the_per_example_gradients() {
+    let check = |label: &str, dev: &Device| {
+        let model = kiln_nn::mlp(dev, Key::new(5), &[20, 16, 12, 5], Layer::Tanh).unwrap();
+        let b = 6;
+        let x = kiln_conformance::rng::tensor(dev, &[b, 20], 4, -1.0, 1.0);
+        let y = Tensor::from_slice(dev, &[0i32, 4, 2, 1, 3, 2], &[b]).unwrap();
+        let (want, want_norms) = {
+            let grads = per_example_grads(&model, &x, &y).unwrap();
+            let n = values(&norms(&grads).unwrap());
+            let mut sorted = n.clone();
+            sorted.sort_by(f32::total_cmp);
+            let clip = sorted[b / 2] as f64;
+            (clipped_mean(&grads, clip).unwrap().0, (n, clip))
+        };
+        let (got, got_norms) = ghost_clipped_mean(&model, &x, &y, want_norms.1).unwrap();
+        for (g, w) in values(&got_norms).iter().zip(&want_norms.0) {
+            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{label}: norm {g} against {w}");
+        }
+        for (g, w) in got.leaves().iter().zip(want.leaves()) {
+            assert_eq!(g.shape(), w.shape());
+            for (a, e) in values(g).iter().zip(values(&w)) {
+                assert!((a - e).abs() <= 1e-5 * (1.0 + e.abs()), "{label}: mean {a} against {e}");
+            }
+        }
+    };
+    check("CPU reference", &Device::cpu());
+    for (label, dev) in kiln_conformance::adapters::shared().iter() {
+        check(label, dev);
+    }
+}
+
+#[test]
+fn ghost_clipping_names_a_layer_it_cannot_take() {
+    let dev = Device::cpu();
+    let model = Sequential::new(vec![Layer::LayerNorm(kiln_nn::LayerNorm::new(&dev, 4).unwrap())]);
+    let x = Tensor::zeros(&dev, &[2, 4], DType::F32).unwrap();
+    let y = Tensor::from_slice(&dev, &[0i32, 1], &[2]).unwrap();
+    let e = ghost_clipped_mean(&model, &x, &y, 1.0).unwrap_err().to_string();
+    assert!(e.contains("ghost_clipped_mean") && e.contains("layer 0") && e.contains("LayerNorm"), "{e}");
 }
