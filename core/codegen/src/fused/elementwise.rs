@@ -2,7 +2,7 @@
 //! in one of the walks ([`Walk`]).
 
 use super::emit::{Emitter, Flat, ROWS_PER_INVOCATION, Walk};
-use crate::{META_DECL, PACK_DECL, WG, held_packed, pack_pair_expr, store_expr, unravel, vec4_storage_type};
+use crate::{META_DECL, PACK_DECL, WG, held_packed, pack_pair_expr, store_expr, unravel};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::BinaryOp;
 use kiln_sched::lower::{Access, Op, Sig};
@@ -56,11 +56,7 @@ pub fn elementwise_wgsl(
         s += PACK_DECL;
     }
     for (k, &d) in outputs.iter().enumerate() {
-        let elem = match vec4 {
-            true if held_packed(d, half) => vec4_storage_type(d).to_string(),
-            true => format!("vec4<{}>", e.storage(d)),
-            false => e.storage(d).to_string(),
-        };
+        let elem = e.binding_type(d);
         s += &format!("@group(0) @binding({}) var<storage, read_write> out{k}: array<{elem}>;\n", k + 1);
     }
     s += &e.input_decls(outputs.len());

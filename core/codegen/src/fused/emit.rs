@@ -117,8 +117,18 @@ impl<'a> Emitter<'a> {
     }
 
     /// The element type of a storage buffer of `d` here.
-    pub(super) fn storage(&self, d: DType) -> &'static str {
+    fn storage(&self, d: DType) -> &'static str {
         if self.native_half(d) { "f16" } else { storage_type(d) }
+    }
+
+    /// The element type a buffer of `d` is bound as: four elements at a
+    /// time in a vec4 body (a pair of words where packed).
+    pub(super) fn binding_type(&self, d: DType) -> String {
+        match self.vec4 {
+            true if held_packed(d, self.half) => vec4_storage_type(d).to_string(),
+            true => format!("vec4<{}>", self.storage(d)),
+            false => self.storage(d).to_string(),
+        }
     }
 
     /// A scalar literal of `d`'s compute type here.
@@ -519,11 +529,7 @@ impl<'a> Emitter<'a> {
     pub fn input_decls_needing(&self, outputs: usize, also: math::Needs) -> String {
         let mut s = String::new();
         for (b, &d) in self.sig.buffers.iter().enumerate() {
-            let elem = match self.vec4 {
-                true if held_packed(d, self.half) => vec4_storage_type(d).to_string(),
-                true => format!("vec4<{}>", self.storage(d)),
-                false => self.storage(d).to_string(),
-            };
+            let elem = self.binding_type(d);
             s += &format!("@group(0) @binding({}) var<storage, read> in{b}: array<{elem}>;\n", outputs + 1 + b);
         }
         let narrowing = math::Needs { f16: self.half, ..math::Needs::default() };
