@@ -56,9 +56,9 @@ pub fn gpt(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
     Ok(())
 }
 
-/// One attention layer's forward over `[1, context, 128]`: its FLOPs (the
-/// projections and the two `T × T` products; the causal half is computed
-/// and masked) against the FMA ceiling timed beside it.
+/// One attention layer's forward over `[1, context, 128]`: its FLOPs
+/// ([`CausalSelfAttention::forward_flops`]) against the FMA ceiling timed
+/// beside it.
 fn attention(cx: &Ctx, bench: &str, context: usize) -> Result<Record> {
     let width = 128;
     let layer = CausalSelfAttention { alibi: true, ..CausalSelfAttention::new(cx.dev, Key::new(3), width, 4)? };
@@ -70,9 +70,8 @@ fn attention(cx: &Ctx, bench: &str, context: usize) -> Result<Record> {
         || (cx.ceilings.fma_run)().map_err(KilnError::Gpu),
         || wait(&layer.forward(&x, None)?),
     )?;
-    let (t, c) = (context as f64, width as f64);
-    let flops = 2.0 * t * c * 4.0 * c + 4.0 * t * t * c;
+    let flops = layer.forward_flops(context);
     Ok(Record::rate(bench, cx.adapter, p.timing, flops / 1e9, "GFLOP/s")
         .fraction(p.fraction(flops, cx.ceilings.fma_flops))
-        .note("qkv and output projections plus scores and weighted sum, the masked half included".to_string()))
+        .note("qkv and output projections plus scores and weighted sum, counting the masked half (which one kernel skips)".to_string()))
 }

@@ -21,8 +21,24 @@ fn layer(dev: &Device, dim: usize, heads: usize, alibi: bool, seed: u64) -> Caus
     CausalSelfAttention { qkv: linear(3 * dim, seed).into(), out: linear(dim, seed + 2).into(), heads, alibi }
 }
 
-/// The outputs, each with what it covers.
-async fn outputs(dev: &Device) -> Result<Vec<(&'static str, Vec<f32>)>> {
+/// Marks a kernel that stops at the keys its workgroup's queries see.
+const CAUSAL_MARKER: &str = "let seen = min(tk";
+
+/// `softmax(where(k < q, q kᵀ, -1e9)) v` over `[1, 100, 8]`: a strict
+/// causal mask, under which query 0 sees no key and weighs all 100 alike,
+/// so the kernel must not stop at its workgroup's last query.
+fn strict_causal(dev: &Device) -> Result<Tensor> {
+    let x = |seed| tensor(dev, &[1, 100, 8], seed, -1.0, 1.0);
+    let (q, k, v) = (x(88), x(89), x(90));
+    let at = Tensor::arange(dev, 0.0, 100.0, 1.0, DType::I32)?;
+    let seen = at.unsqueeze(0)?.lt(&at.unsqueeze(1)?)?;
+    let scores = q.matmul(&k.transpose(-1, -2)?)?;
+    Tensor::where_cond(&seen, &scores, &scores.scalar_like(-1e9)?)?.softmax(-1)?.matmul(&v)
+}
+
+/// The outputs, each with what it covers and whether its mask is causal
+/// (the kernel then skips the keys after a workgroup's last query).
+async fn outputs(dev: &Device) -> Result<Vec<(&'static str, bool, Vec<f32>)>> {
     let x = |shape: &[usize], seed| tensor(dev, shape, seed, -1.0, 1.0);
     // Padding: the second sequence's last 30 positions.
     let real: Vec<f32> = (0..2 * 150).map(|i| if i >= 150 + 120 { 0.0 } else { 1.0 }).collect();
@@ -32,25 +48,30 @@ async fn outputs(dev: &Device) -> Result<Vec<(&'static str, Vec<f32>)>> {
     let ys = [
         (
             "ALiBi attention [2, 150, 24], 3 heads (3 key tiles, 3 query blocks)",
+            true,
             layer(dev, 24, 3, true, 80).forward(&x(&[2, 150, 24], 81), None)?,
         ),
         (
             "attention [2, 150, 24], 3 heads, padding mask",
+            false,
             layer(dev, 24, 3, false, 82).forward(&x(&[2, 150, 24], 83), Some(&padding))?,
         ),
         (
             "attention [1, 70, 12], 2 heads of 6 (rows padded to vec4s)",
+            true,
             layer(dev, 12, 2, true, 84).forward(&x(&[1, 70, 12], 85), None)?,
         ),
         (
             "softmax(0.3 a b) c, [3, 33, 20] [3, 20, 90] [3, 90, 5]",
+            false,
             a.matmul(&b)?.mul_scalar(0.3)?.softmax(-1)?.matmul(&c)?,
         ),
-        ("softmax(p r) w, [70, 16] [16, 100] [100, 12]", p.matmul(&r)?.softmax(-1)?.matmul(&w)?),
+        ("softmax(p r) w, [70, 16] [16, 100] [100, 12]", false, p.matmul(&r)?.softmax(-1)?.matmul(&w)?),
+        ("strict causal mask [1, 100, 8] (query 0 sees no key)", false, strict_causal(dev)?),
     ];
     let mut out = Vec::new();
-    for (what, y) in ys {
-        out.push((what, y.to_vec::<f32>().await?));
+    for (what, causal, y) in ys {
+        out.push((what, causal, y.to_vec::<f32>().await?));
     }
     Ok(out)
 }
@@ -69,8 +90,9 @@ async fn layer_kernels(dev: &Device) -> Result<u64> {
 
 /// Run the outputs on `dev` with the attention kernel forced on, in each
 /// way of sharing keys the device has; the failures (off the reference by
-/// more than 1e-4 of its largest value, another kernel count, no attention
-/// kernel compiled), empty when all hold.
+/// more than 1e-4 of its largest value, another kernel count, fewer
+/// attention kernels compiled than outputs, causal or not), empty when all
+/// hold.
 pub async fn check(dev: &Device) -> Result<Vec<String>> {
     let want = outputs(&Device::cpu()).await?;
     let info = dev.info();
@@ -91,7 +113,7 @@ pub async fn check(dev: &Device) -> Result<Vec<String>> {
         let kernels = layer_kernels(dev).await;
         dev.set_attention(None);
         let (got, kernels) = (got?, kernels?);
-        for ((what, g), (_, w)) in got.iter().zip(&want) {
+        for ((what, _, g), (.., w)) in got.iter().zip(&want) {
             let scale = w.iter().fold(1f32, |m, v| m.max(v.abs()));
             // NaN counts as infinitely far (no reference value is NaN).
             let off = |(a, b): (&f32, &f32)| if (a - b).is_nan() { f32::INFINITY } else { (a - b).abs() };
@@ -104,9 +126,15 @@ pub async fn check(dev: &Device) -> Result<Vec<String>> {
             failures.push(format!("{way}: an attention layer took {kernels} kernels, not {LAYER_KERNELS}"));
         }
         // Each output's scores differ, so each compiles a kernel of its own.
-        let compiled = dev.compiled_sources().iter().filter(|s| s.contains(marker)).count();
-        if compiled < want.len() {
-            failures.push(format!("{way}: {compiled} attention kernels compiled for {} outputs", want.len()));
+        let sources = dev.compiled_sources();
+        for causal in [false, true] {
+            let outputs = want.iter().filter(|(_, c, _)| *c == causal).count();
+            let compiled = sources.iter().filter(|s| s.contains(marker) && s.contains(CAUSAL_MARKER) == causal).count();
+            if compiled < outputs {
+                failures.push(format!(
+                    "{way}: {compiled} attention kernels compiled for {outputs} outputs (causal: {causal})"
+                ));
+            }
         }
     }
     Ok(failures)

@@ -73,8 +73,11 @@ pub enum KeySharing {
 
 /// The kernel for `batch_rank` batch dims, rows of `dk` (queries and keys)
 /// and `dv` (values) elements, keys shared as `keys`, scores computed by
-/// `scores` (a matmul epilogue: its accumulator is q·k).
-pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, keys: KeySharing, scores: &Sig) -> String {
+/// `scores` (a matmul epilogue: its accumulator is q·k). When `causal`
+/// (the scores hide each key after its query behind a fill whose weight is
+/// exactly zero), the walk stops after the workgroup's last query: a
+/// causal product does about half the work.
+pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, keys: KeySharing, causal: bool, scores: &Sig) -> String {
     let (d4, v4) = (dk.div_ceil(4), dv.div_ceil(4));
     let mut s = String::from(META_DECL);
     s += "@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n";
@@ -104,7 +107,8 @@ pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, keys: KeySharing,
     let tq = m(0u);
     let tk = m(1u);
     let batch = w / m(11u);
-    let i = (w % m(11u)) * QUERIES + lane;
+    let first = (w % m(11u)) * QUERIES;
+    let i = first + lane;
     // Queries past the end compute the last one's row and store nothing.
     let row = min(i, tq - 1u);
     let base = batch_offsets(batch);
@@ -128,6 +132,12 @@ pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, keys: KeySharing,
     // The scores' leaves are read at indices stepped key by key, with no
     // division per score.
     s += "    let f_row = (batch * tq + row) * tk;\n";
+    if causal {
+        // Keys after the workgroup's last query are hidden from all of its queries.
+        let _ = writeln!(s, "    let seen = min(tk, min(first + {QUERIES}u, tq));");
+    } else {
+        s += "    let seen = tk;\n";
+    }
     s += &e.periodic_start("f_row", "1u");
     s += &match keys {
         KeySharing::Workgroup => tiles(&e, d4, v4, dk, dv),
@@ -144,14 +154,14 @@ pub fn attention_wgsl(batch_rank: usize, dk: usize, dv: usize, keys: KeySharing,
 /// The walk over the keys a tile at a time, through workgroup memory.
 fn tiles(e: &Emitter, d4: usize, v4: usize, dk: usize, dv: usize) -> String {
     let tile = key_tile(dk, dv);
-    let mut s = format!("    let tiles = (tk + {}u) / {tile}u;\n", tile - 1);
+    let mut s = format!("    let tiles = (seen + {}u) / {tile}u;\n", tile - 1);
     s += "    for (var t = 0u; t < tiles; t++) {\n";
     let _ = writeln!(s, "        let key0 = t * {tile}u;");
     s += "        workgroupBarrier();\n";
     s += &tile_load("keys", "base.y", "kc", "kr", d4, dk, tile, "load_k");
     s += &tile_load("values", "base.z", "vr", "vc", v4, dv, tile, "load_v");
     s += "        workgroupBarrier();\n";
-    let _ = writeln!(s, "        let here = min({tile}u, tk - key0);");
+    let _ = writeln!(s, "        let here = min({tile}u, seen - key0);");
     s += "        for (var j = 0u; j < here; j++) {\n";
     let dots: Vec<String> = (0..d4).map(|c| format!("dot(q{c}, keys[j * {d4}u + {c}u])")).collect();
     s += &score(e, &dots.join(" + "));
@@ -164,7 +174,7 @@ fn tiles(e: &Emitter, d4: usize, v4: usize, dk: usize, dv: usize) -> String {
 /// The walk over the keys a subgroup's width at a time: each lane loads
 /// one key's and value's row, and every lane takes each in turn from it.
 fn subgroup_rows(e: &Emitter, d4: usize, v4: usize, dk: usize, dv: usize, width: u32) -> String {
-    let mut s = format!("    let chunks = (tk + {}u) / {width}u;\n", width - 1);
+    let mut s = format!("    let chunks = (seen + {}u) / {width}u;\n", width - 1);
     s += "    for (var t = 0u; t < chunks; t++) {\n";
     let _ = writeln!(s, "        let key0 = t * {width}u;");
     s += "        let mine = min(key0 + sub, tk - 1u);\n";
@@ -185,7 +195,7 @@ fn subgroup_rows(e: &Emitter, d4: usize, v4: usize, dk: usize, dv: usize, width:
         for (c, v) in values.iter().enumerate() {
             let _ = writeln!(s, "        let v{j}_{c} = {v};");
         }
-        let _ = writeln!(s, "        if (key0 + {j}u < tk) {{");
+        let _ = writeln!(s, "        if (key0 + {j}u < seen) {{");
         s += &score(e, &format!("dot{j}"));
         let names: Vec<String> = (0..v4).map(|c| format!("v{j}_{c}")).collect();
         s += &fold("            ", &names);

@@ -332,6 +332,8 @@ pub enum KernelKey {
         dk: u32,
         dv: u32,
         keys: attention::KeySharing,
+        /// Keys after a workgroup's last query are skipped (a causal mask).
+        causal: bool,
         scores: Sig,
     },
     /// The integer-weight product ([`quant_matmul`]).
@@ -400,8 +402,8 @@ impl KernelKey {
             KernelKey::Matmul { dtype, batch_rank, epilogue, config } => {
                 matmul::matmul_kernel(config, *dtype, *batch_rank, epilogue.as_ref())
             }
-            KernelKey::Attention { batch_rank, dk, dv, keys, scores } => {
-                attention::attention_wgsl(*batch_rank, *dk as usize, *dv as usize, *keys, scores)
+            KernelKey::Attention { batch_rank, dk, dv, keys, causal, scores } => {
+                attention::attention_wgsl(*batch_rank, *dk as usize, *dv as usize, *keys, *causal, scores)
             }
             KernelKey::OperandTexture { vec4, dtype } => operand_textures::pack_wgsl(*vec4, *dtype),
             KernelKey::QuantMatmul { bits, rows_per, cooperative } => {
@@ -441,10 +443,12 @@ impl KernelKey {
             }
             KernelKey::Row { sig, layout, vec4, .. } => ("row", Some(sig), layout.suffix(*vec4)),
             KernelKey::Matmul { epilogue, .. } => ("matmul", epilogue.as_ref(), ""),
-            KernelKey::Attention { scores, keys, .. } => {
-                let suffix = match keys {
-                    attention::KeySharing::Workgroup => "_tiles",
-                    attention::KeySharing::Subgroup(_) => "_subgroup",
+            KernelKey::Attention { scores, keys, causal, .. } => {
+                let suffix = match (keys, causal) {
+                    (attention::KeySharing::Workgroup, false) => "_tiles",
+                    (attention::KeySharing::Workgroup, true) => "_tiles_causal",
+                    (attention::KeySharing::Subgroup(_), false) => "_subgroup",
+                    (attention::KeySharing::Subgroup(_), true) => "_subgroup_causal",
                 };
                 ("attention", Some(scores), suffix)
             }

@@ -53,7 +53,7 @@ impl Target for Caps {
 
 /// [`Target::runs_attention`] for a device with `caps` running `variants`.
 pub fn runs_attention(caps: &Caps, variants: &Variants, item: &Item) -> bool {
-    let Item::Attention { q, kt, v, scores, shape, out_strides, args, .. } = item else { return false };
+    let Item::Attention { q, kt, v, scores, shape, out_strides, causal, args, .. } = item else { return false };
     let AttentionPlan::OneKernel(keys) = variants.attention else { return false };
-    AttentionOperands { q, kt, v, shape, out_strides }.runs_on(caps, keys, scores, args.buffers.len())
+    AttentionOperands { q, kt, v, shape, out_strides, causal: *causal }.runs_on(caps, keys, scores, args.buffers.len())
 }

@@ -469,7 +469,9 @@ fn catalog() -> Vec<String> {
         };
         for scores in [bare, masked] {
             for keys in [KeySharing::Workgroup, KeySharing::Subgroup(4), KeySharing::Subgroup(32)] {
-                out.push(KernelKey::Attention { batch_rank, dk, dv, keys, scores: scores.clone() }.wgsl());
+                for causal in [false, true] {
+                    out.push(KernelKey::Attention { batch_rank, dk, dv, keys, causal, scores: scores.clone() }.wgsl());
+                }
             }
         }
     }

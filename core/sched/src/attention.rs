@@ -9,6 +9,9 @@
 //! moment it reached them. Only values no one else reads qualify, so a
 //! training step, whose backward pass reads the softmax, keeps the
 //! separate kernels.
+//!
+//! A causal mask is recognized too ([`hides_later_keys`]), so that the
+//! kernel stops at the keys its queries can see.
 
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::{BinaryOp, Node, Prim, ReduceOp, UnaryOp};
@@ -28,7 +31,16 @@ pub struct Pattern {
     /// `[b, t, h, d]`): the kernel then writes the output so that the
     /// permute's view of it is contiguous, and the merge needs no copy.
     pub merged_by: Option<Vec<usize>>,
+    /// Whether the scores hide every key after its query behind a fill
+    /// far below any score ([`hides_later_keys`]): the kernel then skips
+    /// the keys after a workgroup's last query, whose weights are exactly
+    /// zero.
+    pub causal: bool,
 }
+
+/// Highest fill that hides a key: `exp(fill − score)` is then exactly zero
+/// in f32 for any score above `fill + 104`, which a query's own key has.
+const HIDDEN_FILL_MAX: f64 = -1e9;
 
 /// The patterns among `order` (a topological order of the unrealized
 /// nodes), by the id of their final matmul. `consumers` counts each node's
@@ -90,7 +102,8 @@ fn softmax_of_scores(p: &Node, only: &dyn Fn(&Node, usize) -> bool) -> Option<Pa
         softmax.push(sum_b);
     }
     softmax.push(p.clone());
-    fits.then(|| Pattern { scores: s, softmax, merged_by: None })
+    let causal = hides_later_keys(&s);
+    fits.then(|| Pattern { scores: s, softmax, merged_by: None, causal })
 }
 
 /// Whether `s` is one matmul, or reaches exactly one matmul of its shape
@@ -141,6 +154,61 @@ fn leads_to_matmul(
     }
     memo.insert(x.id(), leads);
     Some(leads)
+}
+
+/// Whether `s` (`[.., tq, tk]`) is `where(k ≤ q, x, fill)` (or
+/// `where(k > q, fill, x)`, or the comparison flipped), with `k` and `q`
+/// one integer `arange` (start, step > 0) along the keys and the queries,
+/// and `fill` at most [`HIDDEN_FILL_MAX`]: a causal mask. Key `j` is then
+/// hidden from query `i` exactly when `j > i`, and key 0 is seen by all.
+/// Not a causal mask combined with another (padding): a query whose every
+/// key that mask hides weighs all keys alike, the skipped ones included.
+fn hides_later_keys(s: &Node) -> bool {
+    let Prim::Where = s.prim() else { return false };
+    let [cond, x, y] = &s.inputs()[..] else { return false };
+    let cond = broadcast_source(cond);
+    let Prim::Binary(op) = cond.prim() else { return false };
+    // (whether the key is the left operand, whether true means seen)
+    let (key_left, seen) = match op {
+        BinaryOp::Le => (true, true),
+        BinaryOp::Ge => (false, true),
+        BinaryOp::Gt => (true, false),
+        BinaryOp::Lt => (false, false),
+        _ => return false,
+    };
+    let [a, b] = [&cond.inputs()[0], &cond.inputs()[1]];
+    let (k, q) = if key_left { (a, b) } else { (b, a) };
+    let fill = if seen { y } else { x };
+    let (Some((0, key)), Some((1, query))) = (arange_axis(k), arange_axis(q)) else { return false };
+    key == query && hidden(fill)
+}
+
+/// An integer `arange` seen through unit reshapes and broadcasts: the axis
+/// it runs along (counted from the last), and its start and step, when
+/// the step is positive.
+fn arange_axis(n: &Node) -> Option<(usize, (i64, i64))> {
+    match n.prim() {
+        Prim::Iota { start, step, len, dtype } => {
+            let integral = |v: f64| v.fract() == 0.0 && v.abs() < 1e9;
+            let fits = *len > 1 && dtype.is_int() && integral(*start) && integral(*step) && *step > 0.0;
+            fits.then_some((0, (*start as i64, *step as i64)))
+        }
+        Prim::Expand { .. } => arange_axis(&n.inputs()[0]),
+        Prim::Reshape { shape } => {
+            let inner = arange_axis(&n.inputs()[0])?;
+            let mut long = shape.iter().rev().enumerate().filter(|&(_, &d)| d != 1);
+            match (long.next(), long.next()) {
+                (Some((axis, _)), None) => Some((axis, inner.1)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Whether `n` is a constant fill at most [`HIDDEN_FILL_MAX`].
+fn hidden(n: &Node) -> bool {
+    matches!(broadcast_source(n).prim(), Prim::Fill { value, .. } if *value <= HIDDEN_FILL_MAX)
 }
 
 fn unary(n: &Node, op: UnaryOp) -> Option<[Node; 1]> {

@@ -130,6 +130,9 @@ pub enum Item {
         /// the one permute reading it sees contiguous memory (the heads'
         /// merge before an output projection).
         out_strides: Vec<isize>,
+        /// Whether the scores hide each key after its query (a causal
+        /// mask, [`crate::attention::Pattern::causal`]).
+        causal: bool,
         out: Arc<dyn DeviceBuffer>,
         args: Args,
     },

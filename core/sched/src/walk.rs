@@ -206,7 +206,9 @@ impl<'a> Scheduler<'a> {
             None => contiguous_strides(&shape),
         };
         let out_layout = Layout { shape: shape.clone(), strides: out_strides.clone(), offset: 0 };
-        let item = Item::Attention { q, kt, v, scores: low.sig, shape, out_strides, out: out.clone(), args: low.args };
+        let causal = pattern.causal;
+        let item =
+            Item::Attention { q, kt, v, scores: low.sig, shape, out_strides, causal, out: out.clone(), args: low.args };
         if !self.target.runs_attention(&item) {
             self.schedule.slots.pop();
             return Ok(None);

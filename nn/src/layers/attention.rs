@@ -79,6 +79,15 @@ impl CausalSelfAttention {
         self.out.outputs()
     }
 
+    /// The floating-point operations of one forward pass over `time`
+    /// positions of one sequence: the four projections and the two
+    /// `time × time` products, the masked half counted (as benchmarks
+    /// count it, so that rates compare across versions of the kernel).
+    pub fn forward_flops(&self, time: usize) -> f64 {
+        let (t, c) = (time as f64, self.dim() as f64);
+        2.0 * t * c * 4.0 * c + 4.0 * t * t * c
+    }
+
     /// The projections' weights in `format` ([`Dense::quantize`]).
     pub fn quantize(&self, format: QuantFormat) -> Result<CausalSelfAttention> {
         Ok(CausalSelfAttention { qkv: self.qkv.quantize(format)?, out: self.out.quantize(format)?, ..self.clone() })

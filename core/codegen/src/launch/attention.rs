@@ -16,14 +16,15 @@ use kiln_sched::schedule::Target;
 /// through the kernel, 59 apart.
 const MIN_QUERIES: usize = 16;
 
-/// An attention item's operands, output shape (`[batch.., tq, dv]`) and
-/// output strides (1 along `dv`).
+/// An attention item's operands, output shape (`[batch.., tq, dv]`),
+/// output strides (1 along `dv`) and whether its scores are causal.
 pub struct AttentionOperands<'a> {
     pub q: &'a Layout,
     pub kt: &'a Layout,
     pub v: &'a Layout,
     pub shape: &'a [usize],
     pub out_strides: &'a [isize],
+    pub causal: bool,
 }
 
 impl AttentionOperands<'_> {
@@ -112,6 +113,7 @@ pub fn attention(
         });
     };
     let (dk, dv) = (dk as u32, dv as u32);
-    let key = KernelKey::Attention { batch_rank: r - 2, dk, dv, keys, scores: scores.clone() };
+    let causal = operands.causal;
+    let key = KernelKey::Attention { batch_rank: r - 2, dk, dv, keys, causal, scores: scores.clone() };
     Ok(Some(Launch { key, meta, groups: grid(caps, op, operands.workgroups())?, elements: numel(operands.shape) }))
 }

@@ -110,8 +110,8 @@ pub fn bind<B: Binder>(
             bound.extend(plan.launches.into_iter().map(|launch| BoundLaunch { launch, bindings: bindings.clone() }));
             bound
         }
-        Item::Attention { q, kt, v, scores, shape, out_strides, out, args } => {
-            let operands = AttentionOperands { q, kt, v, shape, out_strides };
+        Item::Attention { q, kt, v, scores, shape, out_strides, causal, out, args } => {
+            let operands = AttentionOperands { q, kt, v, shape, out_strides, causal: *causal };
             let launch = attention(caps, variants, op, &operands, scores, args)?;
             let out: Vec<(DType, Arc<dyn DeviceBuffer>)> = vec![(DType::F32, out.clone())];
             written_then_read(binder, launch, &out, &args.buffers)
