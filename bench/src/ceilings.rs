@@ -5,64 +5,11 @@
 //! multiply-add form the matmul kernels use).
 
 use crate::measure::{Reps, Timing, time};
+use kiln::core::codegen::ceilings::{
+    COPY_VEC4S_PER_INVOCATION, COPY_WORKGROUP, FMA_INVOCATIONS, FMA_WORKGROUP, copy_wgsl, fma_flops, fma_params,
+    fma_wgsl,
+};
 use kiln::core::wgpu;
-
-/// The copy takes 8 vec4s per invocation, a grid apart, as kiln's own
-/// elementwise kernels do: with one vec4 per invocation, kiln's generated
-/// one-op kernel outran this "ceiling" by up to a quarter on CPU adapters.
-const COPY_VEC4S_PER_INVOCATION: usize = 8;
-fn copy_wgsl() -> String {
-    format!(
-        "
-@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{
-    let row = groups.x * 256u;
-    let threads = row * groups.y;
-    let t = gid.y * row + gid.x;
-    let n = arrayLength(&dst);
-    for (var r = 0u; r < {COPY_VEC4S_PER_INVOCATION}u; r++) {{
-        let i = t + r * threads;
-        if (i < n) {{
-            dst[i] = src[i];
-        }}
-    }}
-}}
-"
-    )
-}
-
-/// `FMA_CHAINS` independent f32 chains of fused multiply-adds (`fma`, the
-/// form the matmul kernels use), unrolled `FMA_UNROLL`× per loop iteration:
-/// enough chains to hide FMA latency, few enough to stay in registers on CPU
-/// adapters (more chains, or vec4 chains, measured slower on lavapipe: spills).
-fn fma_wgsl() -> String {
-    let chains = 0..FMA_CHAINS;
-    let mut s = String::from(
-        "@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let a = src[0].x;
-    let b = src[1].x;
-    let iters = u32(src[2].x);
-",
-    );
-    chains.clone().for_each(|c| s += &format!("    var c{c} = f32(gid.x) + {c}.0;\n"));
-    s += &format!("    for (var k = 0u; k < iters; k += {FMA_UNROLL}u) {{\n");
-    for _ in 0..FMA_UNROLL {
-        chains.clone().for_each(|c| s += &format!("        c{c} = fma(c{c}, a, b);\n"));
-    }
-    let sum: Vec<String> = chains.map(|c| format!("c{c}")).collect();
-    s + &format!("    }}\n    dst[gid.x] = vec4<f32>({});\n}}\n", sum.join(" + "))
-}
-const FMA_CHAINS: usize = 12;
-const FMA_UNROLL: usize = 8;
-/// Multiply-adds per invocation per loop count.
-const FMA_PER_ITER: f64 = FMA_CHAINS as f64;
-const FMA_ITERS: u32 = 4096;
-const FMA_INVOCATIONS: u32 = 64 * 512;
 
 pub struct Ceilings {
     pub copy: Timing,
@@ -169,17 +116,17 @@ pub fn measure(adapter: &wgpu::Adapter, reps: Reps, elements: usize) -> Result<C
     let gpu = Gpu::open(adapter, wgpu::Features::empty())?;
     let bytes = (elements * 4) as u64;
     let (src, dst) = (gpu.buffer(bytes), gpu.buffer(bytes));
-    let groups = (elements / 4).div_ceil(COPY_VEC4S_PER_INVOCATION).div_ceil(256) as u32;
+    let groups = (elements / 4).div_ceil(COPY_VEC4S_PER_INVOCATION).div_ceil(COPY_WORKGROUP) as u32;
     let copy_run = gpu.kernel(&copy_wgsl(), &src, &dst, [groups.min(65535), groups.div_ceil(65535)]);
     let copy = time(reps, &copy_run)?;
-    let params: [f32; 12] = [0.999, 0.999, 0.999, 0.999, 1e-3, 1e-3, 1e-3, 1e-3, FMA_ITERS as f32, 0.0, 0.0, 0.0];
-    let fsrc = gpu.buffer(48);
+    let params = fma_params();
+    let fsrc = gpu.buffer(4 * params.len() as u64);
     let words: Vec<u8> = params.iter().flat_map(|x| x.to_ne_bytes()).collect();
     gpu.queue.write_buffer(&fsrc, 0, &words);
     let fdst = gpu.buffer(FMA_INVOCATIONS as u64 * 16);
-    let fma_run = gpu.kernel(&fma_wgsl(), &fsrc, &fdst, [FMA_INVOCATIONS / 64, 1]);
+    let fma_run = gpu.kernel(&fma_wgsl(), &fsrc, &fdst, [FMA_INVOCATIONS / FMA_WORKGROUP, 1]);
     let fma = time(reps, &fma_run)?;
-    let fma_flops = FMA_INVOCATIONS as f64 * FMA_ITERS as f64 * FMA_PER_ITER * 2.0;
+    let fma_flops = fma_flops();
     Ok(Ceilings {
         copy,
         copy_bytes: 2.0 * bytes as f64,
@@ -209,16 +156,3 @@ pub fn measure_cuda(reps: Reps, bytes: usize) -> Result<Ceilings, String> {
 
 /// The side of cuBLAS's sgemm ceiling.
 pub const CUBLAS_SIDE: usize = 4096;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_microkernels_validate() {
-        for (name, source) in [("copy", copy_wgsl()), ("fma", fma_wgsl())] {
-            kiln::core::validate::translate_all(&source).unwrap_or_else(|e| panic!("{name}: {e}\n{source}"));
-        }
-        assert_eq!(fma_wgsl().matches("fma(").count(), FMA_CHAINS * FMA_UNROLL);
-    }
-}

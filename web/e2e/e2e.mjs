@@ -3,11 +3,13 @@
 // trains a fixed number of steps from a fixed seed, checks the loss falls
 // and the test accuracy, draws a digit on the pad, runs the conformance
 // page, trains the GPT page's small model and generates text (from its
-// weights and from a native checkpoint), and fails on any GPU, WGSL or
-// console error.
+// weights and from a native checkpoint dropped on the page), runs the
+// benchmark page, and fails on any GPU, WGSL or console error.
 // Env: CHROMIUM (default /usr/bin/chromium), KILN_E2E_STEPS (default 300),
 // KILN_NATIVE_LOSSES and KILN_NATIVE_GPT (the native runs to compare with),
-// KILN_E2E_ONLY=gpt (the GPT page alone).
+// KILN_E2E_ONLY=gpt or =bench (that page alone), KILN_BROWSER_BENCH=full
+// (the benchmark page's full figures, written to
+// docs/benchmarks-browser.tsv; by default one quick run of each).
 import { chromium } from 'playwright-core';
 import http from 'node:http';
 import fs from 'node:fs';
@@ -75,8 +77,9 @@ async function main() {
     ],
   });
   try {
-    if (process.env.KILN_E2E_ONLY === 'gpt') {
-      await gptPage(browser, base);
+    const only = { gpt: gptPage, bench: benchPage }[process.env.KILN_E2E_ONLY];
+    if (only) {
+      await only(browser, base);
       check(problems.length === 0, `no GPU, WGSL or console errors${problems.length ? ':\n' + problems.join('\n') : ''}`);
       return;
     }
@@ -143,6 +146,7 @@ async function main() {
     }
 
     await gptPage(browser, base);
+    await benchPage(browser, base);
 
     const tc = Date.now();
     const conf = await browser.newPage();
@@ -215,7 +219,14 @@ async function gptPage(browser, base) {
   const worst = Math.max(...native.losses.map((l, i) => Math.abs(bits[i] - l) / Math.abs(l)));
   check(worst <= 1e-3, `seed 3: the first ${native.losses.length} GPT losses match native ${native.adapter} within ${worst.toExponential(2)} relative (<= 1e-3)`);
   await page.evaluate(() => { window.gpt.generated = null; });
-  await page.setInputFiles('#checkpoint', native.checkpoint);
+  // Dropped on the page, as a user drags the file from their desktop.
+  const bytes = fs.readFileSync(native.checkpoint).toString('base64');
+  const dropped = await page.evaluateHandle((b64) => {
+    const data = new DataTransfer();
+    data.items.add(new File([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], 'gpt.safetensors'));
+    return data;
+  }, bytes);
+  await page.dispatchEvent('body', 'drop', { dataTransfer: dropped });
   await waitFor(page, () => document.getElementById('loaded').textContent !== '' || window.gpt.error, 60_000);
   await page.fill('#prompt', native.prompt);
   await page.fill('#tokens', String(native.tokens));
@@ -226,6 +237,38 @@ async function gptPage(browser, base) {
   await waitFor(page, () => window.gpt.generated !== null || window.gpt.error, 120_000);
   const fromCheckpoint = await page.evaluate(() => window.gpt.generated);
   check(fromCheckpoint === native.prompt + native.generated, `the dropped native checkpoint generates the native text from the same key: ${JSON.stringify(fromCheckpoint)}`);
+  await page.close();
+}
+
+// The benchmark page: kiln-bench's GPT rows in the browser. Every figure
+// must be a positive rate, and the training step one submit (plus the
+// loss's readback). With KILN_BROWSER_BENCH=full: three timed runs of each
+// at T = 128, 512 and 2048, written to docs/benchmarks-browser.tsv; else
+// one quick run of each, a small GPT's step and T = 128 only.
+async function benchPage(browser, base) {
+  const full = process.env.KILN_BROWSER_BENCH === 'full';
+  const t0 = Date.now();
+  const page = await browser.newPage();
+  watch(page, 'bench');
+  const contexts = full ? [128, 512, 2048] : [128];
+  await page.goto(`${base}/bench.html?contexts=${contexts}&${full ? 'reps=3' : 'reps=1&tokens=8&small=1'}`);
+  await waitFor(page, () => ['done', 'error'].includes(window.bench?.status), 30 * 60_000);
+  const run = await page.evaluate(() => window.bench);
+  check(!run.error, `the benchmark page ran in ${((Date.now() - t0) / 1000).toFixed(1)} s${run.error ? `: ${run.error}` : ''}`);
+  const fraction = (r) => (r.fraction ? ` = ${r.fraction.toFixed(3)} of the FMA ceiling` : '');
+  for (const r of run.rows) console.log(`  ${r.bench}: ${r.value.toFixed(2)} ${r.unit}${fraction(r)} (${r.low.toFixed(2)}–${r.high.toFixed(2)}) ${r.note}`);
+  check(run.rows.length === contexts.length + 4 && run.rows.every((r) => r.value > 0 && Number.isFinite(r.value)), `${run.rows.length} benchmark figures, each a positive rate`);
+  const step = run.rows.find((r) => r.bench.startsWith('gpt train step'));
+  const submits = Number(/(\d+) submits per step/.exec(step?.note ?? '')?.[1]);
+  check(submits <= 2, `the GPT training step in the browser is one submit, plus the loss's readback: ${step?.note}`);
+  fs.writeFileSync(path.join(out, 'bench.json'), JSON.stringify(run, null, 1));
+  if (full) {
+    const lines = [['bench', 'value', 'low', 'high', 'unit', 'fraction of the FMA ceiling', 'note'].join('\t')];
+    for (const r of run.rows) lines.push([r.bench, r.value.toFixed(2), r.low.toFixed(2), r.high.toFixed(2), r.unit, r.fraction?.toFixed(3) ?? '', r.note].join('\t'));
+    const file = path.join(root, 'docs/benchmarks-browser.tsv');
+    fs.writeFileSync(file, `# ${run.adapter.label}; ${new Date().toISOString().slice(0, 16)} UTC; medians of 3 runs after a warm-up\n${lines.join('\n')}\n`);
+    console.log(`wrote ${file}`);
+  }
   await page.close();
 }
 

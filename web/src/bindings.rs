@@ -130,6 +130,31 @@ impl Gpu {
     pub fn pipelines(&self) -> usize {
         self.device.compiled_sources().len()
     }
+
+    /// kiln-bench's FMA ceiling microkernel, for the benchmark page to run
+    /// through WebGPU on a device of its own, as JSON `{"wgsl", "params"
+    /// (src's f32s), "workgroups", "output_bytes" (dst's size), "flops"
+    /// (per run)}`.
+    pub fn fma_ceiling() -> String {
+        use kiln::core::codegen::ceilings::{FMA_INVOCATIONS, FMA_WORKGROUP, fma_flops, fma_params, fma_wgsl};
+        let params: Vec<String> = fma_params().iter().map(f32::to_string).collect();
+        format!(
+            "{{\"wgsl\":{},\"params\":[{}],\"workgroups\":{},\"output_bytes\":{},\"flops\":{}}}",
+            quote(&fma_wgsl()),
+            params.join(","),
+            FMA_INVOCATIONS / FMA_WORKGROUP,
+            FMA_INVOCATIONS * 16,
+            fma_flops()
+        )
+    }
+
+    /// Kernels launched and queue submits so far, as JSON
+    /// `{"kernels": n, "submits": n}` (the benchmark page counts a
+    /// training step's).
+    pub fn stats(&self) -> String {
+        let s = self.device.stats();
+        format!("{{\"kernels\":{},\"submits\":{}}}", s.kernels_launched, s.submits)
+    }
 }
 
 /// MNIST from the four gzipped IDX files.

@@ -1,12 +1,14 @@
 //! The GPT page's API: `GptTrainer` (the desktop demo's `kiln-gpt`
 //! trainer on a text the page fetched) and `GptModel` (a checkpoint
-//! dropped on the page, for sampling). Methods that touch the GPU return
-//! Promises; calls on one object must not overlap.
+//! dropped on the page, for sampling), and for the benchmark page
+//! `AttentionLayer`. Methods that touch the GPU return Promises; calls on
+//! one object must not overlap.
 
 use crate::bindings::{Exclusive, Gpu, js_err};
 use js_sys::{Float32Array, Promise, Uint8Array};
-use kiln::Key;
+use kiln::{DType, Key, Tensor};
 use kiln_gpt::{Corpus, Gpt, GptConfig, Sampling, TrainConfig, Vocab, generate, load_model};
+use kiln_nn::CausalSelfAttention;
 use kiln_nn::checkpoint::Checkpoint;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -122,6 +124,17 @@ impl GptTrainer {
         self.config.tokens_per_step()
     }
 
+    /// Sequences per step.
+    #[wasm_bindgen(getter)]
+    pub fn batch(&self) -> usize {
+        self.config.batch
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn context(&self) -> usize {
+        self.config.model.context
+    }
+
     #[wasm_bindgen(getter)]
     pub fn parameters(&self) -> usize {
         self.parameters
@@ -145,11 +158,29 @@ impl GptModel {
         Ok(GptModel { model: Rc::new(model), vocab: Rc::new(vocab) })
     }
 
-    /// Resolves to `tokens` characters after `prompt`.
-    pub fn generate(&self, prompt: String, tokens: usize, temperature: f64, top_k: usize, seed: u32) -> Promise {
+    /// An untrained model of the desktop demo's config over `text`'s
+    /// characters: what kiln-bench's generation rows time.
+    pub fn untrained(gpu: &Gpu, text: &str) -> Result<GptModel, JsError> {
+        let corpus = Corpus::from_text(text, 0.1).map_err(|e| JsError::new(&e.to_string()))?;
+        let config = TrainConfig::demo(corpus.vocab.len()).model;
+        let model = Gpt::new(&gpu.device, Key::new(0), config).map_err(|e| JsError::new(&e.to_string()))?;
+        Ok(GptModel { model: Rc::new(model), vocab: Rc::new(corpus.vocab) })
+    }
+
+    /// Resolves to `tokens` characters after `prompt`, through the KV
+    /// cache when `cached` (else re-reading the window for each).
+    pub fn generate(
+        &self,
+        prompt: String,
+        tokens: usize,
+        temperature: f64,
+        top_k: usize,
+        seed: u32,
+        cached: bool,
+    ) -> Promise {
         let (model, vocab) = (self.model.clone(), self.vocab.clone());
         future_to_promise(async move {
-            let s = sampling(temperature, top_k, seed, true);
+            let s = sampling(temperature, top_k, seed, cached);
             generate(&model, &vocab, &prompt, tokens, s).await.map(Into::into).map_err(js_err)
         })
     }
@@ -157,5 +188,48 @@ impl GptModel {
     #[wasm_bindgen(getter)]
     pub fn parameters(&self) -> usize {
         self.model.parameters()
+    }
+}
+
+/// One causal self-attention layer of width 128 in 4 heads, with ALiBi,
+/// over a random `[1, context, 128]`: what kiln-bench's `causal attention`
+/// rows time.
+#[wasm_bindgen]
+pub struct AttentionLayer {
+    layer: CausalSelfAttention,
+    x: Tensor,
+    context: usize,
+}
+
+#[wasm_bindgen]
+impl AttentionLayer {
+    #[wasm_bindgen(constructor)]
+    pub fn new(gpu: &Gpu, context: usize) -> Result<AttentionLayer, JsError> {
+        let (dev, width) = (&gpu.device, 128);
+        let build = || -> kiln::Result<AttentionLayer> {
+            let layer = CausalSelfAttention { alibi: true, ..CausalSelfAttention::new(dev, Key::new(3), width, 4)? };
+            let x = kiln::random::normal(dev, Key::new(4), &[1, context, width], DType::F32, 0.0, 1.0)?;
+            Ok(AttentionLayer { layer, x, context })
+        };
+        build().map_err(|e| JsError::new(&e.to_string()))
+    }
+
+    /// Resolves once a forward pass has run on the device (its output
+    /// realized and its first value read back).
+    pub fn forward(&self) -> Promise {
+        let (layer, x) = (self.layer.clone(), self.x.clone());
+        future_to_promise(async move {
+            let y = layer.forward(&x, None).map_err(js_err)?;
+            y.realize().await.map_err(js_err)?;
+            let first = y.reshape(&[-1]).and_then(|y| y.narrow(0, 0, 1)).map_err(js_err)?;
+            Ok(first.to_vec::<f32>().await.map_err(js_err)?[0].into())
+        })
+    }
+
+    /// Floating-point operations of one forward pass
+    /// ([`CausalSelfAttention::forward_flops`]).
+    #[wasm_bindgen(getter)]
+    pub fn flops(&self) -> f64 {
+        self.layer.forward_flops(self.context)
     }
 }

@@ -112,7 +112,7 @@ async function generateText() {
   const seed = Number($('seed').value) >>> 0;
   $('generated').textContent = 'generating…';
   const t = model
-    ? await model.generate(prompt, tokens, temperature, topK, seed)
+    ? await model.generate(prompt, tokens, temperature, topK, seed, true)
     : await exclusive(() => trainer.generate(prompt, tokens, temperature, topK, seed));
   gpt.generated = prompt + t;
   $('generated').textContent = gpt.generated;
@@ -155,6 +155,13 @@ async function main() {
   $('save').onclick = () => save().catch((e) => fail(`saving failed: ${e.message ?? e}`));
   $('generate').onclick = () => generateText().catch((e) => fail(`generation failed: ${e.message ?? e}`));
   $('checkpoint').onchange = (e) => loadCheckpoint(e.target.files[0]).catch((err) => fail(`${err.message ?? err}`));
+  // A checkpoint dropped anywhere on the page loads as the picker's does.
+  document.body.addEventListener('dragover', (e) => e.preventDefault());
+  document.body.addEventListener('drop', (e) => {
+    e.preventDefault();
+    const file = e.dataTransfer?.files?.[0];
+    if (file) loadCheckpoint(file).catch((err) => fail(`${err.message ?? err}`));
+  });
   for (const b of ['start', 'pause', 'reset', 'save', 'generate']) $(b).disabled = false;
   if (params.has('steps')) start(Number(params.get('steps')));
 }

@@ -5,6 +5,7 @@
 //! which inputs are contiguous: one compiled pipeline serves every shape.
 
 pub mod attention;
+pub mod ceilings;
 pub mod cuda;
 pub mod dump;
 pub mod fused;
