@@ -102,8 +102,7 @@ fn softmax_of_scores(p: &Node, only: &dyn Fn(&Node, usize) -> bool) -> Option<Pa
         softmax.push(sum_b);
     }
     softmax.push(p.clone());
-    let causal = hides_later_keys(&s);
-    fits.then(|| Pattern { scores: s, softmax, merged_by: None, causal })
+    fits.then(|| Pattern { causal: hides_later_keys(&s), scores: s, softmax, merged_by: None })
 }
 
 /// Whether `s` is one matmul, or reaches exactly one matmul of its shape
@@ -184,14 +183,15 @@ fn hides_later_keys(s: &Node) -> bool {
 }
 
 /// An integer `arange` seen through unit reshapes and broadcasts: the axis
-/// it runs along (counted from the last), and its start and step, when
-/// the step is positive.
+/// it runs along (counted from the last), and its start and step, when it
+/// rises from a start ≥ 0 and stays within i32 (so that it cannot wrap).
 fn arange_axis(n: &Node) -> Option<(usize, (i64, i64))> {
     match n.prim() {
         Prim::Iota { start, step, len, dtype } => {
-            let integral = |v: f64| v.fract() == 0.0 && v.abs() < 1e9;
-            let fits = *len > 1 && dtype.is_int() && integral(*start) && integral(*step) && *step > 0.0;
-            fits.then_some((0, (*start as i64, *step as i64)))
+            let last = start + step * (*len as f64 - 1.0);
+            let whole = start.fract() == 0.0 && step.fract() == 0.0;
+            let rises = *len > 1 && *start >= 0.0 && *step > 0.0 && last <= f64::from(i32::MAX);
+            (dtype.is_int() && whole && rises).then_some((0, (*start as i64, *step as i64)))
         }
         Prim::Expand { .. } => arange_axis(&n.inputs()[0]),
         Prim::Reshape { shape } => {
