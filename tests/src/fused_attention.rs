@@ -24,16 +24,40 @@ fn layer(dev: &Device, dim: usize, heads: usize, alibi: bool, seed: u64) -> Caus
 /// Marks a kernel that stops at the keys its workgroup's queries see.
 const CAUSAL_MARKER: &str = "let seen = min(tk";
 
-/// `softmax(where(k < q, q kᵀ, -1e9)) v` over `[1, 100, 8]`: a strict
-/// causal mask, under which query 0 sees no key and weighs all 100 alike,
-/// so the kernel must not stop at its workgroup's last query.
-fn strict_causal(dev: &Device) -> Result<Tensor> {
-    let x = |seed| tensor(dev, &[1, 100, 8], seed, -1.0, 1.0);
+/// `softmax(where(seen(q kᵀ, positions), …, -1e9)) v` over `[1, 128, 8]`,
+/// with `seen` given the scores and the queries' and keys' positions
+/// (`[128, 1]`, `[1, 128]`): masks that look causal but under which a
+/// workgroup's queries see keys after its last one, or some query weighs
+/// all keys alike, so the kernel must walk every key.
+fn masked(dev: &Device, seen: impl Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let x = |seed| tensor(dev, &[1, 128, 8], seed, -1.0, 1.0);
     let (q, k, v) = (x(88), x(89), x(90));
-    let at = Tensor::arange(dev, 0.0, 100.0, 1.0, DType::I32)?;
-    let seen = at.unsqueeze(0)?.lt(&at.unsqueeze(1)?)?;
+    let at = Tensor::arange(dev, 0.0, 128.0, 1.0, DType::I32)?;
     let scores = q.matmul(&k.transpose(-1, -2)?)?;
-    Tensor::where_cond(&seen, &scores, &scores.scalar_like(-1e9)?)?.softmax(-1)?.matmul(&v)
+    seen(&scores, &at.unsqueeze(1)?, &at.unsqueeze(0)?)?.softmax(-1)?.matmul(&v)
+}
+
+/// `where(cond, s, -1e9)`.
+fn hide(cond: &Tensor, s: &Tensor) -> Result<Tensor> {
+    Tensor::where_cond(cond, s, &s.scalar_like(-1e9)?)
+}
+
+/// The look-alikes of a causal mask [`masked`] takes.
+fn not_causal(dev: &Device) -> Result<[(&'static str, Tensor); 3]> {
+    // Query 0 sees no key and weighs all 128 alike.
+    let strict = masked(dev, |s, q, k| hide(&k.lt(q)?, s))?;
+    // Keys at positions j mod 64: the first workgroup sees keys past 64.
+    let wrapped = masked(dev, |s, q, _| {
+        let k = Tensor::arange(s.device(), 0.0, 64.0, 1.0, DType::I32)?.broadcast_to(&[2, 64])?.reshape(&[1, 128])?;
+        hide(&k.le(q)?, s)
+    })?;
+    // A padding mask nested inside: queries 0..9 see only hidden keys.
+    let nested = masked(dev, |s, q, k| hide(&k.le(q)?, &hide(&k.ge(&k.scalar_like(10.0)?)?, s)?))?;
+    Ok([
+        ("strict causal mask [1, 128, 8] (query 0 sees no key)", strict),
+        ("causal mask over keys at j mod 64 [1, 128, 8]", wrapped),
+        ("causal mask with padding nested inside [1, 128, 8]", nested),
+    ])
 }
 
 /// The outputs, each with what it covers and whether its mask is causal
@@ -45,7 +69,7 @@ async fn outputs(dev: &Device) -> Result<Vec<(&'static str, bool, Vec<f32>)>> {
     let padding = Tensor::from_slice(dev, &real, &[2, 150])?;
     let (a, b, c) = (x(&[3, 33, 20], 94), x(&[3, 20, 90], 95), x(&[3, 90, 5], 96));
     let (p, r, w) = (x(&[70, 16], 97), x(&[16, 100], 98), x(&[100, 12], 99));
-    let ys = [
+    let mut ys = vec![
         (
             "ALiBi attention [2, 150, 24], 3 heads (3 key tiles, 3 query blocks)",
             true,
@@ -67,8 +91,8 @@ async fn outputs(dev: &Device) -> Result<Vec<(&'static str, bool, Vec<f32>)>> {
             a.matmul(&b)?.mul_scalar(0.3)?.softmax(-1)?.matmul(&c)?,
         ),
         ("softmax(p r) w, [70, 16] [16, 100] [100, 12]", false, p.matmul(&r)?.softmax(-1)?.matmul(&w)?),
-        ("strict causal mask [1, 100, 8] (query 0 sees no key)", false, strict_causal(dev)?),
     ];
+    ys.extend(not_causal(dev)?.map(|(what, y)| (what, false, y)));
     let mut out = Vec::new();
     for (what, causal, y) in ys {
         out.push((what, causal, y.to_vec::<f32>().await?));

@@ -134,17 +134,20 @@ impl Gpu {
     /// kiln-bench's FMA ceiling microkernel, for the benchmark page to run
     /// through WebGPU on a device of its own, as JSON `{"wgsl", "params"
     /// (src's f32s), "workgroups", "output_bytes" (dst's size), "flops"
-    /// (per run)}`.
+    /// (per run), "chains" (fma chains per invocation)}`.
     pub fn fma_ceiling() -> String {
-        use kiln::core::codegen::ceilings::{FMA_INVOCATIONS, FMA_WORKGROUP, fma_flops, fma_params, fma_wgsl};
+        use kiln::core::codegen::ceilings::{
+            FMA_CHAINS, FMA_INVOCATIONS, FMA_WORKGROUP, fma_flops, fma_params, fma_wgsl,
+        };
         let params: Vec<String> = fma_params().iter().map(f32::to_string).collect();
         format!(
-            "{{\"wgsl\":{},\"params\":[{}],\"workgroups\":{},\"output_bytes\":{},\"flops\":{}}}",
+            "{{\"wgsl\":{},\"params\":[{}],\"workgroups\":{},\"output_bytes\":{},\"flops\":{},\"chains\":{}}}",
             quote(&fma_wgsl()),
             params.join(","),
             FMA_INVOCATIONS / FMA_WORKGROUP,
             FMA_INVOCATIONS * 16,
-            fma_flops()
+            fma_flops(),
+            FMA_CHAINS
         )
     }
 

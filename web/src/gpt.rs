@@ -1,7 +1,7 @@
 //! The GPT page's API: `GptTrainer` (the desktop demo's `kiln-gpt`
-//! trainer on a text the page fetched) and `GptModel` (a checkpoint
-//! dropped on the page, for sampling), and for the benchmark page
-//! `AttentionLayer`. Methods that touch the GPU return Promises; calls on
+//! trainer on a text the page fetched) and `GptModel` (for sampling: a
+//! checkpoint dropped on the page, or an untrained model for the benchmark
+//! page), and for the benchmark page `AttentionLayer`. Methods that touch the GPU return Promises; calls on
 //! one object must not overlap.
 
 use crate::bindings::{Exclusive, Gpu, js_err};
@@ -130,6 +130,7 @@ impl GptTrainer {
         self.config.batch
     }
 
+    /// Characters per sequence.
     #[wasm_bindgen(getter)]
     pub fn context(&self) -> usize {
         self.config.model.context

@@ -1,7 +1,8 @@
 // The benchmark page: kiln-bench's GPT rows (same names, same work) timed
 // on the browser's WebGPU adapter. Each figure is the median of `reps`
-// timed runs after one warm-up; a run is timed until its result is read
-// back. State the end-to-end test reads: window.bench.
+// timed runs after one warm-up; a run of kiln's is timed until its result
+// is read back, the FMA ceiling's until the queue reports its work done.
+// State the end-to-end test reads: window.bench.
 import init, { Gpu, GptTrainer, GptModel, AttentionLayer } from './pkg/kiln_web.js';
 import { describeAdapter, startGpu } from './adapter.js';
 
@@ -52,7 +53,9 @@ function row(name, t, amount, unit, note = '', ceiling = null) {
 async function fmaCeiling() {
   setStatus('the FMA ceiling…');
   const k = JSON.parse(Gpu.fma_ceiling());
-  const device = await (await navigator.gpu.requestAdapter()).requestDevice();
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) throw new Error('no WebGPU adapter for the FMA ceiling');
+  const device = await adapter.requestDevice();
   const src = device.createBuffer({ size: 4 * k.params.length, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
   device.queue.writeBuffer(src, 0, new Float32Array(k.params));
   const dst = device.createBuffer({ size: k.output_bytes, usage: GPUBufferUsage.STORAGE });
@@ -60,53 +63,65 @@ async function fmaCeiling() {
   const pipeline = device.createComputePipeline({ layout: 'auto', compute });
   const entries = [{ binding: 0, resource: { buffer: src } }, { binding: 1, resource: { buffer: dst } }];
   const group = device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
-  const t = await time(async () => {
-    const encoder = device.createCommandEncoder();
-    const pass = encoder.beginComputePass();
-    pass.setPipeline(pipeline);
-    pass.setBindGroup(0, group);
-    pass.dispatchWorkgroups(k.workgroups);
-    pass.end();
-    device.queue.submit([encoder.finish()]);
-    await device.queue.onSubmittedWorkDone();
-  });
-  device.destroy();
-  return row('ceiling: FMA', t, k.flops / 1e9, 'GFLOP/s', 'kiln-bench\'s microkernel: 12 fma chains per invocation').value;
+  try {
+    const t = await time(async () => {
+      const encoder = device.createCommandEncoder();
+      const pass = encoder.beginComputePass();
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(k.workgroups);
+      pass.end();
+      device.queue.submit([encoder.finish()]);
+      await device.queue.onSubmittedWorkDone();
+    });
+    return row('ceiling: FMA', t, k.flops / 1e9, 'GFLOP/s', `kiln-bench's microkernel: ${k.chains} fma chains per invocation`).value;
+  } finally {
+    device.destroy();
+  }
 }
 
 async function trainStep(gpu, text) {
   const trainer = new GptTrainer(gpu, text, TRAINER_OPTIONS);
-  setStatus('the training step (capturing it first)…');
-  await trainer.step(1);
-  const before = JSON.parse(gpu.stats());
-  await trainer.step(1);
-  const after = JSON.parse(gpu.stats());
-  const t = await time(() => trainer.step(1));
-  const note = `${after.kernels - before.kernels} kernels and ${after.submits - before.submits} submits per step (with the loss's readback)`;
-  row(`gpt train step (${trainer.batch}×${trainer.context} characters)`, t, trainer.characters_per_step, 'characters/s', note);
-  trainer.free();
+  try {
+    setStatus('the training step (capturing it first)…');
+    await trainer.step(1);
+    const before = JSON.parse(gpu.stats());
+    await trainer.step(1);
+    const after = JSON.parse(gpu.stats());
+    const t = await time(() => trainer.step(1));
+    const note = `${after.kernels - before.kernels} kernels and ${after.submits - before.submits} submits per step (with the loss's readback)`;
+    row(`gpt train step (${trainer.batch}×${trainer.context} characters)`, t, trainer.characters_per_step, 'characters/s', note);
+  } finally {
+    trainer.free();
+  }
 }
 
 async function attention(gpu, ceiling) {
   for (const context of CONTEXTS) {
     setStatus(`causal attention at T=${context}…`);
     const layer = new AttentionLayer(gpu, context);
-    const t = await time(() => layer.forward());
-    row(`causal attention T=${context} (width 128, 4 heads)`, t, layer.flops / 1e9, 'GFLOP/s',
-      'qkv and output projections plus scores and weighted sum, counting the masked half (which one kernel skips)', ceiling);
-    layer.free();
+    try {
+      const t = await time(() => layer.forward());
+      row(`causal attention T=${context} (width 128, 4 heads)`, t, layer.flops / 1e9, 'GFLOP/s',
+        'qkv and output projections plus scores and weighted sum, counting the masked half (which one kernel skips)', ceiling);
+    } finally {
+      layer.free();
+    }
   }
 }
 
 async function generation(gpu, text) {
   const model = GptModel.untrained(gpu, text);
-  for (const cached of [true, false]) {
-    setStatus(`generation ${cached ? 'with' : 'without'} the KV cache…`);
-    const t = await time(() => model.generate('And ', TOKENS, 0.8, 0, 1, cached));
-    row(`gpt generation (${cached ? 'KV cache' : 'no cache'})`, t, TOKENS, 'characters/s',
-      `${TOKENS} characters after a 4-character prompt, batch 1`);
+  try {
+    for (const cached of [true, false]) {
+      setStatus(`generation ${cached ? 'with' : 'without'} the KV cache…`);
+      const t = await time(() => model.generate('And ', TOKENS, 0.8, 0, 1, cached));
+      row(`gpt generation (${cached ? 'KV cache' : 'no cache'})`, t, TOKENS, 'characters/s',
+        `${TOKENS} characters after a 4-character prompt, batch 1`);
+    }
+  } finally {
+    model.free();
   }
-  model.free();
 }
 
 async function main() {

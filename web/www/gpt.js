@@ -156,8 +156,8 @@ async function main() {
   $('generate').onclick = () => generateText().catch((e) => fail(`generation failed: ${e.message ?? e}`));
   $('checkpoint').onchange = (e) => loadCheckpoint(e.target.files[0]).catch((err) => fail(`${err.message ?? err}`));
   // A checkpoint dropped anywhere on the page loads as the picker's does.
-  document.body.addEventListener('dragover', (e) => e.preventDefault());
-  document.body.addEventListener('drop', (e) => {
+  document.addEventListener('dragover', (e) => e.preventDefault());
+  document.addEventListener('drop', (e) => {
     e.preventDefault();
     const file = e.dataTransfer?.files?.[0];
     if (file) loadCheckpoint(file).catch((err) => fail(`${err.message ?? err}`));

@@ -38,7 +38,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 /// Enough chains to hide FMA latency, few enough to stay in registers on
 /// CPU adapters (more chains, or vec4 chains, measured slower on lavapipe:
 /// spills).
-const FMA_CHAINS: usize = 12;
+pub const FMA_CHAINS: usize = 12;
 /// Each loop trip's unrolled multiply-adds per chain.
 const FMA_UNROLL: usize = 8;
 /// Loop count per invocation.
@@ -47,7 +47,7 @@ const FMA_ITERS: u32 = 4096;
 pub const FMA_WORKGROUP: u32 = 64;
 /// Invocations of one FMA run (a 1D grid of `FMA_WORKGROUP`s); `dst`
 /// holds a vec4 for each.
-pub const FMA_INVOCATIONS: u32 = 64 * 512;
+pub const FMA_INVOCATIONS: u32 = FMA_WORKGROUP * 512;
 
 /// `FMA_CHAINS` independent f32 chains of `fma`, unrolled `FMA_UNROLL`×
 /// per loop trip; `src` holds [`fma_params`].

@@ -160,8 +160,11 @@ fn leads_to_matmul(
 /// one integer `arange` (start, step > 0) along the keys and the queries,
 /// and `fill` at most [`HIDDEN_FILL_MAX`]: a causal mask. Key `j` is then
 /// hidden from query `i` exactly when `j > i`, and key 0 is seen by all.
-/// Not a causal mask combined with another (padding): a query whose every
-/// key that mask hides weighs all keys alike, the skipped ones included.
+/// Not a causal mask combined with another (padding, joined by `and` or
+/// nested in `x`): a query whose every key that mask hides weighs all keys
+/// alike, the skipped ones included. (A mask `x` reads from a buffer, such
+/// as an additive -inf bias, cannot be seen here: a query it hides every
+/// visible key of would weigh only the keys the kernel walks.)
 fn hides_later_keys(s: &Node) -> bool {
     let Prim::Where = s.prim() else { return false };
     let [cond, x, y] = &s.inputs()[..] else { return false };
@@ -179,31 +182,73 @@ fn hides_later_keys(s: &Node) -> bool {
     let (k, q) = if key_left { (a, b) } else { (b, a) };
     let fill = if seen { y } else { x };
     let (Some((0, key)), Some((1, query))) = (arange_axis(k), arange_axis(q)) else { return false };
-    key == query && hidden(fill)
+    key.start_step() == query.start_step() && hidden(fill) && !masks_within(if seen { x } else { y })
+}
+
+/// An integer `arange` along one axis: its start, step and length.
+#[derive(Clone, Copy)]
+struct Arange {
+    start: i64,
+    step: i64,
+    len: usize,
+}
+
+impl Arange {
+    fn start_step(self) -> (i64, i64) {
+        (self.start, self.step)
+    }
 }
 
 /// An integer `arange` seen through unit reshapes and broadcasts: the axis
-/// it runs along (counted from the last), and its start and step, when it
-/// rises from a start ≥ 0 and stays within i32 (so that it cannot wrap).
-fn arange_axis(n: &Node) -> Option<(usize, (i64, i64))> {
+/// it runs along (counted from the last), when it rises from a start ≥ 0
+/// and stays within i32 (so that it cannot wrap).
+fn arange_axis(n: &Node) -> Option<(usize, Arange)> {
     match n.prim() {
         Prim::Iota { start, step, len, dtype } => {
             let last = start + step * (*len as f64 - 1.0);
             let whole = start.fract() == 0.0 && step.fract() == 0.0;
             let rises = *len > 1 && *start >= 0.0 && *step > 0.0 && last <= f64::from(i32::MAX);
-            (dtype.is_int() && whole && rises).then_some((0, (*start as i64, *step as i64)))
+            let arange = Arange { start: *start as i64, step: *step as i64, len: *len };
+            (dtype.is_int() && whole && rises).then_some((0, arange))
         }
+        // Right-aligned: the axis keeps its place counted from the last.
         Prim::Expand { .. } => arange_axis(&n.inputs()[0]),
+        // Only a reshape that moves the arange's one long axis among unit
+        // ones (of a broadcast, it would interleave copies).
         Prim::Reshape { shape } => {
-            let inner = arange_axis(&n.inputs()[0])?;
-            let mut long = shape.iter().rev().enumerate().filter(|&(_, &d)| d != 1);
-            match (long.next(), long.next()) {
-                (Some((axis, _)), None) => Some((axis, inner.1)),
+            let input = &n.inputs()[0];
+            let (_, inner) = arange_axis(input)?;
+            let long = |dims: &[usize]| -> Vec<(usize, usize)> {
+                dims.iter().rev().copied().enumerate().filter(|&(_, d)| d != 1).collect()
+            };
+            match (&long(input.shape())[..], &long(shape)[..]) {
+                ([(_, a)], [(axis, b)]) if *a == inner.len && *b == inner.len => Some((*axis, inner)),
                 _ => None,
             }
         }
         _ => None,
     }
+}
+
+/// Whether `x`'s elementwise graph (down to the matmul and buffers) masks
+/// scores itself: a `where`, or a fill at most [`HIDDEN_FILL_MAX`].
+fn masks_within(x: &Node) -> bool {
+    let mut seen = HashSet::new();
+    let mut todo = vec![x.clone()];
+    while let Some(n) = todo.pop() {
+        if !seen.insert(n.id()) {
+            continue;
+        }
+        match n.prim() {
+            Prim::Where => return true,
+            Prim::Fill { value, .. } if *value <= HIDDEN_FILL_MAX => return true,
+            Prim::Unary(_) | Prim::Binary(_) | Prim::Cast { .. } | Prim::Expand { .. } | Prim::Reshape { .. } => {
+                todo.extend(n.inputs());
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether `n` is a constant fill at most [`HIDDEN_FILL_MAX`].
