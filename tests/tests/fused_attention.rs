@@ -2,7 +2,8 @@
 //! every way of sharing keys each adapter has (workgroup tiles, subgroup
 //! rows), under the Vulkan validation layer:
 //! ALiBi, padding masks, head widths not a multiple of 4, batched and
-//! unbatched products, against the reference.
+//! unbatched products, causal masks (whose hidden keys the kernel skips)
+//! and masks that only look causal, against the reference.
 
 #[test]
 fn attention_as_one_kernel_matches_the_reference() {
