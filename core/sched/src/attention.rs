@@ -10,7 +10,7 @@
 //! training step, whose backward pass reads the softmax, keeps the
 //! separate kernels.
 //!
-//! A causal mask is recognized too ([`hides_later_keys`]), so that the
+//! A causal mask is recognized too (`hides_later_keys`), so that the
 //! kernel stops at the keys its queries can see.
 
 use kiln_ir::dtype::DType;
@@ -32,7 +32,7 @@ pub struct Pattern {
     /// permute's view of it is contiguous, and the merge needs no copy.
     pub merged_by: Option<Vec<usize>>,
     /// Whether the scores hide every key after its query behind a fill
-    /// far below any score ([`hides_later_keys`]): the kernel then skips
+    /// far below any score (`hides_later_keys`): the kernel then skips
     /// the keys after a workgroup's last query, whose weights are exactly
     /// zero.
     pub causal: bool,
