@@ -10,21 +10,23 @@ use kiln_core::{DType, KilnError, Prim, QuantFormat, Result};
 /// unpacked in registers: at 64 rows of a 4096² weight, unpacking into f32
 /// first and the tuned matmul ran 2.4× (int4) and 4.3× (int8) as fast on
 /// lavapipe (docs/BENCHMARKS.md, 'What was tried').
-pub const QUANT_MATMUL_MAX_ROWS: usize = 16;
+pub const QUANT_MATMUL_MAX_ROWS: usize = 64;
 
 impl Tensor {
     /// `self @ wᵀ` for a weight `w` `[n, k]` held as `format`'s `codes`
     /// (u32 `[n, k / per_word]`) and `scales` (f32 `[n, ⌈k / group⌉]`), as
     /// [`Tensor::quantize`] makes them: `[.., k]` → `[.., n]`, f32.
     ///
-    /// Up to [`QUANT_MATMUL_MAX_ROWS`] rows of x, the codes are unpacked in
-    /// registers and never stored as f32 (the memory-bound case integer
-    /// weights are for). Past it the product is compute-bound: the weight
-    /// is unpacked once into a transient f32 copy and multiplied by the
-    /// tuned matmul, whose register tiles reuse each weight across rows.
+    /// Up to [`QUANT_MATMUL_MAX_ROWS`] rows of x, and at any batch on a CPU
+    /// adapter, the codes are unpacked in registers and never stored as f32
+    /// (the memory-bound case integer weights are for). Past it on a GPU the
+    /// product is compute-bound: the weight is unpacked once into a
+    /// transient f32 copy and multiplied by the tuned matmul, whose tiles
+    /// reuse each weight across rows.
     pub fn quant_matmul(&self, codes: &Tensor, scales: &Tensor, format: QuantFormat) -> Result<Tensor> {
         let rows = self.shape()[..self.rank().saturating_sub(1)].iter().product::<usize>();
-        if rows <= QUANT_MATMUL_MAX_ROWS || self.dtype() != DType::F32 {
+        let in_registers = rows <= QUANT_MATMUL_MAX_ROWS || self.device().info().is_cpu_adapter();
+        if in_registers || self.dtype() != DType::F32 {
             return self.op(Prim::QuantMatmul { format }, &[codes, scales]);
         }
         composite("quant_matmul", || self.matmul(&Tensor::dequantize(codes, scales, format)?.t()?))

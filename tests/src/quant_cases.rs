@@ -51,7 +51,7 @@ pub fn cases() -> Vec<Case> {
         ("x [2, 3, 128] (leading axes)", vec![2, 3, 128], 9),
         ("x [64]", vec![64], 5),
         ("x [3, 80] (a partial last group)", vec![3, 80], 6),
-        ("x [40, 64] (past 16 rows: unpacked, then the matmul)", vec![40, 64], 9),
+        ("x [40, 64] (past 16 rows: on a GPU, unpacked, then the matmul)", vec![40, 64], 9),
         ("x [2, 8192] (long k)", vec![2, 8192], 3),
     ];
     for (format, name) in formats() {

@@ -1,14 +1,19 @@
 //! The integer-weight product `out = x @ wᵀ` (`kiln_ir::quant`): codes are
 //! unpacked and scaled in registers, never written out as f32, so a batch
 //! of one reads a quarter (int8) or an eighth (int4, plus its scales) of an
-//! f32 weight's bytes. Each output column's code row is read as whole words, along k.
+//! f32 weight's bytes. Each output column's code row is read as whole words,
+//! along k; a word's codes become vec4s (vector shifts sign-extend them)
+//! that meet x's values in `dot`s.
 //!
 //! Two shapes of one kernel:
-//! - one invocation per (column, row block): for CPU adapters and devices
-//!   without workgroup memory;
+//! - one invocation per block of `rows_per` rows × [`QUANT_COLS`] columns,
+//!   walking k group by group, a group's sum scaled once: for CPU adapters
+//!   and devices without workgroup memory. The block reuses each unpacked
+//!   word for every row and each x value for every column;
 //! - one workgroup per (column, row block), its [`QUANT_WG`] invocations
 //!   striding along the code row together (adjacent words, so loads
-//!   coalesce on a GPU) and summing their partials in workgroup memory.
+//!   coalesce on a GPU), each word scaled, the partials summed in workgroup
+//!   memory.
 //!
 //! Meta: 0 rows, 1 words per code row, 2 columns (n), 3 words per scale,
 //! 4 scales per row, 5..8 the offsets of x, the codes and the scales.
@@ -16,15 +21,22 @@
 /// Invocations per workgroup, in both shapes.
 pub const QUANT_WG: u32 = 64;
 
+/// Output columns per invocation in the per-invocation shape.
+pub const QUANT_COLS: u32 = 4;
+
 /// The kernel for `bits`-bit codes, `rows_per` rows of x per invocation or
 /// workgroup; `cooperative`: one workgroup per output column.
 pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool) -> String {
-    let per_word = 32 / bits;
+    let cols_per = if cooperative { 1 } else { QUANT_COLS };
+    let fours = 32 / bits / 4;
+    let block = Block { rows: rows_per, cols: cols_per, fours };
     let mut s = String::from(super::META_DECL);
     s += "@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n";
     s += "@group(0) @binding(2) var<storage, read> x: array<f32>;\n";
     s += "@group(0) @binding(3) var<storage, read> codes: array<u32>;\n";
     s += "@group(0) @binding(4) var<storage, read> scales: array<f32>;\n";
+    s += &unpack_fns(bits);
+    s += "fn load_x4(at: u32) -> vec4<f32> {\n    return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);\n}\n";
     if cooperative {
         s += &format!("var<workgroup> partials: array<f32, {}>;\n", QUANT_WG * rows_per);
     }
@@ -32,53 +44,128 @@ pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool) -> String 
     s += "fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lane: u32,\n";
     s += "        @builtin(num_workgroups) grid: vec3<u32>) {\n";
     s += "    let rows = m(0u);\n    let k_words = m(1u);\n    let n = m(2u);\n    let group_words = m(3u);\n";
-    let (t, first_word, step) = if cooperative {
-        ("wid.y * grid.x + wid.x".to_string(), "lane", QUANT_WG)
+    let t = if cooperative {
+        "wid.y * grid.x + wid.x".to_string()
     } else {
-        (format!("(wid.y * grid.x + wid.x) * {QUANT_WG}u + lane"), "0u", 1)
+        format!("(wid.y * grid.x + wid.x) * {QUANT_WG}u + lane")
     };
-    s += &format!("    let t = {t};\n    let col = t % n;\n    let row0 = (t / n) * {rows_per}u;\n");
+    s += &format!("    let t = {t};\n    let col_blocks = (n + {}u) / {cols_per}u;\n", cols_per - 1);
+    s += &format!(
+        "    let block_col = (t % col_blocks) * {cols_per}u;\n    let row0 = (t / col_blocks) * {rows_per}u;\n"
+    );
     // Past the last row block (the grid rounds up): uniform per workgroup
     // in the cooperative shape, so no barrier is skipped by part of one.
     s += "    if (row0 >= rows) {\n        return;\n    }\n";
-    s += "    let code_row = m(6u) + col * k_words;\n    let scale_row = m(7u) + col * m(4u);\n";
+    // Rows and columns past the end read the last one; their sums are not stored.
+    for c in 0..cols_per {
+        s += &format!("    let col{c} = min(block_col + {c}u, n - 1u);\n");
+        s += &format!(
+            "    let code_row{c} = m(6u) + col{c} * k_words;\n    let scale_row{c} = m(7u) + col{c} * m(4u);\n"
+        );
+    }
     for r in 0..rows_per {
-        // Rows past the end read the last row; their sums are not stored.
-        s += &format!("    let x{r} = m(5u) + min(row0 + {r}u, rows - 1u) * k_words * {per_word}u;\n");
-        s += &format!("    var acc{r} = 0.0;\n");
+        s += &format!("    let xrow{r} = m(5u) + min(row0 + {r}u, rows - 1u) * k_words * {}u;\n", fours * 4);
     }
-    s += &format!("    for (var w = {first_word}; w < k_words; w += {step}u) {{\n");
-    s += "        let word = codes[code_row + w];\n";
-    s += "        let scale = scales[scale_row + w / group_words];\n";
-    for e in 0..per_word {
-        // Shift code e to the top, then arithmetic-shift it down: sign-extended.
-        let up = 32 - bits * (e + 1);
-        s += &format!("        let q{e} = f32(bitcast<i32>(word << {up}u) >> {}u) * scale;\n", 32 - bits);
-    }
-    s += &format!("        let at = w * {per_word}u;\n");
-    for r in 0..rows_per {
-        let terms: Vec<String> = (0..per_word).map(|e| format!("x[x{r} + at + {e}u] * q{e}")).collect();
-        s += &format!("        acc{r} += {};\n", terms.join(" + "));
-    }
-    s += "    }\n";
+    s += &block.decls("acc", "    ");
     if cooperative {
-        for r in 0..rows_per {
-            s += &format!("    partials[{}u + lane] = acc{r};\n", r * QUANT_WG);
-        }
-        s += "    workgroupBarrier();\n";
-        s += &format!("    for (var half = {}u; half > 0u; half >>= 1u) {{\n", QUANT_WG / 2);
-        s += "        if (lane < half) {\n";
-        for r in 0..rows_per {
-            let base = r * QUANT_WG;
-            s += &format!("            partials[{base}u + lane] += partials[{base}u + lane + half];\n");
-        }
-        s += "        }\n        workgroupBarrier();\n    }\n";
-        s += &format!("    if (lane < {rows_per}u && row0 + lane < rows) {{\n");
-        s += &format!("        out[(row0 + lane) * n + col] = partials[lane * {QUANT_WG}u];\n    }}\n");
+        s += "    for (var w = lane; w < k_words; w += 64u) {\n";
+        s += &block.word("w", "        ");
+        s += "        let scale0 = scales[scale_row0 + w / group_words];\n";
+        s += &block.each(|r, c| format!("        acc{r}_{c} += dot{r}_{c} * scale{c};\n"));
+        s += "    }\n";
+        s += &reduce_partials(rows_per);
     } else {
-        for r in 0..rows_per {
-            s += &format!("    if (row0 + {r}u < rows) {{\n        out[(row0 + {r}u) * n + col] = acc{r};\n    }}\n");
+        // Group by group: each word's dots summed, then scaled once.
+        s += "    for (var g = 0u; g < m(4u); g++) {\n";
+        s += "        let w_end = min(g * group_words + group_words, k_words);\n";
+        s += &block.decls("part", "        ");
+        s += "        for (var w = g * group_words; w < w_end; w++) {\n";
+        s += &block.word("w", "            ");
+        s += &block.each(|r, c| format!("            part{r}_{c} += dot{r}_{c};\n"));
+        s += "        }\n";
+        for c in 0..cols_per {
+            s += &format!("        let scale{c} = scales[scale_row{c} + g];\n");
         }
+        s += &block.each(|r, c| format!("        acc{r}_{c} += part{r}_{c} * scale{c};\n"));
+        s += "    }\n";
+        s += &block.each(|r, c| {
+            format!("    if (row0 + {r}u < rows && block_col + {c}u < n) {{\n        out[(row0 + {r}u) * n + block_col + {c}u] = acc{r}_{c};\n    }}\n")
+        });
     }
     s + "}\n"
+}
+
+/// The rows × columns of outputs one invocation (or workgroup) computes,
+/// for words of `fours` vec4s of codes.
+struct Block {
+    rows: u32,
+    cols: u32,
+    fours: u32,
+}
+
+impl Block {
+    /// `f(row, col)` for every output of the block, joined.
+    fn each(&self, f: impl Fn(u32, u32) -> String) -> String {
+        (0..self.rows).flat_map(|r| (0..self.cols).map(move |c| (r, c))).map(|(r, c)| f(r, c)).collect()
+    }
+
+    /// `var {name}{r}_{c} = 0.0;` for every output.
+    fn decls(&self, name: &str, pad: &str) -> String {
+        self.each(|r, c| format!("{pad}var {name}{r}_{c} = 0.0;\n"))
+    }
+
+    /// Word `w` of every column unpacked, and `dot{r}_{c}`: its dot with
+    /// row r's x values.
+    fn word(&self, w: &str, pad: &str) -> String {
+        let mut s = String::new();
+        for c in 0..self.cols {
+            s += &format!("{pad}let word{c} = codes[code_row{c} + {w}];\n");
+            for f in 0..self.fours {
+                s += &format!("{pad}let q{c}_{f} = unpack{f}(word{c});\n");
+            }
+        }
+        for r in 0..self.rows {
+            for f in 0..self.fours {
+                s += &format!("{pad}let x{r}_{f} = load_x4(xrow{r} + {w} * {}u + {}u);\n", self.fours * 4, f * 4);
+            }
+        }
+        s + &self.each(|r, c| {
+            let dots: Vec<String> = (0..self.fours).map(|f| format!("dot(x{r}_{f}, q{c}_{f})")).collect();
+            format!("{pad}let dot{r}_{c} = {};\n", dots.join(" + "))
+        })
+    }
+}
+
+/// `unpack{f}(word)`: the word's codes 4f..4f+3, sign-extended, as a vec4
+/// (the first code is the low bits): each shifted to the top, then
+/// arithmetic-shifted down.
+fn unpack_fns(bits: u32) -> String {
+    let per_word = 32 / bits;
+    let mut s = String::new();
+    for f in 0..per_word / 4 {
+        let up: Vec<String> = (0..4).map(|e| format!("{}u", 32 - bits * (4 * f + e + 1))).collect();
+        s += &format!("fn unpack{f}(word: u32) -> vec4<f32> {{\n");
+        s += &format!("    let up = vec4<u32>(word) << vec4<u32>({});\n", up.join(", "));
+        s += &format!("    return vec4<f32>(bitcast<vec4<i32>>(up) >> vec4<u32>({}u));\n}}\n", 32 - bits);
+    }
+    s
+}
+
+/// The cooperative shape's end: each row's partials summed in workgroup
+/// memory, lane r storing row r.
+fn reduce_partials(rows_per: u32) -> String {
+    let mut s = String::new();
+    for r in 0..rows_per {
+        s += &format!("    partials[{}u + lane] = acc{r}_0;\n", r * QUANT_WG);
+    }
+    s += "    workgroupBarrier();\n";
+    s += &format!("    for (var half = {}u; half > 0u; half >>= 1u) {{\n", QUANT_WG / 2);
+    s += "        if (lane < half) {\n";
+    for r in 0..rows_per {
+        let base = r * QUANT_WG;
+        s += &format!("            partials[{base}u + lane] += partials[{base}u + lane + half];\n");
+    }
+    s += "        }\n        workgroupBarrier();\n    }\n";
+    s += &format!("    if (lane < {rows_per}u && row0 + lane < rows) {{\n");
+    s + &format!("        out[(row0 + lane) * n + block_col] = partials[lane * {QUANT_WG}u];\n    }}\n")
 }

@@ -2,7 +2,7 @@
 //! of the kernel, its meta block and its grid.
 
 use super::{Launch, Variants, grid};
-use crate::quant_matmul::QUANT_WG;
+use crate::quant_matmul::{QUANT_COLS, QUANT_WG};
 use crate::{Caps, KernelKey, MAX_LOOP, Meta};
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::quant::QuantFormat;
@@ -34,8 +34,11 @@ pub fn quant_matmul(
     }
     let cooperative = variants.workgroup_reductions && caps.workgroup_memory;
     let rows_per = if rows == 1 { 1 } else { ROWS_PER };
-    let blocks = rows.div_ceil(rows_per) * n;
-    let workgroups = if cooperative { blocks } else { blocks.div_ceil(QUANT_WG as usize) };
+    let workgroups = if cooperative {
+        rows.div_ceil(rows_per) * n
+    } else {
+        (rows.div_ceil(rows_per) * n.div_ceil(QUANT_COLS as usize)).div_ceil(QUANT_WG as usize)
+    };
     let mut meta = Meta::default();
     meta.u(rows).u(words).u(n).u(format.group_len(k) / format.per_word()).u(format.groups(k));
     for l in &args.layouts {
