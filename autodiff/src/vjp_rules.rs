@@ -14,7 +14,7 @@
 //! the selected branch and exactly 0 to the other.
 
 use kiln_core::ir::{BinaryOp, ReduceOp, UnaryOp};
-use kiln_core::{DType, Prim, Result};
+use kiln_core::{DType, Prim, QuantFormat, Result};
 use kiln_ops::Tensor;
 
 type Cotangents = Vec<Option<Tensor>>;
@@ -75,12 +75,21 @@ pub(crate) fn vjp(prim: &Prim, x: &[Tensor], y: &Tensor, g: &Tensor, wants: &[bo
         Prim::Gather { axis } => Ok(vec![want(w(0), || g.scatter_add(*axis, &x[1], &shape(0)))?, None]),
         // y = x @ wᵀ with w = scale · code: x gets g @ w; each scale the sum
         // of g · x · code over its group (the codes are integers).
+        // x may be int8 codes (u32, four per word): integers, so no dx.
         Prim::QuantMatmul { format } => {
             let (codes, scales) = (&x[1], &x[2]);
             let dx = want(w(0), || g.matmul(&Tensor::dequantize(codes, scales, *format)?))?;
             let dscales = want(w(2), || {
-                let (n, k) = (codes.shape()[0] as isize, *shape(0).last().expect("rank ≥ 1") as isize);
-                let per_product = g.reshape(&[-1, n])?.t()?.matmul(&x[0].reshape(&[-1, k])?)?;
+                let n = codes.shape()[0] as isize;
+                let x_rows = match x[0].dtype() {
+                    DType::U32 => {
+                        let words = x[0].reshape(&[-1, *shape(0).last().expect("rank ≥ 1") as isize])?;
+                        let ones = Tensor::ones(x[0].device(), &[words.shape()[0], 1], DType::F32)?;
+                        Tensor::dequantize(&words, &ones, QuantFormat::INT8)?
+                    }
+                    _ => x[0].reshape(&[-1, *shape(0).last().expect("rank ≥ 1") as isize])?,
+                };
+                let per_product = g.reshape(&[-1, n])?.t()?.matmul(&x_rows)?;
                 let unit = Tensor::dequantize(codes, &scales.ones_like()?, *format)?;
                 per_product.mul(&unit)?.per_group(*format)?.sum(&[-1], false)
             })?;

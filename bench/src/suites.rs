@@ -15,6 +15,15 @@ use kiln_nn::loss::cross_entropy;
 use kiln_nn::{Conv2d, Conv2dConfig, ConvAlgorithm};
 use std::sync::Arc;
 
+/// How a weight matmul row holds its weight (f32 is `None`).
+#[derive(Clone, Copy)]
+enum WeightFormat {
+    /// Integer codes; x stays f32.
+    Codes(QuantFormat),
+    /// int8 codes, x quantized to int8 too.
+    W8A8,
+}
+
 /// Compute all of `t`, then wait for the device by reading one element
 /// (a lazy read of one element alone would compute just that element).
 pub fn wait(t: &Tensor) -> Result<()> {
@@ -135,7 +144,7 @@ impl Ctx<'_> {
     fn weight_matmul(
         &self,
         bench: &str,
-        format: Option<QuantFormat>,
+        format: Option<WeightFormat>,
         batch: usize,
         [k, n]: [usize; 2],
     ) -> Result<Record> {
@@ -144,10 +153,18 @@ impl Ctx<'_> {
         let (f, weight_bytes): (Box<dyn Fn() -> Result<Tensor>>, usize) = match format {
             None => (Box::new(|| x.matmul(&w)), 4 * k * n),
             Some(format) => {
-                let (codes, scales) = w.t()?.quantize(format)?;
+                let quant = match format {
+                    WeightFormat::Codes(q) => q,
+                    WeightFormat::W8A8 => QuantFormat::INT8,
+                };
+                let (codes, scales) = w.t()?.quantize(quant)?;
                 kiln::block_on(Tensor::realize_all(&[&codes, &scales]))?;
                 let bytes = 4 * (codes.numel() + scales.numel());
-                (Box::new(move || x.quant_matmul(&codes, &scales, format)), bytes)
+                let f: Box<dyn Fn() -> Result<Tensor>> = match format {
+                    WeightFormat::Codes(q) => Box::new(move || x.quant_matmul(&codes, &scales, q)),
+                    WeightFormat::W8A8 => Box::new(move || x.quant_matmul_w8a8(&codes, &scales)),
+                };
+                (f, bytes)
             }
         };
         wait(&f()?)?; // tunes the f32 product's shape class if needed
@@ -229,7 +246,13 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
     }
     // A decoder's weight matmul at batch 1 (memory-bound: the weights are
     // read once per row of x) and 64, in f32 and with integer weights.
-    let formats = [(None, "f32"), (Some(QuantFormat::INT8), "int8"), (Some(QuantFormat::int4(32)), "int4/32")];
+    // int8 w8a8: x quantized too, the products summed by dot4I8Packed.
+    let formats = [
+        (None, "f32"),
+        (Some(WeightFormat::Codes(QuantFormat::INT8)), "int8"),
+        (Some(WeightFormat::Codes(QuantFormat::int4(32))), "int4/32"),
+        (Some(WeightFormat::W8A8), "int8 w8a8"),
+    ];
     for batch in [1, 64] {
         for (format, name) in formats {
             let bench = format!("weight matmul 4096² {name} batch {batch}");

@@ -218,10 +218,13 @@ impl Trainer {
 
     /// Test loss and accuracy with the weights quantized to `format`
     /// ([`Sequential::quantize`]; computed in f32 whatever the run's
-    /// precision), and the weights' bytes before and after.
-    pub async fn evaluate_quantized(&self, format: QuantFormat) -> Result<QuantizedEval> {
+    /// precision), with `int8_activations` the int8 layers' inputs
+    /// quantized too ([`Sequential::with_int8_activations`]), and the
+    /// weights' bytes before and after.
+    pub async fn evaluate_quantized(&self, format: QuantFormat, int8_activations: bool) -> Result<QuantizedEval> {
         let model = self.model()?;
         let quantized = model.quantize(format)?;
+        let quantized = if int8_activations { quantized.with_int8_activations()? } else { quantized };
         let config = Config { precision: DType::F32, ..self.config };
         let (loss, accuracy) = evaluate(&self.device, &quantized, &self.data, &config).await?;
         let weight_layers = quantized

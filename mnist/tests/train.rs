@@ -49,7 +49,7 @@ fn the_loss_falls_over_a_few_dozen_steps() {
         // smaller (which of the CNN's layers quantize: kiln-nn's tests).
         if model == ModelKind::Mlp {
             let (_, float) = kiln::block_on(t.evaluate()).unwrap();
-            let q = kiln::block_on(t.evaluate_quantized(QuantFormat::INT8)).unwrap();
+            let q = kiln::block_on(t.evaluate_quantized(QuantFormat::INT8, false)).unwrap();
             assert!((q.accuracy - float).abs() < 0.02, "int8 on {label}: {} against {float}", q.accuracy);
             assert_eq!((q.quantized_layers, q.weight_layers), (2, 2));
             assert!(q.float_bytes as f64 > 3.9 * q.quantized_bytes as f64, "{q:?}");

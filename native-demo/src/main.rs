@@ -90,6 +90,10 @@ struct Args {
     /// from the GPT with its blocks' projections quantized.
     #[arg(long, value_parser = quant_format)]
     quantize: Option<QuantFormat>,
+    /// With --eval-only and --quantize int8, quantize each layer's input to
+    /// int8 too (W8A8: the products summed by dot4I8Packed).
+    #[arg(long, requires = "quantize")]
+    int8_activations: bool,
     /// Stop after this many steps (before the run's end).
     #[arg(long)]
     steps: Option<u64>,
@@ -170,9 +174,10 @@ async fn run(args: Args) -> Result<()> {
         println!("{}: test loss {loss:.4}, accuracy {:.2}%", path.display(), accuracy * 100.0);
         if let Some(format) = args.quantize {
             let trainer = Trainer::restore(&dev, data, &ck, Some(model))?;
-            let q = trainer.evaluate_quantized(format).await?;
+            let q = trainer.evaluate_quantized(format, args.int8_activations).await?;
+            let inputs = if args.int8_activations { ", int8 activations" } else { "" };
             println!(
-                "quantized to {format} ({} of {} weight layers): test loss {:.4}, accuracy {:.2}%, weights {:.2} MiB → {:.2} MiB ({:.1}× smaller)",
+                "quantized to {format}{inputs} ({} of {} weight layers): test loss {:.4}, accuracy {:.2}%, weights {:.2} MiB → {:.2} MiB ({:.1}× smaller)",
                 q.quantized_layers,
                 q.weight_layers,
                 q.loss,

@@ -1,6 +1,7 @@
 //! `Sequential::quantize`: which layers it quantizes, what it keeps, the
-//! errors of layers whose weights do not pack, and quantized checkpoints
-//! (codes as I8 and U8 bytes, read back by kiln and by Python).
+//! errors of layers whose weights do not pack, int8 activations (int8
+//! weights only), and quantized checkpoints (codes as I8 and U8 bytes, read
+//! back by kiln and by Python).
 
 use kiln::prelude::*;
 use kiln_nn::checkpoint::Checkpoint;
@@ -186,5 +187,16 @@ fn python_reads_the_quantized_layout() -> Result<()> {
         assert!(out.status.success() && said.contains("2 code tensors read"), "{format}: {said}");
     }
     std::fs::remove_dir_all(d).unwrap();
+    Ok(())
+}
+
+#[test]
+fn int8_activations_pair_only_with_int8_weights() -> Result<()> {
+    let dev = Device::cpu();
+    let model = Sequential::new(vec![Layer::Linear(Linear::new(&dev, Key::new(4), 64, 3)?)]);
+    let err = model.quantize(QuantFormat::int4(32))?.with_int8_activations().unwrap_err().to_string();
+    assert!(err.contains("with_int8_activations") && err.contains("layer 0") && err.contains("int4"), "{err}");
+    let w8a8 = model.quantize(QuantFormat::INT8)?.with_int8_activations()?;
+    assert!(matches!(&w8a8.layers[0], Layer::QuantizedLinear(q) if q.int8_activations));
     Ok(())
 }

@@ -32,6 +32,36 @@ impl Tensor {
         composite("quant_matmul", || self.matmul(&Tensor::dequantize(codes, scales, format)?.t()?))
     }
 
+    /// `self @ wᵀ` for int8 weights (`codes`, `scales` in
+    /// [`QuantFormat::INT8`]) with int8 activations too (W8A8): each row of
+    /// x is quantized on the fly like a weight row (its largest magnitude
+    /// over 127), the codes' products summed exactly in integers by
+    /// `dot4I8Packed` (one instruction where the adapter has integer dot
+    /// products; a polyfill elsewhere), then scaled by both scales.
+    /// `[.., k]` → `[.., n]`, f32. Faster than [`Tensor::quant_matmul`]
+    /// where the device multiplies int8 faster than f32; x's rounding costs
+    /// accuracy (up to half a code of the row's largest value per element).
+    pub fn quant_matmul_w8a8(&self, codes: &Tensor, scales: &Tensor) -> Result<Tensor> {
+        let op = "quant_matmul_w8a8";
+        if self.rank() == 0 {
+            return Err(KilnError::Shape { op, detail: format!("takes x [.., k], got {:?}", self.shape()) });
+        }
+        if !self.dtype().is_float() {
+            return Err(KilnError::DType {
+                op,
+                detail: format!("takes a float x, got {} {:?}", self.dtype(), self.shape()),
+            });
+        }
+        let k = self.shape()[self.rank() - 1];
+        composite(op, || {
+            let (x_codes, x_scales) = self.reshape(&[-1, k as isize])?.quantize(QuantFormat::INT8)?;
+            let y = x_codes.op(Prim::QuantMatmul { format: QuantFormat::INT8 }, &[codes, scales])?.mul(&x_scales)?;
+            let mut shape: Vec<isize> = self.shape().iter().map(|&d| d as isize).collect();
+            *shape.last_mut().expect("rank checked") = codes.shape()[0] as isize;
+            y.reshape(&shape)
+        })
+    }
+
     /// This weight `[n, k]` (one row per output channel) as `format`'s
     /// codes and scales: symmetric, each scale the largest magnitude of its
     /// group over the largest code (an all-zero group gets scale 1), each

@@ -3,7 +3,8 @@
 //! block, leading axes, a transposed x, a partial last group and a long k; quantize's codes for
 //! weights that are exact multiples of their scale (so every adapter must
 //! give the same words), its round trip, the gradients of x and the
-//! scales, and kiln-nn's quantized Linear and Conv2d (groups included).
+//! scales, kiln-nn's quantized Linear and Conv2d (groups included), and
+//! int8 weights with int8 activations (`quant_matmul_w8a8`).
 
 use crate::cases::{input, transposed};
 use crate::grad_cases::GradCase;
@@ -103,7 +104,36 @@ pub fn cases() -> Vec<Case> {
         );
         layers(&mut add, format, name);
     }
+    w8a8(&mut add);
     out
+}
+
+/// int8 weights with int8 activations: each row of x holds ±127 · 2⁻⁵ and
+/// other multiples of 2⁻⁵, so its codes are exact on every adapter and the
+/// integer sums match the reference's.
+fn w8a8(add: &mut impl FnMut(&'static str, String, Tol, Build)) {
+    let products: [(&str, Vec<usize>, usize); 5] = [
+        ("x [1, 64] (one row)", vec![1, 64], 33),
+        ("x [7, 256] (a partial row block)", vec![7, 256], 20),
+        ("x [2, 3, 128] (leading axes)", vec![2, 3, 128], 9),
+        ("x [40, 64]", vec![40, 64], 9),
+        ("x [2, 8192] (long k)", vec![2, 8192], 3),
+    ];
+    for (detail, x_shape, n) in products {
+        let k = *x_shape.last().unwrap();
+        add(
+            "quant_matmul_w8a8",
+            format!("{detail}, n {n}"),
+            Tol { abs: 2e-6 * k as f64, rel: 1e-5 },
+            Box::new(move |d| {
+                let (codes, scales) = weights(d, 212, QuantFormat::INT8, n, k)?;
+                let rows = x_shape.iter().product::<usize>() / k;
+                let shape: Vec<isize> = x_shape.iter().map(|&l| l as isize).collect();
+                let x = exact_weight(d, QuantFormat::INT8, rows, k)?.reshape(&shape)?;
+                x.quant_matmul_w8a8(&codes, &scales)
+            }),
+        );
+    }
 }
 
 /// kiln-nn's quantized layers, their float weights exact multiples of
@@ -162,5 +192,21 @@ pub fn grads() -> Vec<GradCase> {
             }),
         });
     }
+    // Int8 activations: x's codes are integers, so only the weight's
+    // scales have a gradient (through x's dequantized codes).
+    let (n, k) = (5, 64);
+    out.push(GradCase {
+        op: "quant_matmul_w8a8",
+        detail: format!("exact x [3, {k}], scales [{n}, 1]"),
+        check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-4, rel: 1e-4 }),
+        fd: true,
+        inputs: vec![(vec![n, 1], 0.01, 0.02)],
+        seed: 3100,
+        f: Box::new(move |p| {
+            let d = p[0].device();
+            let codes = input(d, 213, &QuantFormat::INT8.shapes("quant grad case", n, k)?.0, DType::U32, 0.0, 4e9)?;
+            exact_weight(d, QuantFormat::INT8, 3, k)?.quant_matmul_w8a8(&codes, &p[0])
+        }),
+    });
     out
 }

@@ -281,7 +281,7 @@ impl Trainer {
                     });
                 }
             };
-            Ok(t.evaluate_quantized(format).await?.accuracy)
+            Ok(t.evaluate_quantized(format, false).await?.accuracy)
         })
     }
 

@@ -342,6 +342,8 @@ pub enum KernelKey {
         bits: u32,
         rows_per: u32,
         cooperative: bool,
+        /// x as int8 codes packed four per u32 (int8 weights only).
+        packed_x: bool,
     },
     /// A matmul operand of `dtype` copied into an f32 texture
     /// ([`operand_textures`]).
@@ -407,8 +409,8 @@ impl KernelKey {
                 attention::attention_wgsl(*batch_rank, *dk as usize, *dv as usize, *keys, *causal, scores)
             }
             KernelKey::OperandTexture { vec4, dtype } => operand_textures::pack_wgsl(*vec4, *dtype),
-            KernelKey::QuantMatmul { bits, rows_per, cooperative } => {
-                quant_matmul::quant_matmul_wgsl(*bits, *rows_per, *cooperative)
+            KernelKey::QuantMatmul { bits, rows_per, cooperative, packed_x } => {
+                quant_matmul::quant_matmul_wgsl(*bits, *rows_per, *cooperative, *packed_x)
             }
         }
     }
@@ -463,6 +465,9 @@ impl KernelKey {
                     (_, false) => "",
                 };
                 ("operand_texture", None, suffix)
+            }
+            KernelKey::QuantMatmul { packed_x: true, cooperative, .. } => {
+                ("quant_matmul_int8_x8", None, cooperative_suffix(*cooperative))
             }
             KernelKey::QuantMatmul { bits: 8, cooperative, .. } => {
                 ("quant_matmul_int8", None, cooperative_suffix(*cooperative))

@@ -25,18 +25,25 @@ pub const QUANT_WG: u32 = 64;
 pub const QUANT_COLS: u32 = 4;
 
 /// The kernel for `bits`-bit codes, `rows_per` rows of x per invocation or
-/// workgroup; `cooperative`: one workgroup per output column.
-pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool) -> String {
+/// workgroup; `cooperative`: one workgroup per output column; `packed_x`:
+/// x is int8 codes four per u32 (int8 weights), each word pair summed
+/// exactly by `dot4I8Packed` (one instruction where the device has it;
+/// naga writes a polyfill elsewhere) and a group's sum kept in i32.
+pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool, packed_x: bool) -> String {
+    assert!(!packed_x || bits == 8, "int8 x pairs with int8 weights");
     let cols_per = if cooperative { 1 } else { QUANT_COLS };
     let fours = 32 / bits / 4;
-    let block = Block { rows: rows_per, cols: cols_per, fours };
+    let block = Block { rows: rows_per, cols: cols_per, fours, packed_x };
     let mut s = String::from(super::META_DECL);
     s += "@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n";
-    s += "@group(0) @binding(2) var<storage, read> x: array<f32>;\n";
+    s += &format!("@group(0) @binding(2) var<storage, read> x: array<{}>;\n", if packed_x { "u32" } else { "f32" });
     s += "@group(0) @binding(3) var<storage, read> codes: array<u32>;\n";
     s += "@group(0) @binding(4) var<storage, read> scales: array<f32>;\n";
-    s += &unpack_fns(bits);
-    s += "fn load_x4(at: u32) -> vec4<f32> {\n    return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);\n}\n";
+    if !packed_x {
+        s += &unpack_fns(bits);
+        s +=
+            "fn load_x4(at: u32) -> vec4<f32> {\n    return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);\n}\n";
+    }
     if cooperative {
         s += &format!("var<workgroup> partials: array<f32, {}>;\n", QUANT_WG * rows_per);
     }
@@ -63,22 +70,24 @@ pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool) -> String 
             "    let code_row{c} = m(6u) + col{c} * k_words;\n    let scale_row{c} = m(7u) + col{c} * m(4u);\n"
         );
     }
+    // x's row stride: a word per code word when packed, else its values.
+    let x_per_word = if packed_x { 1 } else { fours * 4 };
     for r in 0..rows_per {
-        s += &format!("    let xrow{r} = m(5u) + min(row0 + {r}u, rows - 1u) * k_words * {}u;\n", fours * 4);
+        s += &format!("    let xrow{r} = m(5u) + min(row0 + {r}u, rows - 1u) * k_words * {x_per_word}u;\n");
     }
-    s += &block.decls("acc", "    ");
+    s += &block.decls("acc", "    ", "0.0");
     if cooperative {
         s += "    for (var w = lane; w < k_words; w += 64u) {\n";
         s += &block.word("w", "        ");
         s += "        let scale0 = scales[scale_row0 + w / group_words];\n";
-        s += &block.each(|r, c| format!("        acc{r}_{c} += dot{r}_{c} * scale{c};\n"));
+        s += &block.each(|r, c| format!("        acc{r}_{c} += f32(dot{r}_{c}) * scale{c};\n"));
         s += "    }\n";
         s += &reduce_partials(rows_per);
     } else {
         // Group by group: each word's dots summed, then scaled once.
         s += "    for (var g = 0u; g < m(4u); g++) {\n";
         s += "        let w_end = min(g * group_words + group_words, k_words);\n";
-        s += &block.decls("part", "        ");
+        s += &block.decls("part", "        ", if packed_x { "0i" } else { "0.0" });
         s += "        for (var w = g * group_words; w < w_end; w++) {\n";
         s += &block.word("w", "            ");
         s += &block.each(|r, c| format!("            part{r}_{c} += dot{r}_{c};\n"));
@@ -86,7 +95,7 @@ pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool) -> String 
         for c in 0..cols_per {
             s += &format!("        let scale{c} = scales[scale_row{c} + g];\n");
         }
-        s += &block.each(|r, c| format!("        acc{r}_{c} += part{r}_{c} * scale{c};\n"));
+        s += &block.each(|r, c| format!("        acc{r}_{c} += f32(part{r}_{c}) * scale{c};\n"));
         s += "    }\n";
         s += &block.each(|r, c| {
             format!("    if (row0 + {r}u < rows && block_col + {c}u < n) {{\n        out[(row0 + {r}u) * n + block_col + {c}u] = acc{r}_{c};\n    }}\n")
@@ -96,11 +105,12 @@ pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool) -> String 
 }
 
 /// The rows × columns of outputs one invocation (or workgroup) computes,
-/// for words of `fours` vec4s of codes.
+/// for words of `fours` vec4s of codes; `packed_x`: x's words are int8 codes.
 struct Block {
     rows: u32,
     cols: u32,
     fours: u32,
+    packed_x: bool,
 }
 
 impl Block {
@@ -109,15 +119,24 @@ impl Block {
         (0..self.rows).flat_map(|r| (0..self.cols).map(move |c| (r, c))).map(|(r, c)| f(r, c)).collect()
     }
 
-    /// `var {name}{r}_{c} = 0.0;` for every output.
-    fn decls(&self, name: &str, pad: &str) -> String {
-        self.each(|r, c| format!("{pad}var {name}{r}_{c} = 0.0;\n"))
+    /// `var {name}{r}_{c} = {zero};` for every output.
+    fn decls(&self, name: &str, pad: &str, zero: &str) -> String {
+        self.each(|r, c| format!("{pad}var {name}{r}_{c} = {zero};\n"))
     }
 
     /// Word `w` of every column unpacked, and `dot{r}_{c}`: its dot with
-    /// row r's x values.
+    /// row r's x values (an i32 with packed x).
     fn word(&self, w: &str, pad: &str) -> String {
         let mut s = String::new();
+        if self.packed_x {
+            for c in 0..self.cols {
+                s += &format!("{pad}let word{c} = codes[code_row{c} + {w}];\n");
+            }
+            for r in 0..self.rows {
+                s += &format!("{pad}let x{r} = x[xrow{r} + {w}];\n");
+            }
+            return s + &self.each(|r, c| format!("{pad}let dot{r}_{c} = dot4I8Packed(x{r}, word{c});\n"));
+        }
         for c in 0..self.cols {
             s += &format!("{pad}let word{c} = codes[code_row{c} + {w}];\n");
             for f in 0..self.fours {

@@ -438,12 +438,13 @@ fn catalog() -> Vec<String> {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         out.extend([false, true].map(|vec4| KernelKey::OperandTexture { vec4, dtype }.wgsl()));
     }
-    // The integer-weight product: both code widths, one row or a block,
-    // per invocation or per workgroup.
-    for (bits, rows_per, cooperative) in
-        [8, 4].into_iter().flat_map(|b| [(b, 1), (b, 4)]).flat_map(|(b, r)| [(b, r, false), (b, r, true)])
+    // The integer-weight product: both code widths (and int8 with int8 x),
+    // one row or a block, per invocation or per workgroup.
+    let widths = [(8, false), (4, false), (8, true)];
+    for ((bits, packed_x), rows_per, cooperative) in
+        widths.into_iter().flat_map(|w| [(w, 1), (w, 4)]).flat_map(|(w, r)| [(w, r, false), (w, r, true)])
     {
-        out.push(KernelKey::QuantMatmul { bits, rows_per, cooperative }.wgsl());
+        out.push(KernelKey::QuantMatmul { bits, rows_per, cooperative, packed_x }.wgsl());
     }
     // The attention kernel, keys shared through workgroup memory or
     // subgroups: bare scores, and scores scaled and masked by a

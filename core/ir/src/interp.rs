@@ -260,8 +260,16 @@ fn matmul(a: &HostArray, b: &HostArray) -> Vec<f64> {
 
 /// Each output `[row, j]` is the sum over k of `x[row, k] · scale · code`.
 fn quant_matmul(format: QuantFormat, x: &HostArray, codes: &HostArray, scales: &HostArray) -> Vec<f64> {
-    let k = *x.shape.last().expect("inference checked the rank");
-    let (n, rows) = (codes.shape[0], x.data.len() / k);
+    // x packed as int8 codes (u32 words): its values are the codes.
+    let (packed_x, per_word) = (x.dtype == DType::U32, QuantFormat::INT8.per_word());
+    let x_values: Vec<f64> = if packed_x {
+        let code = |i: usize| QuantFormat::INT8.code(x.data[i / per_word] as u32, i % per_word) as f64;
+        (0..x.data.len() * per_word).map(code).collect()
+    } else {
+        x.data.clone()
+    };
+    let k = x.shape.last().expect("inference checked the rank") * if packed_x { per_word } else { 1 };
+    let (n, rows) = (codes.shape[0], x_values.len() / k);
     let (words, groups, group) = (codes.shape[1], scales.shape[1], format.group_len(k));
     let weight = |j: usize, p: usize| {
         let word = codes.data[j * words + p / format.per_word()] as u32;
@@ -269,7 +277,7 @@ fn quant_matmul(format: QuantFormat, x: &HostArray, codes: &HostArray, scales: &
     };
     let mut out = Vec::with_capacity(rows * n);
     for r in 0..rows {
-        out.extend((0..n).map(|j| (0..k).map(|p| x.data[r * k + p] * weight(j, p)).sum::<f64>()));
+        out.extend((0..n).map(|j| (0..k).map(|p| x_values[r * k + p] * weight(j, p)).sum::<f64>()));
     }
     out
 }

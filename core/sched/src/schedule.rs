@@ -137,8 +137,17 @@ pub enum Item {
         args: Args,
     },
     /// `out = x @ wᵀ` for integer weights: `args` binds x `[rows, k]`, the
-    /// codes and the scales (contiguous, at their layouts' offsets).
-    QuantMatmul { format: QuantFormat, rows: usize, k: usize, n: usize, out: Arc<dyn DeviceBuffer>, args: Args },
+    /// codes and the scales (contiguous, at their layouts' offsets); with
+    /// `packed_x`, x is int8 codes packed four per u32.
+    QuantMatmul {
+        format: QuantFormat,
+        packed_x: bool,
+        rows: usize,
+        k: usize,
+        n: usize,
+        out: Arc<dyn DeviceBuffer>,
+        args: Args,
+    },
 }
 
 /// The (m, k, n) of a product of A (`a`, `[.., m, k]`) and B (`b`, `[.., k, n]`).

@@ -560,15 +560,18 @@ impl<'a> Scheduler<'a> {
             let a = self.array(&input)?;
             operands.push(if a.layout.is_contiguous() { a } else { self.contiguous(&a)? });
         }
-        let (k, n_out) = (operands[0].layout.shape.last().copied().unwrap_or(1), operands[1].layout.shape[0]);
-        let rows = numel(&operands[0].layout.shape) / k;
+        // x as int8 codes, four to a word, when it is u32.
+        let packed_x = operands[0].dtype == DType::U32;
+        let x_last = operands[0].layout.shape.last().copied().unwrap_or(1);
+        let (rows, n_out) = (numel(&operands[0].layout.shape) / x_last, operands[1].layout.shape[0]);
+        let k = if packed_x { x_last * QuantFormat::INT8.per_word() } else { x_last };
         let args = Args {
             layouts: operands.iter().map(|a| a.layout.clone()).collect(),
             buffers: operands.iter().map(|a| a.buffer.clone()).collect(),
             params: Vec::new(),
         };
         let out = self.alloc("quant_matmul", DType::F32, n.shape());
-        let item = Item::QuantMatmul { format, rows, k, n: n_out, out: out.clone(), args };
+        let item = Item::QuantMatmul { format, packed_x, rows, k, n: n_out, out: out.clone(), args };
         self.push("quant_matmul", item, vec![n.id()]);
         Ok(DeviceArray { buffer: out, layout: Layout::contiguous(n.shape()), dtype: DType::F32 })
     }

@@ -58,6 +58,12 @@ fn quantize_rows(layer: &'static str, w: &Tensor, format: QuantFormat) -> Result
     w.quantize(format)
 }
 
+/// `x @ wᵀ` for the codes and scales, with x quantized to int8 too when
+/// `int8_activations`.
+fn product(x: &Tensor, codes: &Tensor, scales: &Tensor, format: QuantFormat, int8_activations: bool) -> Result<Tensor> {
+    if int8_activations { x.quant_matmul_w8a8(codes, scales) } else { x.quant_matmul(codes, scales, format) }
+}
+
 /// `y = x @ w + bias` with `w` (`[in, out]` in [`Linear`]) held as
 /// `codes` `[out, in / per_word]` and `scales` `[out, ⌈in / group⌉]`.
 #[derive(Tree, Clone, Debug)]
@@ -67,13 +73,17 @@ pub struct QuantizedLinear {
     pub bias: Option<Tensor>,
     #[tree(skip)]
     pub format: QuantFormat,
+    /// x quantized to int8 as well ([`Tensor::quant_matmul_w8a8`]; int8
+    /// weights only): set by [`Sequential::with_int8_activations`](crate::Sequential::with_int8_activations).
+    #[tree(skip)]
+    pub int8_activations: bool,
 }
 
 impl Linear {
     /// This layer with its weight quantized to `format` (the bias stays f32).
     pub fn quantize(&self, format: QuantFormat) -> Result<QuantizedLinear> {
         let (codes, scales) = quantize_rows("Linear::quantize", &self.weight.t()?, format)?;
-        Ok(QuantizedLinear { codes, scales, bias: self.bias.clone(), format })
+        Ok(QuantizedLinear { codes, scales, bias: self.bias.clone(), format, int8_activations: false })
     }
 }
 
@@ -87,7 +97,7 @@ impl QuantizedLinear {
         if x.rank() == 0 || x.shape()[x.rank() - 1] != n {
             return bad_input("QuantizedLinear", format!("[.., {n}]"), x.shape());
         }
-        let y = x.cast(DType::F32)?.quant_matmul(&self.codes, &self.scales, self.format)?;
+        let y = product(&x.cast(DType::F32)?, &self.codes, &self.scales, self.format, self.int8_activations)?;
         match &self.bias {
             Some(b) => y.add(&b.cast(DType::F32)?),
             None => Ok(y),
@@ -109,6 +119,9 @@ pub struct QuantizedConv2d {
     pub shape: [usize; 4],
     #[tree(skip)]
     pub config: Conv2dConfig,
+    /// Patches quantized to int8 as well, as [`QuantizedLinear::int8_activations`].
+    #[tree(skip)]
+    pub int8_activations: bool,
 }
 
 impl Conv2d {
@@ -118,7 +131,15 @@ impl Conv2d {
         let shape = [w[0], w[1], w[2], w[3]];
         let rows = self.weight.reshape(&[w[0] as isize, -1])?;
         let (codes, scales) = quantize_rows("Conv2d::quantize", &rows, format)?;
-        Ok(QuantizedConv2d { codes, scales, bias: self.bias.clone(), format, shape, config: self.config })
+        Ok(QuantizedConv2d {
+            codes,
+            scales,
+            bias: self.bias.clone(),
+            format,
+            shape,
+            config: self.config,
+            int8_activations: false,
+        })
     }
 }
 
@@ -131,7 +152,7 @@ impl QuantizedConv2d {
             // [N, C, KH, KW, OH, OW] → [N, OH·OW, C·KH·KW]: one row per output pixel.
             let rows = patches.reshape(&[n as isize, (cg * kh * kw) as isize, (oh * ow) as isize])?.transpose(1, 2)?;
             let own = |t: &Tensor| if self.config.groups == 1 { Ok(t.clone()) } else { t.narrow(0, g * og, og) };
-            let y = rows.quant_matmul(&own(&self.codes)?, &own(&self.scales)?, self.format)?;
+            let y = product(&rows, &own(&self.codes)?, &own(&self.scales)?, self.format, self.int8_activations)?;
             y.transpose(1, 2)
         })
     }

@@ -134,6 +134,35 @@ impl Sequential {
         Ok(Sequential { layers: layers.collect::<Result<_>>()? })
     }
 
+    /// This quantized model with its int8 layers' inputs quantized to int8
+    /// too (W8A8, [`Tensor::quant_matmul_w8a8`]); float layers stay float.
+    /// An error names a quantized layer in another format.
+    pub fn with_int8_activations(&self) -> Result<Sequential> {
+        let layers = self.layers.iter().enumerate().map(|(i, l)| {
+            let format = match l {
+                Layer::QuantizedLinear(q) => q.format,
+                Layer::QuantizedConv2d(q) => q.format,
+                other => return Ok(other.clone()),
+            };
+            if format != QuantFormat::INT8 {
+                return Err(KilnError::Invalid {
+                    op: "Sequential::with_int8_activations",
+                    detail: format!("layer {i} holds {format} weights; int8 activations pair with int8 weights"),
+                });
+            }
+            Ok(match l {
+                Layer::QuantizedLinear(q) => {
+                    Layer::QuantizedLinear(QuantizedLinear { int8_activations: true, ..q.clone() })
+                }
+                Layer::QuantizedConv2d(q) => {
+                    Layer::QuantizedConv2d(QuantizedConv2d { int8_activations: true, ..q.clone() })
+                }
+                other => other.clone(),
+            })
+        });
+        Ok(Sequential { layers: layers.collect::<Result<_>>()? })
+    }
+
     /// Training mode: layer `i` draws with `key.fold_in(i)`.
     pub fn forward_train(&self, x: &Tensor, key: Key) -> Result<Tensor> {
         let mut h = x.clone();

@@ -210,6 +210,18 @@ __device__ inline u32 k_pack2x16float(vec<f32, 2> v) {
     return (u32)k_f32_to_f16(v.c[0]) | ((u32)k_f32_to_f16(v.c[1]) << 16);
 }
 
+// WGSL's dot4I8Packed: the words' four signed bytes multiplied pairwise
+// and summed; one dp4a instruction on the GPU.
+#if defined(__CUDACC__)
+__device__ inline i32 k_dot4_i8_packed(u32 a, u32 b) { return __dp4a((int)a, (int)b, 0); }
+#else
+inline i32 k_dot4_i8_packed(u32 a, u32 b) {
+    i32 s = 0;
+    for (int i = 0; i < 4; i++) s += (i32)(signed char)(a >> (8 * i)) * (i32)(signed char)(b >> (8 * i));
+    return s;
+}
+#endif
+
 // Subgroups are warps: every lane of the warp takes part. Vectors
 // shuffle per component.
 #define KILN_SHUFFLE(NAME, SHFL)                                                              \

@@ -564,6 +564,7 @@ fn math_name(f: MathFunction) -> Out<&'static str> {
         M::FirstLeadingBit => "k_first_leading_bit",
         M::Pack2x16float => "k_pack2x16float",
         M::Unpack2x16float => "k_unpack2x16float",
+        M::Dot4I8Packed => "k_dot4_i8_packed",
         other => return Err(format!("math function {other:?}")),
     })
 }

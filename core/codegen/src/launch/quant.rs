@@ -12,13 +12,14 @@ use kiln_sched::lower::Args;
 /// each unpacked word then serves four rows.
 const ROWS_PER: usize = 4;
 
-/// The launch of `out [rows, n] = x [rows, k] @ wᵀ`, `args` binding x, the
-/// codes and the scales; `None` when the output is empty.
+/// The launch of `out [rows, n] = x [rows, k] @ wᵀ`, `args` binding x (int8
+/// codes four to a word with `packed_x`), the codes and the scales; `None`
+/// when the output is empty.
 pub fn quant_matmul(
     caps: &Caps,
     variants: &Variants,
     op: &'static str,
-    format: QuantFormat,
+    (format, packed_x): (QuantFormat, bool),
     (rows, k, n): (usize, usize, usize),
     args: &Args,
 ) -> Result<Option<Launch>> {
@@ -45,7 +46,7 @@ pub fn quant_matmul(
         meta.u(l.offset);
     }
     Ok(Some(Launch {
-        key: KernelKey::QuantMatmul { bits: format.bits, rows_per: rows_per as u32, cooperative },
+        key: KernelKey::QuantMatmul { bits: format.bits, rows_per: rows_per as u32, cooperative, packed_x },
         meta,
         groups: grid(caps, op, workgroups)?,
         elements: rows * n,

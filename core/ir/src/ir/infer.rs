@@ -187,17 +187,26 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
 /// `[n, k / per_word]` (u32) and scales `[n, ⌈k / group⌉]` (f32).
 fn quant_matmul(format: QuantFormat, x: &TypeInfo, codes: &TypeInfo, scales: &TypeInfo) -> Result<TypeInfo> {
     let op = "quant_matmul";
-    let (Some(&k), Some(&n)) = (x.shape.last(), codes.shape.first()) else {
+    let (Some(&x_last), Some(&n)) = (x.shape.last(), codes.shape.first()) else {
         return shape_err(op, format!("x {:?} and codes {:?} need at least one axis", x.shape, codes.shape));
     };
-    if x.dtype != DType::F32 || codes.dtype != DType::U32 || scales.dtype != DType::F32 {
+    // x as f32, or (int8 weights only) as int8 codes packed four per u32.
+    let packed_x = x.dtype == DType::U32 && format == QuantFormat::INT8;
+    if !(x.dtype == DType::F32 || packed_x) || codes.dtype != DType::U32 || scales.dtype != DType::F32 {
         return dtype_err(
             op,
             format!(
-                "takes x f32, codes u32 and scales f32, got {} {:?}, {} {:?} and {} {:?}",
+                "takes x f32 (or u32 int8 codes with int8 weights), codes u32 and scales f32, got {} {:?}, {} {:?} \
+                 and {} {:?} ({format})",
                 x.dtype, x.shape, codes.dtype, codes.shape, scales.dtype, scales.shape
             ),
         );
+    }
+    let k = if packed_x { x_last * format.per_word() } else { x_last };
+    // Kernels sum int8 x int8 products in i32: k · 127² must fit.
+    let max_product = (format.max_code() * format.max_code()) as usize;
+    if packed_x && k > i32::MAX as usize / max_product {
+        return shape_err(op, format!("k = {k} with int8 x could overflow an i32 sum (k · 127² > 2³¹ - 1)"));
     }
     let (want_codes, want_scales) = format.shapes(op, n, k)?;
     if codes.shape != want_codes || scales.shape != want_scales {
