@@ -190,3 +190,36 @@ fn a_failed_save_leaves_the_existing_file_untouched() {
     assert_eq!(Checkpoint::load(&path).unwrap().metadata().get("step").unwrap(), "3");
     std::fs::remove_dir_all(d).unwrap();
 }
+
+/// Python's safetensors and numpy read kiln's F16 and BF16 tensors
+/// (`nn/tests/python/read_half.py`), each equal to the f32 values kiln
+/// stored beside it.
+#[test]
+fn python_reads_f16_and_bf16_checkpoints() {
+    let dev = Device::cpu();
+    let d = dir("python-half");
+    let values = [-3.5, 0.1, 1e-3, 65504.0, -2.0e-5, 300.7, 0.0, -0.0];
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/read_half.py");
+    for dtype in [DType::F16, DType::BF16] {
+        let w = Tensor::from_f64(&dev, &values, &[2, 4], DType::F32).unwrap().cast(dtype).unwrap();
+        let b = Tensor::from_f64(&dev, &values[..3], &[3], DType::F32).unwrap().cast(dtype).unwrap();
+        let half: std::collections::BTreeMap<String, Tensor> = [("w".to_string(), w), ("b".to_string(), b)].into();
+        let f32s: std::collections::BTreeMap<String, Tensor> =
+            half.iter().map(|(k, t)| (k.clone(), t.cast(DType::F32).unwrap())).collect();
+        let (half_path, f32_path) =
+            (d.join(format!("{dtype}.safetensors")), d.join(format!("{dtype}-f32.safetensors")));
+        for (tree, path) in [(&half, &half_path), (&f32s, &f32_path)] {
+            let mut ck = Checkpoint::new();
+            kiln::block_on(ck.add("params", tree)).unwrap();
+            ck.save(path).unwrap();
+        }
+        let Some((ok, said)) =
+            common::python("python_reads_f16_and_bf16_checkpoints", script, &[&half_path, &f32_path])
+        else {
+            break;
+        };
+        let as_python = if dtype == DType::F16 { "F16" } else { "BF16" };
+        assert!(ok && said.contains(&format!("2 tensors read as {as_python}")), "{dtype}: {said}");
+    }
+    std::fs::remove_dir_all(d).unwrap();
+}

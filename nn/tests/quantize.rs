@@ -3,6 +3,8 @@
 //! weights only), and quantized checkpoints (codes as I8 and U8 bytes, read
 //! back by kiln and by Python).
 
+mod common;
+
 use kiln::prelude::*;
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::{Conv2d, Conv2dConfig, Layer, Linear, MaxPool2d, QuantizedConv2d, QuantizedLinear, Sequential};
@@ -162,29 +164,12 @@ fn python_reads_the_quantized_layout() -> Result<()> {
         runs.push((format, quantized, reference));
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/read_quantized.py");
-    let python_path = std::env::var("KILN_PY_TOOLS").unwrap_or_default();
     for (format, quantized, reference) in runs {
-        let out = std::process::Command::new("python3")
-            .arg(script)
-            .args([&quantized, &reference])
-            .env("PYTHONPATH", &python_path)
-            .output();
-        let missing = match &out {
-            Err(e) => Some(format!("python3: {e}")),
-            Ok(o) if String::from_utf8_lossy(&o.stderr).contains("ModuleNotFoundError") => {
-                Some(String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or_default().to_string())
-            }
-            Ok(_) => None,
+        let Some((ok, said)) = common::python("python_reads_the_quantized_layout", script, &[&quantized, &reference])
+        else {
+            break;
         };
-        if let Some(why) = missing {
-            std::fs::remove_dir_all(&d).unwrap();
-            assert!(std::env::var("KILN_REQUIRE_PY_TOOLS").is_err(), "python_reads_the_quantized_layout: {why}");
-            println!("skipped python_reads_the_quantized_layout: {why}");
-            return Ok(());
-        }
-        let out = out.unwrap();
-        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && said.contains("2 code tensors read"), "{format}: {said}");
+        assert!(ok && said.contains("2 code tensors read"), "{format}: {said}");
     }
     std::fs::remove_dir_all(d).unwrap();
     Ok(())

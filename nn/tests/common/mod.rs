@@ -29,3 +29,30 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
         assert!((g - w).abs() <= tol * w.abs().max(1.0), "{what}[{i}]: got {g}, want {w} (tol {tol})");
     }
 }
+
+/// `python3 script args..` with the test's Python packages (scripts/py-tools.sh
+/// puts their folder in `KILN_PY_TOOLS`): whether it succeeded and what it
+/// printed, or `None`, printed as skipping `test`, where python3 or a package
+/// is missing (a failure where `KILN_REQUIRE_PY_TOOLS` is set, as in scripts/test).
+pub fn python(test: &str, script: &str, args: &[&std::path::Path]) -> Option<(bool, String)> {
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args(args)
+        .env("PYTHONPATH", std::env::var("KILN_PY_TOOLS").unwrap_or_default())
+        .output();
+    let missing = match &out {
+        Err(e) => Some(format!("python3: {e}")),
+        Ok(o) if String::from_utf8_lossy(&o.stderr).contains("ModuleNotFoundError") => {
+            Some(String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or_default().to_string())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = missing {
+        assert!(std::env::var("KILN_REQUIRE_PY_TOOLS").is_err(), "{test}: {why}");
+        println!("skipped {test}: {why}");
+        return None;
+    }
+    let out = out.expect("checked above");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Some((out.status.success(), said))
+}
