@@ -81,13 +81,13 @@ pub(crate) fn vjp(prim: &Prim, x: &[Tensor], y: &Tensor, g: &Tensor, wants: &[bo
             let dx = want(w(0), || g.matmul(&Tensor::dequantize(codes, scales, *format)?))?;
             let dscales = want(w(2), || {
                 let n = codes.shape()[0] as isize;
+                let rows = x[0].reshape(&[-1, *shape(0).last().expect("rank ≥ 1") as isize])?;
                 let x_rows = match x[0].dtype() {
                     DType::U32 => {
-                        let words = x[0].reshape(&[-1, *shape(0).last().expect("rank ≥ 1") as isize])?;
-                        let ones = Tensor::ones(x[0].device(), &[words.shape()[0], 1], DType::F32)?;
-                        Tensor::dequantize(&words, &ones, QuantFormat::INT8)?
+                        let ones = Tensor::ones(x[0].device(), &[rows.shape()[0], 1], DType::F32)?;
+                        Tensor::dequantize(&rows, &ones, QuantFormat::INT8)?
                     }
-                    _ => x[0].reshape(&[-1, *shape(0).last().expect("rank ≥ 1") as isize])?,
+                    _ => rows,
                 };
                 let per_product = g.reshape(&[-1, n])?.t()?.matmul(&x_rows)?;
                 let unit = Tensor::dequantize(codes, &scales.ones_like()?, *format)?;

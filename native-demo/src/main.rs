@@ -92,7 +92,7 @@ struct Args {
     quantize: Option<QuantFormat>,
     /// With --eval-only and --quantize int8, quantize each layer's input to
     /// int8 too (W8A8: the products summed by dot4I8Packed).
-    #[arg(long, requires = "quantize")]
+    #[arg(long, requires = "quantize", requires = "eval_only", conflicts_with = "generate")]
     int8_activations: bool,
     /// Stop after this many steps (before the run's end).
     #[arg(long)]

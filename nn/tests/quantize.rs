@@ -183,5 +183,10 @@ fn int8_activations_pair_only_with_int8_weights() -> Result<()> {
     assert!(err.contains("with_int8_activations") && err.contains("layer 0") && err.contains("int4"), "{err}");
     let w8a8 = model.quantize(QuantFormat::INT8)?.with_int8_activations()?;
     assert!(matches!(&w8a8.layers[0], Layer::QuantizedLinear(q) if q.int8_activations));
+    // The flag set by hand on an int4 layer is refused by the layer.
+    let Layer::Linear(linear) = &model.layers[0] else { unreachable!("built above") };
+    let int4 = QuantizedLinear { int8_activations: true, ..linear.quantize(QuantFormat::int4(32))? };
+    let err = int4.forward(&Tensor::zeros(&dev, &[2, 64], DType::F32)?).unwrap_err().to_string();
+    assert!(err.contains("QuantizedLinear") && err.contains("int4"), "{err}");
     Ok(())
 }

@@ -7,15 +7,20 @@ use crate::tensor::composite;
 use kiln_core::{DType, KilnError, Prim, QuantFormat, Result};
 
 /// Most rows of x that [`Tensor::quant_matmul`] multiplies with codes
-/// unpacked in registers: at 64 rows of a 4096² weight, unpacking into f32
-/// first and the tuned matmul ran 2.4× (int4) and 4.3× (int8) as fast on
-/// lavapipe (docs/BENCHMARKS.md, 'What was tried').
-pub const QUANT_MATMUL_MAX_ROWS: usize = 64;
+/// unpacked in registers on a GPU, whose workgroup form of that kernel
+/// blocks only rows; past it the tuned matmul's tiles reuse each weight.
+/// CPU adapters unpack in registers at any batch: their form blocks rows
+/// and columns, and at 64 rows of a 4096² weight ran 2.4× as fast as
+/// unpacking into f32 and the matmul on lavapipe (docs/BENCHMARKS.md,
+/// 'What was tried').
+pub const QUANT_MATMUL_MAX_ROWS: usize = 16;
 
 impl Tensor {
     /// `self @ wᵀ` for a weight `w` `[n, k]` held as `format`'s `codes`
     /// (u32 `[n, k / per_word]`) and `scales` (f32 `[n, ⌈k / group⌉]`), as
-    /// [`Tensor::quantize`] makes them: `[.., k]` → `[.., n]`, f32.
+    /// [`Tensor::quantize`] makes them: `[.., k]` → `[.., n]`, f32. With
+    /// [`QuantFormat::INT8`], x may also be int8 codes packed four per u32
+    /// (`[.., k / 4]`), as [`Tensor::quant_matmul_w8a8`] passes them.
     ///
     /// Up to [`QUANT_MATMUL_MAX_ROWS`] rows of x, and at any batch on a CPU
     /// adapter, the codes are unpacked in registers and never stored as f32
@@ -35,12 +40,15 @@ impl Tensor {
     /// `self @ wᵀ` for int8 weights (`codes`, `scales` in
     /// [`QuantFormat::INT8`]) with int8 activations too (W8A8): each row of
     /// x is quantized on the fly like a weight row (its largest magnitude
-    /// over 127), the codes' products summed exactly in integers by
+    /// over 127), each word pair's four products summed exactly by
     /// `dot4I8Packed` (one instruction where the adapter has integer dot
-    /// products; a polyfill elsewhere), then scaled by both scales.
-    /// `[.., k]` → `[.., n]`, f32. Faster than [`Tensor::quant_matmul`]
-    /// where the device multiplies int8 faster than f32; x's rounding costs
-    /// accuracy (up to half a code of the row's largest value per element).
+    /// products; a polyfill elsewhere) and the sums carried to f32, then
+    /// scaled by both scales. `[.., k]` → `[.., n]`, f32. Faster than
+    /// [`Tensor::quant_matmul`] where the device multiplies int8 faster than
+    /// f32; x's rounding costs accuracy (up to half a code of the row's
+    /// largest value per element). For inference: x's codes are rounded, so
+    /// x gets no gradient through them, only through its rows' scales; the
+    /// weight's scales are differentiable.
     pub fn quant_matmul_w8a8(&self, codes: &Tensor, scales: &Tensor) -> Result<Tensor> {
         let op = "quant_matmul_w8a8";
         if self.rank() == 0 {
@@ -53,11 +61,24 @@ impl Tensor {
             });
         }
         let k = self.shape()[self.rank() - 1];
+        let n = codes.shape().first().copied().unwrap_or(0);
+        let (want_codes, want_scales) = QuantFormat::INT8.shapes(op, n, k)?;
+        if codes.shape() != want_codes || scales.shape() != want_scales {
+            return Err(KilnError::Shape {
+                op,
+                detail: format!(
+                    "x {:?} with int8 weights needs codes {want_codes:?} and scales {want_scales:?}, got {:?} and {:?}",
+                    self.shape(),
+                    codes.shape(),
+                    scales.shape()
+                ),
+            });
+        }
         composite(op, || {
             let (x_codes, x_scales) = self.reshape(&[-1, k as isize])?.quantize(QuantFormat::INT8)?;
             let y = x_codes.op(Prim::QuantMatmul { format: QuantFormat::INT8 }, &[codes, scales])?.mul(&x_scales)?;
             let mut shape: Vec<isize> = self.shape().iter().map(|&d| d as isize).collect();
-            *shape.last_mut().expect("rank checked") = codes.shape()[0] as isize;
+            *shape.last_mut().expect("rank checked") = n as isize;
             y.reshape(&shape)
         })
     }

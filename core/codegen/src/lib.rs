@@ -467,7 +467,7 @@ impl KernelKey {
                 ("operand_texture", None, suffix)
             }
             KernelKey::QuantMatmul { packed_x: true, cooperative, .. } => {
-                ("quant_matmul_int8_x8", None, cooperative_suffix(*cooperative))
+                ("quant_matmul_w8a8", None, cooperative_suffix(*cooperative))
             }
             KernelKey::QuantMatmul { bits: 8, cooperative, .. } => {
                 ("quant_matmul_int8", None, cooperative_suffix(*cooperative))

@@ -77,9 +77,11 @@ pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool, packed_x: 
     }
     s += &block.decls("acc", "    ", "0.0");
     if cooperative {
-        s += "    for (var w = lane; w < k_words; w += 64u) {\n";
+        s += &format!("    for (var w = lane; w < k_words; w += {QUANT_WG}u) {{\n");
         s += &block.word("w", "        ");
-        s += "        let scale0 = scales[scale_row0 + w / group_words];\n";
+        for c in 0..cols_per {
+            s += &format!("        let scale{c} = scales[scale_row{c} + w / group_words];\n");
+        }
         s += &block.each(|r, c| format!("        acc{r}_{c} += f32(dot{r}_{c}) * scale{c};\n"));
         s += "    }\n";
         s += &reduce_partials(rows_per);

@@ -58,10 +58,22 @@ fn quantize_rows(layer: &'static str, w: &Tensor, format: QuantFormat) -> Result
     w.quantize(format)
 }
 
-/// `x @ wᵀ` for the codes and scales, with x quantized to int8 too when
-/// `int8_activations`.
-fn product(x: &Tensor, codes: &Tensor, scales: &Tensor, format: QuantFormat, int8_activations: bool) -> Result<Tensor> {
-    if int8_activations { x.quant_matmul_w8a8(codes, scales) } else { x.quant_matmul(codes, scales, format) }
+/// `x @ wᵀ` for `layer`'s codes and scales, with x quantized to int8 too
+/// when `int8_activations` (int8 weights only).
+fn product(
+    layer: &'static str,
+    x: &Tensor,
+    (codes, scales, format): (&Tensor, &Tensor, QuantFormat),
+    int8_activations: bool,
+) -> Result<Tensor> {
+    match (int8_activations, format) {
+        (false, _) => x.quant_matmul(codes, scales, format),
+        (true, QuantFormat::INT8) => x.quant_matmul_w8a8(codes, scales),
+        (true, _) => Err(KilnError::Invalid {
+            op: layer,
+            detail: format!("int8 activations pair with int8 weights; this layer holds {format} weights"),
+        }),
+    }
 }
 
 /// `y = x @ w + bias` with `w` (`[in, out]` in [`Linear`]) held as
@@ -97,7 +109,8 @@ impl QuantizedLinear {
         if x.rank() == 0 || x.shape()[x.rank() - 1] != n {
             return bad_input("QuantizedLinear", format!("[.., {n}]"), x.shape());
         }
-        let y = product(&x.cast(DType::F32)?, &self.codes, &self.scales, self.format, self.int8_activations)?;
+        let weight = (&self.codes, &self.scales, self.format);
+        let y = product("QuantizedLinear", &x.cast(DType::F32)?, weight, self.int8_activations)?;
         match &self.bias {
             Some(b) => y.add(&b.cast(DType::F32)?),
             None => Ok(y),
@@ -152,7 +165,8 @@ impl QuantizedConv2d {
             // [N, C, KH, KW, OH, OW] → [N, OH·OW, C·KH·KW]: one row per output pixel.
             let rows = patches.reshape(&[n as isize, (cg * kh * kw) as isize, (oh * ow) as isize])?.transpose(1, 2)?;
             let own = |t: &Tensor| if self.config.groups == 1 { Ok(t.clone()) } else { t.narrow(0, g * og, og) };
-            let y = product(&rows, &own(&self.codes)?, &own(&self.scales)?, self.format, self.int8_activations)?;
+            let weight = (&own(&self.codes)?, &own(&self.scales)?, self.format);
+            let y = product("QuantizedConv2d", &rows, weight, self.int8_activations)?;
             y.transpose(1, 2)
         })
     }

@@ -139,10 +139,11 @@ impl Sequential {
     /// An error names a quantized layer in another format.
     pub fn with_int8_activations(&self) -> Result<Sequential> {
         let layers = self.layers.iter().enumerate().map(|(i, l)| {
-            let format = match l {
-                Layer::QuantizedLinear(q) => q.format,
-                Layer::QuantizedConv2d(q) => q.format,
-                other => return Ok(other.clone()),
+            let mut layer = l.clone();
+            let (format, flag) = match &mut layer {
+                Layer::QuantizedLinear(q) => (q.format, &mut q.int8_activations),
+                Layer::QuantizedConv2d(q) => (q.format, &mut q.int8_activations),
+                _ => return Ok(layer),
             };
             if format != QuantFormat::INT8 {
                 return Err(KilnError::Invalid {
@@ -150,15 +151,8 @@ impl Sequential {
                     detail: format!("layer {i} holds {format} weights; int8 activations pair with int8 weights"),
                 });
             }
-            Ok(match l {
-                Layer::QuantizedLinear(q) => {
-                    Layer::QuantizedLinear(QuantizedLinear { int8_activations: true, ..q.clone() })
-                }
-                Layer::QuantizedConv2d(q) => {
-                    Layer::QuantizedConv2d(QuantizedConv2d { int8_activations: true, ..q.clone() })
-                }
-                other => other.clone(),
-            })
+            *flag = true;
+            Ok(layer)
         });
         Ok(Sequential { layers: layers.collect::<Result<_>>()? })
     }

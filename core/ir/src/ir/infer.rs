@@ -196,17 +196,23 @@ fn quant_matmul(format: QuantFormat, x: &TypeInfo, codes: &TypeInfo, scales: &Ty
         return dtype_err(
             op,
             format!(
-                "takes x f32 (or u32 int8 codes with int8 weights), codes u32 and scales f32, got {} {:?}, {} {:?} \
+                "takes x f32 (or u32 int8 codes with int8 per-channel weights), codes u32 and scales f32, got {} {:?}, {} {:?} \
                  and {} {:?} ({format})",
                 x.dtype, x.shape, codes.dtype, codes.shape, scales.dtype, scales.shape
             ),
         );
     }
     let k = if packed_x { x_last * format.per_word() } else { x_last };
-    // Kernels sum int8 x int8 products in i32: k · 127² must fit.
-    let max_product = (format.max_code() * format.max_code()) as usize;
-    if packed_x && k > i32::MAX as usize / max_product {
-        return shape_err(op, format!("k = {k} with int8 x could overflow an i32 sum (k · 127² > 2³¹ - 1)"));
+    // Kernels sum int8 × int8 products in i32, codes down to -128 (quantize
+    // never writes it, but codes may come from elsewhere): k · 128² must fit.
+    if packed_x && k > i32::MAX as usize / (128 * 128) {
+        return shape_err(
+            op,
+            format!(
+                "x {:?} (int8 codes, k = {k}) and codes {:?}: past k = 131,071 an i32 sum of int8 products could overflow",
+                x.shape, codes.shape
+            ),
+        );
     }
     let (want_codes, want_scales) = format.shapes(op, n, k)?;
     if codes.shape != want_codes || scales.shape != want_scales {
