@@ -62,18 +62,7 @@ impl Tensor {
         }
         let k = self.shape()[self.rank() - 1];
         let n = codes.shape().first().copied().unwrap_or(0);
-        let (want_codes, want_scales) = QuantFormat::INT8.shapes(op, n, k)?;
-        if codes.shape() != want_codes || scales.shape() != want_scales {
-            return Err(KilnError::Shape {
-                op,
-                detail: format!(
-                    "x {:?} with int8 weights needs codes {want_codes:?} and scales {want_scales:?}, got {:?} and {:?}",
-                    self.shape(),
-                    codes.shape(),
-                    scales.shape()
-                ),
-            });
-        }
+        QuantFormat::INT8.check_weight(op, (n, k), (codes.shape(), scales.shape()), Some(self.shape()))?;
         composite(op, || {
             let (x_codes, x_scales) = self.reshape(&[-1, k as isize])?.quantize(QuantFormat::INT8)?;
             let y = x_codes.op(Prim::QuantMatmul { format: QuantFormat::INT8 }, &[codes, scales])?.mul(&x_scales)?;
@@ -143,17 +132,7 @@ impl Tensor {
             return Err(KilnError::Shape { op, detail: format!("takes codes [n, words], got {:?}", codes.shape()) });
         };
         let k = words * format.per_word();
-        let (want_codes, want_scales) = format.shapes(op, n, k)?;
-        if codes.shape() != want_codes || scales.shape() != want_scales {
-            return Err(KilnError::Shape {
-                op,
-                detail: format!(
-                    "{format} needs codes {want_codes:?} and scales {want_scales:?}, got {:?} and {:?}",
-                    codes.shape(),
-                    scales.shape()
-                ),
-            });
-        }
+        format.check_weight(op, (n, k), (codes.shape(), scales.shape()), None)?;
         if codes.dtype() != DType::U32 || scales.dtype() != DType::F32 {
             return Err(KilnError::DType {
                 op,

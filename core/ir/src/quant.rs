@@ -68,6 +68,29 @@ impl QuantFormat {
         Ok(([n, k / per_word], [n, self.groups(k)]))
     }
 
+    /// Checks that `codes` and `scales` hold a weight `[n, k]` in this
+    /// format ([`QuantFormat::shapes`]); the error names `x`, the product's
+    /// left side, where there is one.
+    pub fn check_weight(
+        self,
+        op: &'static str,
+        (n, k): (usize, usize),
+        (codes, scales): (&[usize], &[usize]),
+        x: Option<&[usize]>,
+    ) -> Result<()> {
+        let (want_codes, want_scales) = self.shapes(op, n, k)?;
+        if codes == want_codes && scales == want_scales {
+            return Ok(());
+        }
+        let x = x.map(|x| format!("x {x:?} in ")).unwrap_or_default();
+        Err(KilnError::Shape {
+            op,
+            detail: format!(
+                "{x}{self} needs codes {want_codes:?} and scales {want_scales:?}, got {codes:?} and {scales:?}"
+            ),
+        })
+    }
+
     /// Code `j` (0-based along k) of a word, sign-extended.
     pub fn code(self, word: u32, j: usize) -> i32 {
         let b = self.bits;

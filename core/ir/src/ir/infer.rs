@@ -214,16 +214,7 @@ fn quant_matmul(format: QuantFormat, x: &TypeInfo, codes: &TypeInfo, scales: &Ty
             ),
         );
     }
-    let (want_codes, want_scales) = format.shapes(op, n, k)?;
-    if codes.shape != want_codes || scales.shape != want_scales {
-        return shape_err(
-            op,
-            format!(
-                "x {:?} in {format} needs codes {want_codes:?} and scales {want_scales:?}, got {:?} and {:?}",
-                x.shape, codes.shape, scales.shape
-            ),
-        );
-    }
+    format.check_weight(op, (n, k), (&codes.shape, &scales.shape), Some(&x.shape))?;
     let mut shape = x.shape.clone();
     *shape.last_mut().expect("checked above") = n;
     Ok(TypeInfo { shape, dtype: DType::F32 })
