@@ -91,7 +91,7 @@ pub(crate) fn vjp(prim: &Prim, x: &[Tensor], y: &Tensor, g: &Tensor, wants: &[bo
                 };
                 let per_product = g.reshape(&[-1, n])?.t()?.matmul(&x_rows)?;
                 let unit = Tensor::dequantize(codes, &scales.ones_like()?, *format)?;
-                per_product.mul(&unit)?.per_group(*format)?.sum(&[-1], false)
+                per_product.mul(&unit)?.per_group(*format)?.sum(&[-1], false)?.cast(scales.dtype())
             })?;
             Ok(vec![dx, None, dscales])
         }

@@ -159,7 +159,7 @@ impl Ctx<'_> {
                 };
                 let (codes, scales) = w.t()?.quantize(quant)?;
                 kiln::block_on(Tensor::realize_all(&[&codes, &scales]))?;
-                let bytes = 4 * (codes.numel() + scales.numel());
+                let bytes = [&codes, &scales].iter().map(|t| t.dtype().storage_bytes(t.numel()) as usize).sum();
                 let f: Box<dyn Fn() -> Result<Tensor>> = match format {
                     WeightFormat::Codes(q) => Box::new(move || x.quant_matmul(&codes, &scales, q)),
                     WeightFormat::W8A8 => Box::new(move || x.quant_matmul_w8a8(&codes, &scales)),

@@ -4,7 +4,7 @@
 //!
 //! Quantized weights ([`QuantFormat`]) are stored as bytes: int8 codes as
 //! `I8 [n, k]`, int4 codes as `U8 [n, k / 2]` (two per byte, the lower k
-//! in the low nibble), their f32 scales `[n, ⌈k / group⌉]` beside them as
+//! in the low nibble), their scales `[n, ⌈k / group⌉]` (F16) beside them as
 //! ordinary leaves, and each code tensor's format in the metadata
 //! (`kiln.quant.<name>`: `int8`, `int4/32`). These are the bytes of the
 //! device's u32 words, so saving and loading them copies no element. See

@@ -4,6 +4,7 @@
 
 use crate::Tensor;
 use crate::tensor::composite;
+use half::f16;
 use kiln_core::{DType, KilnError, Prim, QuantFormat, Result};
 
 /// Most rows of x that [`Tensor::quant_matmul`] multiplies with codes
@@ -17,7 +18,8 @@ pub const QUANT_MATMUL_MAX_ROWS: usize = 16;
 
 impl Tensor {
     /// `self @ wᵀ` for a weight `w` `[n, k]` held as `format`'s `codes`
-    /// (u32 `[n, k / per_word]`) and `scales` (f32 `[n, ⌈k / group⌉]`), as
+    /// (u32 `[n, k / per_word]`) and `scales` (any float dtype,
+    /// `[n, ⌈k / group⌉]`), as
     /// [`Tensor::quantize`] makes them: `[.., k]` → `[.., n]`, f32. With
     /// [`QuantFormat::INT8`], x may also be int8 codes packed four per u32
     /// (`[.., k / 4]`), as [`Tensor::quant_matmul_w8a8`] passes them.
@@ -65,7 +67,9 @@ impl Tensor {
         QuantFormat::INT8.check_weight(op, (n, k), (codes.shape(), scales.shape()), Some(self.shape()))?;
         composite(op, || {
             let (x_codes, x_scales) = self.reshape(&[-1, k as isize])?.quantize(QuantFormat::INT8)?;
-            let y = x_codes.op(Prim::QuantMatmul { format: QuantFormat::INT8 }, &[codes, scales])?.mul(&x_scales)?;
+            let y = x_codes
+                .op(Prim::QuantMatmul { format: QuantFormat::INT8 }, &[codes, scales])?
+                .mul(&x_scales.cast(DType::F32)?)?;
             let mut shape: Vec<isize> = self.shape().iter().map(|&d| d as isize).collect();
             *shape.last_mut().expect("rank checked") = n as isize;
             y.reshape(&shape)
@@ -73,9 +77,11 @@ impl Tensor {
     }
 
     /// This weight `[n, k]` (one row per output channel) as `format`'s
-    /// codes and scales: symmetric, each scale the largest magnitude of its
-    /// group over the largest code (an all-zero group gets scale 1), each
-    /// code the weight over its scale rounded to nearest, ties to even.
+    /// codes and f16 scales: symmetric, each scale the largest magnitude of
+    /// its group over the largest code, rounded to f16 (an all-zero group,
+    /// or one whose scale is below f16's smallest, gets scale 1; one past
+    /// f16's largest, 65504: its largest codes saturate), each code the
+    /// weight over its stored scale rounded to nearest, ties to even.
     pub fn quantize(&self, format: QuantFormat) -> Result<(Tensor, Tensor)> {
         let op = "quantize";
         let [n, k] = self.shape()[..] else {
@@ -92,8 +98,12 @@ impl Tensor {
             let (per_word, max_code) = (format.per_word(), format.max_code() as f64);
             let w = self.cast(DType::F32)?.per_group(format)?;
             let top = w.abs()?.max(&[-1], true)?;
-            let positive = top.gt(&top.scalar_like(0.0)?)?;
-            let scales = Tensor::where_cond(&positive, &top.div_scalar(max_code)?, &top.scalar_like(1.0)?)?;
+            // Codes divide by the scale as stored, so a weight stays within
+            // half a step of its code whatever f16 rounded.
+            let scales = top.div_scalar(max_code)?.minimum(&top.scalar_like(f16::MAX.to_f64())?)?;
+            let scales = scales.cast(DType::F16)?.cast(DType::F32)?;
+            let positive = scales.gt(&scales.scalar_like(0.0)?)?;
+            let scales = Tensor::where_cond(&positive, &scales, &scales.scalar_like(1.0)?)?;
             let codes = w.div(&scales)?.round()?;
             let codes = codes.maximum(&codes.scalar_like(-max_code)?)?.minimum(&codes.scalar_like(max_code)?)?;
             let codes = codes.reshape(&[n as isize, -1])?.narrow(1, 0, k)?;
@@ -105,7 +115,7 @@ impl Tensor {
             let bits = bits.reshape(&[n as isize, (k / per_word) as isize, per_word as isize])?;
             let places = Tensor::arange(self.device(), 0.0, 32.0, format.bits as f64, DType::U32)?;
             let words = bits.shift_left(&places)?.sum(&[-1], false)?;
-            Ok((words, scales.reshape(&[n as isize, format.groups(k) as isize])?))
+            Ok((words, scales.cast(DType::F16)?.reshape(&[n as isize, format.groups(k) as isize])?))
         })
     }
 
@@ -125,7 +135,8 @@ impl Tensor {
         padded.reshape(&[n as isize, groups as isize, group as isize])
     }
 
-    /// The f32 weight `[n, k]` that `format`'s `codes` and `scales` stand for.
+    /// The f32 weight `[n, k]` that `format`'s `codes` and (float) `scales`
+    /// stand for.
     pub fn dequantize(codes: &Tensor, scales: &Tensor, format: QuantFormat) -> Result<Tensor> {
         let op = "dequantize";
         let (Some(&n), Some(&words)) = (codes.shape().first(), codes.shape().get(1)) else {
@@ -133,10 +144,10 @@ impl Tensor {
         };
         let k = words * format.per_word();
         format.check_weight(op, (n, k), (codes.shape(), scales.shape()), None)?;
-        if codes.dtype() != DType::U32 || scales.dtype() != DType::F32 {
+        if codes.dtype() != DType::U32 || !scales.dtype().is_float() {
             return Err(KilnError::DType {
                 op,
-                detail: format!("takes u32 codes and f32 scales, got {} and {}", codes.dtype(), scales.dtype()),
+                detail: format!("takes u32 codes and float scales, got {} and {}", codes.dtype(), scales.dtype()),
             });
         }
         composite(op, || {
@@ -147,7 +158,7 @@ impl Tensor {
             let words = codes.reshape(&[n as isize, words as isize, 1])?;
             let top = words.shift_left(&up)?.cast(DType::I32)?;
             let values = top.shift_right(&top.scalar_like(32.0 - width)?)?.cast(DType::F32)?;
-            values.reshape(&[n as isize, k as isize])?.mul(&scales.per_weight(format, k)?)
+            values.reshape(&[n as isize, k as isize])?.mul(&scales.cast(DType::F32)?.per_weight(format, k)?)
         })
     }
 
@@ -173,7 +184,7 @@ mod tests {
             let (codes, scales) = t.quantize(format).unwrap();
             let back = Tensor::dequantize(&codes, &scales, format).unwrap();
             let back = pollster::block_on(back.to_vec::<f32>()).unwrap();
-            let scales = pollster::block_on(scales.to_vec::<f32>()).unwrap();
+            let scales = pollster::block_on(scales.cast(DType::F32).unwrap().to_vec::<f32>()).unwrap();
             let (group, groups) = (format.group_len(80), format.groups(80));
             for (i, (a, b)) in w.iter().zip(&back).enumerate() {
                 let step = scales[i / 80 * groups + i % 80 / group];

@@ -215,3 +215,20 @@ fn int8_activations_name_their_op_and_shapes() {
     let fits = Tensor::zeros(&dev, &[1, (k - 4) / 4], DType::U32).unwrap();
     assert!(fits.quant_matmul(&codes(1, (k - 4) / 4), &scales(1, 1), QuantFormat::INT8).is_ok());
 }
+
+#[test]
+fn integer_scales_are_refused_by_the_weight_ops() {
+    use kiln_core::QuantFormat;
+    let dev = cpu();
+    let codes = Tensor::zeros(&dev, &[3, 16], DType::U32).unwrap();
+    let int_scales = Tensor::zeros(&dev, &[3, 1], DType::I32).unwrap();
+    let m = message(t(&[2, 64]).quant_matmul(&codes, &int_scales, QuantFormat::INT8));
+    assert!(m.contains("quant_matmul") && m.contains("float scales") && m.contains("i32 [3, 1]"), "{m}");
+    let m = message(Tensor::dequantize(&codes, &int_scales, QuantFormat::INT8));
+    assert!(m.contains("dequantize") && m.contains("float scales") && m.contains("i32"), "{m}");
+    // Any float dtype is a scale: f16 (what quantize makes) and bf16.
+    for dtype in [DType::F16, DType::BF16] {
+        let scales = Tensor::zeros(&dev, &[3, 1], dtype).unwrap();
+        assert!(t(&[2, 64]).quant_matmul(&codes, &scales, QuantFormat::INT8).is_ok(), "{dtype}");
+    }
+}

@@ -18,10 +18,22 @@ fn formats() -> [(QuantFormat, &'static str); 3] {
 }
 
 /// Random codes (every bit pattern, the most negative code included) and
-/// scales in [0.001, 0.01) for `n` rows of `k` weights.
+/// f32 scales in [0.001, 0.01) for `n` rows of `k` weights.
 fn weights(d: &Device, seed: u64, format: QuantFormat, n: usize, k: usize) -> Result<(Tensor, Tensor)> {
+    weights_with(d, seed, format, n, k, DType::F32)
+}
+
+/// [`weights`] with scales of `dtype`.
+fn weights_with(
+    d: &Device,
+    seed: u64,
+    format: QuantFormat,
+    n: usize,
+    k: usize,
+    dtype: DType,
+) -> Result<(Tensor, Tensor)> {
     let (codes, scales) = format.shapes("quant case", n, k)?;
-    Ok((input(d, seed, &codes, DType::U32, 0.0, 4e9)?, input(d, seed + 1, &scales, DType::F32, 0.001, 0.01)?))
+    Ok((input(d, seed, &codes, DType::U32, 0.0, 4e9)?, input(d, seed + 1, &scales, dtype, 0.001, 0.01)?))
 }
 
 /// A weight `[n, k]` whose groups each hold ±max_code · 2⁻⁵ and other
@@ -66,6 +78,19 @@ pub fn cases() -> Vec<Case> {
                 Box::new(move |d| {
                     let (codes, scales) = weights(d, 200, format, n, k)?;
                     input(d, 202, &x_shape, DType::F32, -1.0, 1.0)?.quant_matmul(&codes, &scales, format)
+                }),
+            );
+        }
+        // Packed scales (f16, as quantize makes them, and bf16), an odd
+        // number per row, so rows start mid-word.
+        for (dtype, x_shape) in [(DType::F16, [7, 224]), (DType::F16, [1, 224]), (DType::BF16, [7, 224])] {
+            add(
+                "quant_matmul",
+                format!("{name} x {x_shape:?}, n 9, {dtype} scales"),
+                Tol { abs: 2e-6 * 224.0, rel: 1e-5 },
+                Box::new(move |d| {
+                    let (codes, scales) = weights_with(d, 214, format, 9, 224, dtype)?;
+                    input(d, 216, &x_shape, DType::F32, -1.0, 1.0)?.quant_matmul(&codes, &scales, format)
                 }),
             );
         }
@@ -192,6 +217,21 @@ pub fn grads() -> Vec<GradCase> {
             }),
         });
     }
+    // f16 scales, as quantize makes them: their gradient rounds to f16, a
+    // step function, so against the reference's, not finite differences.
+    let (n, k, format) = (5, 96, QuantFormat::int4(32));
+    out.push(GradCase {
+        op: "quant_matmul",
+        detail: format!("int4/32 x [3, {k}] and f16 scales [{n}, 3]"),
+        check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-3, rel: 1e-3 }),
+        fd: false,
+        inputs: vec![(vec![3, k], -1.0, 1.0), (vec![n, 3], 0.01, 0.02)],
+        seed: 3050,
+        f: Box::new(move |p| {
+            let codes = input(p[0].device(), 215, &format.shapes("quant grad case", n, k)?.0, DType::U32, 0.0, 4e9)?;
+            p[0].quant_matmul(&codes, &p[1].cast(DType::F16)?, format)
+        }),
+    });
     // Int8 activations: x's codes are integers, so only the weight's
     // scales have a gradient (through x's dequantized codes).
     let (n, k) = (5, 64);

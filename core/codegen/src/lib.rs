@@ -344,6 +344,8 @@ pub enum KernelKey {
         cooperative: bool,
         /// x as int8 codes packed four per u32 (int8 weights only).
         packed_x: bool,
+        /// The scales' float dtype.
+        scales: DType,
     },
     /// A matmul operand of `dtype` copied into an f32 texture
     /// ([`operand_textures`]).
@@ -409,8 +411,8 @@ impl KernelKey {
                 attention::attention_wgsl(*batch_rank, *dk as usize, *dv as usize, *keys, *causal, scores)
             }
             KernelKey::OperandTexture { vec4, dtype } => operand_textures::pack_wgsl(*vec4, *dtype),
-            KernelKey::QuantMatmul { bits, rows_per, cooperative, packed_x } => {
-                quant_matmul::quant_matmul_wgsl(*bits, *rows_per, *cooperative, *packed_x)
+            KernelKey::QuantMatmul { bits, rows_per, cooperative, packed_x, scales } => {
+                quant_matmul::quant_matmul_wgsl(*bits, *rows_per, *cooperative, *packed_x, *scales)
             }
         }
     }

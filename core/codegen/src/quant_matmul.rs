@@ -18,6 +18,9 @@
 //! Meta: 0 rows, 1 words per code row, 2 columns (n), 3 words per scale,
 //! 4 scales per row, 5..8 the offsets of x, the codes and the scales.
 
+use crate::{load_expr, storage_type};
+use kiln_ir::dtype::DType;
+
 /// Invocations per workgroup, in both shapes.
 pub const QUANT_WG: u32 = 64;
 
@@ -28,8 +31,9 @@ pub const QUANT_COLS: u32 = 4;
 /// workgroup; `cooperative`: one workgroup per output column; `packed_x`:
 /// x is int8 codes four per u32 (int8 weights), each word pair summed
 /// exactly by `dot4I8Packed` (one instruction where the device has it;
-/// naga writes a polyfill elsewhere) and a group's sum kept in i32.
-pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool, packed_x: bool) -> String {
+/// naga writes a polyfill elsewhere) and a group's sum kept in i32;
+/// `scales`: the scales' float dtype (f16 and bf16 packed in pairs).
+pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool, packed_x: bool, scales: DType) -> String {
     assert!(!packed_x || bits == 8, "int8 x pairs with int8 weights");
     let cols_per = if cooperative { 1 } else { QUANT_COLS };
     let fours = 32 / bits / 4;
@@ -38,7 +42,7 @@ pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool, packed_x: 
     s += "@group(0) @binding(1) var<storage, read_write> out: array<f32>;\n";
     s += &format!("@group(0) @binding(2) var<storage, read> x: array<{}>;\n", if packed_x { "u32" } else { "f32" });
     s += "@group(0) @binding(3) var<storage, read> codes: array<u32>;\n";
-    s += "@group(0) @binding(4) var<storage, read> scales: array<f32>;\n";
+    s += &format!("@group(0) @binding(4) var<storage, read> scales: array<{}>;\n", storage_type(scales));
     if !packed_x {
         s += &unpack_fns(bits);
         s +=
@@ -80,7 +84,8 @@ pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool, packed_x: 
         s += &format!("    for (var w = lane; w < k_words; w += {QUANT_WG}u) {{\n");
         s += &block.word("w", "        ");
         for c in 0..cols_per {
-            s += &format!("        let scale{c} = scales[scale_row{c} + w / group_words];\n");
+            let at = format!("scale_row{c} + w / group_words");
+            s += &format!("        let scale{c} = {};\n", load_expr(scales, "scales", &at));
         }
         s += &block.each(|r, c| format!("        acc{r}_{c} += f32(dot{r}_{c}) * scale{c};\n"));
         s += "    }\n";
@@ -95,7 +100,7 @@ pub fn quant_matmul_wgsl(bits: u32, rows_per: u32, cooperative: bool, packed_x: 
         s += &block.each(|r, c| format!("            part{r}_{c} += dot{r}_{c};\n"));
         s += "        }\n";
         for c in 0..cols_per {
-            s += &format!("        let scale{c} = scales[scale_row{c} + g];\n");
+            s += &format!("        let scale{c} = {};\n", load_expr(scales, "scales", &format!("scale_row{c} + g")));
         }
         s += &block.each(|r, c| format!("        acc{r}_{c} += f32(part{r}_{c}) * scale{c};\n"));
         s += "    }\n";

@@ -439,12 +439,15 @@ fn catalog() -> Vec<String> {
         out.extend([false, true].map(|vec4| KernelKey::OperandTexture { vec4, dtype }.wgsl()));
     }
     // The integer-weight product: both code widths (and int8 with int8 x),
-    // one row or a block, per invocation or per workgroup.
+    // one row or a block, per invocation or per workgroup, scales of every
+    // float dtype.
     let widths = [(8, false), (4, false), (8, true)];
     for ((bits, packed_x), rows_per, cooperative) in
         widths.into_iter().flat_map(|w| [(w, 1), (w, 4)]).flat_map(|(w, r)| [(w, r, false), (w, r, true)])
     {
-        out.push(KernelKey::QuantMatmul { bits, rows_per, cooperative, packed_x }.wgsl());
+        for scales in [DType::F32, DType::F16, DType::BF16] {
+            out.push(KernelKey::QuantMatmul { bits, rows_per, cooperative, packed_x, scales }.wgsl());
+        }
     }
     // The attention kernel, keys shared through workgroup memory or
     // subgroups: bare scores, and scores scaled and masked by a

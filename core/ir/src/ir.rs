@@ -300,7 +300,8 @@ pub enum Prim {
     },
     /// `x @ wᵀ` for a weight `w` `[n, k]` stored as integers
     /// ([`QuantFormat`]): inputs `x` (f32, `[.., k]`), the packed codes
-    /// (u32, `[n, k / per_word]`) and the scales (f32, `[n, ⌈k / group⌉]`);
+    /// (u32, `[n, k / per_word]`) and the scales (a float dtype,
+    /// `[n, ⌈k / group⌉]`);
     /// the output is `[.., n]`.
     QuantMatmul {
         format: QuantFormat,

@@ -1,7 +1,9 @@
 //! Integer weight formats: a weight matrix `[n, k]` (one row per output
 //! channel) stored as signed `bits`-bit integers packed little-endian into
-//! u32 words along k, with one f32 scale per `group` consecutive k of a
-//! row (the last group of a row may be partial). A weight is `scale · q`, `q` in `[-(2^(bits-1) - 1), 2^(bits-1) - 1]`
+//! u32 words along k, with one scale per `group` consecutive k of a row
+//! (the last group of a row may be partial). Scales may be any float
+//! dtype; kiln's `quantize` makes f16 (two bytes per group, as common
+//! formats store them). A weight is `scale · q`, `q` in `[-(2^(bits-1) - 1), 2^(bits-1) - 1]`
 //! (symmetric: the most negative code is never written).
 
 use crate::error::{KilnError, Result};

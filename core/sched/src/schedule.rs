@@ -142,6 +142,8 @@ pub enum Item {
     QuantMatmul {
         format: QuantFormat,
         packed_x: bool,
+        /// The scales' float dtype.
+        scales: DType,
         rows: usize,
         k: usize,
         n: usize,

@@ -571,7 +571,8 @@ impl<'a> Scheduler<'a> {
             params: Vec::new(),
         };
         let out = self.alloc("quant_matmul", DType::F32, n.shape());
-        let item = Item::QuantMatmul { format, packed_x, rows, k, n: n_out, out: out.clone(), args };
+        let scales = operands[2].dtype;
+        let item = Item::QuantMatmul { format, packed_x, scales, rows, k, n: n_out, out: out.clone(), args };
         self.push("quant_matmul", item, vec![n.id()]);
         Ok(DeviceArray { buffer: out, layout: Layout::contiguous(n.shape()), dtype: DType::F32 })
     }

@@ -116,8 +116,8 @@ pub fn bind<B: Binder>(
             let out: Vec<(DType, Arc<dyn DeviceBuffer>)> = vec![(DType::F32, out.clone())];
             written_then_read(binder, launch, &out, &args.buffers)
         }
-        Item::QuantMatmul { format, packed_x, rows, k, n, out, args } => {
-            let launch = quant_matmul(caps, variants, op, (*format, *packed_x), (*rows, *k, *n), args)?;
+        Item::QuantMatmul { format, packed_x, scales, rows, k, n, out, args } => {
+            let launch = quant_matmul(caps, variants, op, (*format, *packed_x, *scales), (*rows, *k, *n), args)?;
             let out: Vec<(DType, Arc<dyn DeviceBuffer>)> = vec![(DType::F32, out.clone())];
             written_then_read(binder, launch, &out, &args.buffers)
         }

@@ -4,6 +4,7 @@
 use super::{Launch, Variants, grid};
 use crate::quant_matmul::{QUANT_COLS, QUANT_WG};
 use crate::{Caps, KernelKey, MAX_LOOP, Meta};
+use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::quant::QuantFormat;
 use kiln_sched::lower::Args;
@@ -13,13 +14,13 @@ use kiln_sched::lower::Args;
 const ROWS_PER: usize = 4;
 
 /// The launch of `out [rows, n] = x [rows, k] @ wᵀ`, `args` binding x (int8
-/// codes four to a word with `packed_x`), the codes and the scales; `None`
-/// when the output is empty.
+/// codes four to a word with `packed_x`), the codes and the scales (of
+/// dtype `scales`); `None` when the output is empty.
 pub fn quant_matmul(
     caps: &Caps,
     variants: &Variants,
     op: &'static str,
-    (format, packed_x): (QuantFormat, bool),
+    (format, packed_x, scales): (QuantFormat, bool, DType),
     (rows, k, n): (usize, usize, usize),
     args: &Args,
 ) -> Result<Option<Launch>> {
@@ -46,7 +47,7 @@ pub fn quant_matmul(
         meta.u(l.offset);
     }
     Ok(Some(Launch {
-        key: KernelKey::QuantMatmul { bits: format.bits, rows_per: rows_per as u32, cooperative, packed_x },
+        key: KernelKey::QuantMatmul { bits: format.bits, rows_per: rows_per as u32, cooperative, packed_x, scales },
         meta,
         groups: grid(caps, op, workgroups)?,
         elements: rows * n,

@@ -184,7 +184,8 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
 }
 
 /// `x` `[.., k]` (f32) against `n` rows of `k` integer weights: the codes
-/// `[n, k / per_word]` (u32) and scales `[n, ⌈k / group⌉]` (f32).
+/// `[n, k / per_word]` (u32) and scales `[n, ⌈k / group⌉]` (any float
+/// dtype: [`QuantFormat`] makes f16).
 fn quant_matmul(format: QuantFormat, x: &TypeInfo, codes: &TypeInfo, scales: &TypeInfo) -> Result<TypeInfo> {
     let op = "quant_matmul";
     let (Some(&x_last), Some(&n)) = (x.shape.last(), codes.shape.first()) else {
@@ -192,11 +193,11 @@ fn quant_matmul(format: QuantFormat, x: &TypeInfo, codes: &TypeInfo, scales: &Ty
     };
     // x as f32, or (int8 weights only) as int8 codes packed four per u32.
     let packed_x = x.dtype == DType::U32 && format == QuantFormat::INT8;
-    if !(x.dtype == DType::F32 || packed_x) || codes.dtype != DType::U32 || scales.dtype != DType::F32 {
+    if !(x.dtype == DType::F32 || packed_x) || codes.dtype != DType::U32 || !scales.dtype.is_float() {
         return dtype_err(
             op,
             format!(
-                "takes x f32 (or u32 int8 codes with int8 per-channel weights), codes u32 and scales f32, got {} {:?}, {} {:?} \
+                "takes x f32 (or u32 int8 codes with int8 per-channel weights), codes u32 and float scales, got {} {:?}, {} {:?} \
                  and {} {:?} ({format})",
                 x.dtype, x.shape, codes.dtype, codes.shape, scales.dtype, scales.shape
             ),
