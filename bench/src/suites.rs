@@ -106,13 +106,28 @@ impl Ctx<'_> {
 
     /// GFLOP/s of an m×k @ k×n product of `dtype` operands with the tuned
     /// config (or `config`).
-    fn matmul(&self, bench: &str, dtype: DType, [m, k, n]: [usize; 3], config: Option<MatmulConfig>) -> Result<Record> {
-        let operand = |shape: &[usize]| -> Result<Tensor> {
-            let t = input(self.dev, shape)?.cast(dtype)?;
+    fn matmul(&self, bench: &str, dtype: DType, mkn: [usize; 3], config: Option<MatmulConfig>) -> Result<Record> {
+        self.matmul_stored(bench, dtype, mkn, Stored::Rows, config)
+    }
+
+    /// [`Ctx::matmul`] with one operand a transposed view, as a backward
+    /// pass reads them.
+    fn matmul_stored(
+        &self,
+        bench: &str,
+        dtype: DType,
+        [m, k, n]: [usize; 3],
+        stored: Stored,
+        config: Option<MatmulConfig>,
+    ) -> Result<Record> {
+        let operand = |[rows, cols]: [usize; 2], transposed: bool| -> Result<Tensor> {
+            let shape = if transposed { [cols, rows] } else { [rows, cols] };
+            let t = input(self.dev, &shape)?.cast(dtype)?;
             kiln::block_on(t.realize())?;
-            Ok(t)
+            if transposed { t.t() } else { Ok(t) }
         };
-        let (a, b) = (operand(&[m, k])?, operand(&[k, n])?);
+        let a = operand([m, k], stored == Stored::ATransposed)?;
+        let b = operand([k, n], stored == Stored::BTransposed)?;
         self.dev.set_matmul_config(config)?;
         wait(&a.matmul(&b)?)?; // tunes this shape class if needed
         let p = self.against_fma(|| wait(&a.matmul(&b)?));
@@ -221,6 +236,15 @@ pub fn layer_norm(x: &Tensor) -> Result<Tensor> {
     d.mul(&d.mul(&d)?.mean(&[-1], true)?.add_scalar(1e-5)?.rsqrt()?)
 }
 
+/// How a matmul's operands are stored: both row-major, or one of them a
+/// transposed view (its columns contiguous).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    Rows,
+    ATransposed,
+    BTransposed,
+}
+
 pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
     for (bench, m, k, n) in [
         ("matmul 256³", 256, 256, 256),
@@ -230,6 +254,21 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
     ] {
         if cx.wants(bench) {
             out(cx.matmul(bench, DType::F32, [m, k, n], None)?);
+        }
+    }
+    // The demo GPT's MLP (rows 16×128, width 128, hidden 512): its forward
+    // product, and its backward ones, which read a weight or an activation
+    // transposed: x's gradient g @ wᵀ, and w's gradient xᵀ @ g (each
+    // beside the same product stored row-major).
+    for (bench, mkn, stored) in [
+        ("matmul 2048×128×512", [2048, 128, 512], Stored::Rows),
+        ("matmul 2048×512×128", [2048, 512, 128], Stored::Rows),
+        ("matmul 2048×512×128 Bᵀ", [2048, 512, 128], Stored::BTransposed),
+        ("matmul 128×2048×512", [128, 2048, 512], Stored::Rows),
+        ("matmul 128×2048×512 Aᵀ", [128, 2048, 512], Stored::ATransposed),
+    ] {
+        if cx.wants(bench) {
+            out(cx.matmul_stored(bench, DType::F32, mkn, stored, None)?);
         }
     }
     // Too slow for the CPU adapters; the size cuBLAS is measured at.

@@ -25,7 +25,7 @@ pub type Case = (&'static str, fn(&Device) -> Result<Tensor>);
 /// configs run every case: they copy any layout into their textures, and
 /// fall back to their vec4 twin on batches, f16 operands and N not a
 /// multiple of 4.
-pub const CASES: [Case; 10] = [
+pub const CASES: [Case; 13] = [
     ("ragged 37x53 @ 53x29", |d| random(d, &[37, 53], 1)?.matmul(&random(d, &[53, 29], 2)?)),
     ("batched [2,3,19,70] @ [3,70,21]", |d| random(d, &[2, 3, 19, 70], 3)?.matmul(&random(d, &[3, 70, 21], 4)?)),
     ("transposed operands 45x33", |d| random(d, &[33, 45], 5)?.t()?.matmul(&random(d, &[40, 33], 6)?.t()?)),
@@ -47,6 +47,15 @@ pub const CASES: [Case; 10] = [
     ("vec4-eligible in column panels relu(x @ w + b) 70x36 @ 36x256", |d| {
         random(d, &[70, 36], 17)?.matmul(&random(d, &[36, 256], 18)?)?.add(&random(d, &[256], 19)?)?.relu()
     }),
+    // Transposed operands reused across 32 or more outputs: vec4 configs
+    // read them from copies in rows (a broadcast batch copied once), made
+    // in 4 × 4 blocks (B here) or, with 66 rows, elementwise (A).
+    ("vec4-eligible transposed, copied into rows 66x36 @ 36x48", |d| {
+        random(d, &[36, 66], 25)?.t()?.matmul(&random(d, &[48, 36], 26)?.t()?)
+    }),
+    ("vec4-eligible batched [2,3,40,36] @ [3,44,36]ᵀ, B copied into rows", |d| {
+        random(d, &[2, 3, 40, 36], 27)?.matmul(&random(d, &[3, 44, 36], 28)?.transpose(1, 2)?)
+    }),
     // K past one dispatch's chunk: the second adds to the first's output.
     ("vec4-eligible k split over dispatches 3x16404 @ 16404x8", |d| {
         random(d, &[3, 16404], 20)?.matmul(&random(d, &[16404, 8], 21)?)
@@ -57,6 +66,9 @@ pub const CASES: [Case; 10] = [
     ("f16 vec4-eligible relu(x @ w + b) 70x52 @ 52x140", |d| {
         let (x, w) = (random(d, &[70, 52], 22)?.cast(DType::F16)?, random(d, &[52, 140], 23)?.cast(DType::F16)?);
         x.matmul(&w)?.cast(DType::F32)?.add(&random(d, &[140], 24)?)?.relu()
+    }),
+    ("f16 vec4-eligible x @ wᵀ, w copied into rows 40x52 @ [44,52]ᵀ", |d| {
+        random(d, &[40, 52], 29)?.cast(DType::F16)?.matmul(&random(d, &[44, 52], 30)?.cast(DType::F16)?.t()?)
     }),
     ("relu(x @ w + b) epilogue 1030x72 @ 72x90", |d| {
         random(d, &[1030, 72], 9)?.matmul(&random(d, &[72, 90], 10)?)?.add(&random(d, &[90], 11)?)?.relu()
@@ -135,11 +147,16 @@ async fn check_forcing(dev: &Device, cases: &[Case], coverage: Coverage) -> Resu
             dev.set_matmul_config(Some(*config))?;
             let panels = what.contains("column panels");
             dev.set_matmul_panels(panels.then_some(true));
-            if panels {
-                // The copy into panels is a kernel of its own; texture
-                // configs copy A and B into textures instead.
+            // The copies into panels or rows are kernels of their own;
+            // texture configs copy A and B into textures instead.
+            let copies = match (panels, what.contains("transposed, copied into rows")) {
+                (true, _) if config.tex => Some(2),
+                (true, _) => Some(config.vec as usize),
+                (false, true) => Some(2 * (config.vec || config.tex) as usize),
+                (false, false) => None,
+            };
+            if let Some(copies) = copies {
                 let planned = dev.plan_kernels(&[build(dev)?.node().clone()])?.len();
-                let copies = if config.tex { 2 } else { config.vec as usize };
                 if planned != 1 + copies {
                     family.failures.push(format!("{what}, {}: {planned} kernels planned", config.name()));
                 }

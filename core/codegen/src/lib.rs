@@ -18,6 +18,7 @@ pub mod reduce;
 pub mod row_stream;
 pub mod spirv;
 mod target;
+pub mod transpose;
 pub use target::runs_attention;
 pub mod validate;
 
@@ -353,6 +354,11 @@ pub enum KernelKey {
         vec4: bool,
         dtype: DType,
     },
+    /// A transposed f32 operand copied into rows in 4 × 4 blocks
+    /// ([`transpose`]).
+    Transpose {
+        batch_rank: usize,
+    },
 }
 
 /// How a row kernel's invocations share the rows.
@@ -411,6 +417,7 @@ impl KernelKey {
                 attention::attention_wgsl(*batch_rank, *dk as usize, *dv as usize, *keys, *causal, scores)
             }
             KernelKey::OperandTexture { vec4, dtype } => operand_textures::pack_wgsl(*vec4, *dtype),
+            KernelKey::Transpose { batch_rank } => transpose::transpose_wgsl(*batch_rank),
             KernelKey::QuantMatmul { bits, rows_per, cooperative, packed_x, scales } => {
                 quant_matmul::quant_matmul_wgsl(*bits, *rows_per, *cooperative, *packed_x, *scales)
             }
@@ -457,6 +464,7 @@ impl KernelKey {
                 };
                 ("attention", Some(scores), suffix)
             }
+            KernelKey::Transpose { .. } => ("transpose", None, ""),
             KernelKey::OperandTexture { vec4, dtype } => {
                 let suffix = match (dtype, vec4) {
                     (DType::F16, true) => "_f16_vec4",

@@ -438,6 +438,8 @@ fn catalog() -> Vec<String> {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         out.extend([false, true].map(|vec4| KernelKey::OperandTexture { vec4, dtype }.wgsl()));
     }
+    // The copy of a transposed operand in blocks, batched or not.
+    out.extend((0..4).map(|batch_rank| KernelKey::Transpose { batch_rank }.wgsl()));
     // The integer-weight product: both code widths (and int8 with int8 x),
     // one row or a block, per invocation or per workgroup, scales of every
     // float dtype.

@@ -86,14 +86,14 @@ pub fn bind<B: Binder>(
             let mut reads: Vec<B::Handle> = handles(binder, &args.buffers);
             let mut bound = Vec::new();
             match &plan.operands {
-                MatmulOperands::Buffers => {}
-                MatmulOperands::Panels { shape } => {
-                    let panels = binder.scratch(op, DType::F32, shape)?;
-                    bound.push(BoundLaunch {
-                        launch: plan.copies[0].clone(),
-                        bindings: vec![panels.clone(), reads[1].clone()],
-                    });
-                    reads[1] = panels;
+                MatmulOperands::Buffers { copies } => {
+                    let copied = copies.iter().enumerate().filter_map(|(i, s)| s.as_ref().map(|s| (i, s)));
+                    for ((operand, shape), launch) in copied.zip(&plan.copies) {
+                        let copy = binder.scratch(op, *operands, shape)?;
+                        let bindings = vec![copy.clone(), reads[operand].clone()];
+                        bound.push(BoundLaunch { launch: launch.clone(), bindings });
+                        reads[operand] = copy;
+                    }
                 }
                 MatmulOperands::Textures { a, b } => {
                     for (operand, (t, copy)) in [a, b].into_iter().zip(&plan.copies).enumerate() {

@@ -1,12 +1,14 @@
 //! A matmul item's launches: the variant of its config that fits the
-//! operands (vec4, textures), whether B is first copied into column panels,
-//! and one kernel launch per K chunk and batch slice.
+//! operands (vec4, textures), whether B is first copied into column panels
+//! or a transposed operand into rows, and one kernel launch per K chunk and
+//! batch slice.
 
 use super::{Launch, Variants, elementwise, grid};
 use crate::fused::VEC;
 use crate::matmul::MatmulConfig;
 use crate::operand_textures::{OperandTexture, PACK_WG};
 use crate::reduce::MATMUL_K_CHUNK;
+use crate::transpose::TRANSPOSE_WG;
 use crate::{Caps, KernelKey, Meta};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
@@ -22,13 +24,25 @@ use kiln_sched::schedule::product_dims;
 /// (docs/BENCHMARKS.md, 'What was tried' (matmul)).
 const PANELS_MIN_BYTES: u64 = 8 << 20;
 
+/// Fewest rows of the output (B) or columns (A) across which a vec4
+/// kernel reuses an operand for which a transposed operand (its last axis
+/// strided: a backward pass's `g @ wᵀ` and `xᵀ @ g`) is first copied into
+/// rows: vec4 loads need unit strides, and the copy, one pass over the
+/// operand, then costs little against the product's reads of it. On
+/// lavapipe the GPT's MLP gradients ran 1.6–1.7× as slow from the
+/// transposed views as from rows (docs/BENCHMARKS.md, 'What was tried'
+/// (matmul)). Below it (a decoding step's one row against a transposed
+/// weight) the copy would read the weight once more than the product does.
+const ROW_COPY_MIN_REUSE: usize = 32;
+
 /// How a matmul kernel reads A and B.
 #[derive(Debug, Clone)]
 pub enum MatmulOperands {
-    /// From their buffers.
-    Buffers,
-    /// B from a copy in column panels, `[N / tile_n, K, tile_n]` f32.
-    Panels { shape: Vec<usize> },
+    /// From their buffers, or, for an operand with a shape here (A, B),
+    /// from a contiguous copy of that shape and of the operands' dtype:
+    /// B's column panels (`[N / tile_n, K, tile_n]`, f32), or a transposed
+    /// operand in rows (a broadcast batch axis kept as one).
+    Buffers { copies: [Option<Vec<usize>>; 2] },
     /// A and B from textures laid out as these.
     Textures { a: OperandTexture, b: OperandTexture },
 }
@@ -37,9 +51,9 @@ pub enum MatmulOperands {
 #[derive(Debug, Clone)]
 pub struct MatmulLaunch {
     pub operands: MatmulOperands,
-    /// The copies of the operands that come first: B into its panels
-    /// (bindings: the panels, then B's buffer), or A and B into their
-    /// textures (each: the operand's buffer, then its texture).
+    /// The copies of the operands that come first, A's before B's (each's
+    /// bindings: the copy, then the operand's buffer), or A and B into
+    /// their textures (each: the operand's buffer, then its texture).
     pub copies: Vec<Launch>,
     /// One per K chunk and batch slice. Bindings: the output, A and B (or
     /// their textures, or A and B's panels), then the epilogue's buffers.
@@ -71,37 +85,55 @@ pub fn matmul(
     let batch_shape = &shape[..r - 2];
     let batch: usize = batch_shape.iter().product();
     let max = caps.max_workgroups_per_dimension as usize;
-    // Packed operands too: four elements are two whole words.
-    let vec_ok = matches!(operand_dtype, DType::F32 | DType::F16 | DType::BF16)
-        && k.is_multiple_of(VEC)
-        && n.is_multiple_of(VEC)
-        && a.strides[r - 1] == 1
-        && b.strides[r - 1] == 1
-        && [a.offset as isize, b.offset as isize]
-            .iter()
-            .chain(&a.strides[..r - 1])
-            .chain(&b.strides[..r - 1])
-            .all(|s| s % VEC as isize == 0);
     let (tile_m, tile_n) = config.tile();
     let textures = (OperandTexture::a(m, k, tile_m), OperandTexture::b(k, n, tile_n));
     let tex = config.tex && reads_textures(caps, operand_dtype, batch, n, textures);
+    // A transposed operand is copied into rows where that lets a vec4
+    // config read vec4s and the product reuses it enough.
+    let rows = |l: &Layout, reuse: usize| {
+        let copy = config.vec && !tex && l.strides[r - 1] != 1 && reuse >= ROW_COPY_MIN_REUSE;
+        copy.then(|| RowCopy::of(l))
+    };
+    let mut row_copies = [rows(a, n), rows(b, m)];
+    let read = |l: &Layout, copy: &Option<RowCopy>| copy.as_ref().map_or_else(|| l.clone(), |c| c.read.clone());
+    if !vec_eligible(operand_dtype, k, n, &read(a, &row_copies[0]), &read(b, &row_copies[1])) {
+        row_copies = [None, None];
+    }
+    let (a_read, b_read) = (read(a, &row_copies[0]), read(b, &row_copies[1]));
+    let vec_ok = vec_eligible(operand_dtype, k, n, &a_read, &b_read);
     let config = MatmulConfig { tex, vec: tex || config.vec && vec_ok, ..config };
     let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
     if gx > max || gy > max {
         return Err(KilnError::Invalid { op, detail: format!("an output of {m}×{n} exceeds the adapter's grid") });
     }
-    let (operands, copies, b, panel_stride) = if config.tex {
+    let (operands, copies, a, b, panel_stride) = if config.tex {
         let texture = |l, t| operand_texture(caps, op, l, t, operand_dtype);
         let copies = vec![texture(a, textures.0)?, texture(b, textures.1)?];
-        (MatmulOperands::Textures { a: textures.0, b: textures.1 }, copies, b.clone(), 0)
-    } else if operand_dtype == DType::F32 && reads_b_in_panels(caps, variants, &config, b, k, n) {
-        let (shape, copy) = column_panels(caps, op, b, k, n, tile_n)?;
-        let mut strides = vec![0; r];
-        (strides[r - 2], strides[r - 1]) = (tile_n as isize, 1);
-        let panels = Layout { shape: b.shape.clone(), strides, offset: 0 };
-        (MatmulOperands::Panels { shape }, vec![copy], panels, (k * tile_n) as isize)
+        (MatmulOperands::Textures { a: textures.0, b: textures.1 }, copies, a.clone(), b.clone(), 0)
     } else {
-        (MatmulOperands::Buffers, Vec::new(), b.clone(), tile_n as isize * b.strides[r - 1])
+        let mut shapes = [None, None];
+        let mut copies = Vec::new();
+        if let Some(c) = &row_copies[0] {
+            copies.push(copy_launch(caps, op, &c.view, operand_dtype)?);
+            shapes[0] = Some(c.view.shape.clone());
+        }
+        // Panels read B through any strides, so they take a transposed B's
+        // row copy's place.
+        let (b, panel_stride) = if operand_dtype == DType::F32 && reads_b_in_panels(caps, variants, &config, b, k, n) {
+            let view = column_panels(b, k, n, tile_n);
+            copies.push(copy_launch(caps, op, &view, operand_dtype)?);
+            shapes[1] = Some(view.shape);
+            let mut strides = vec![0; r];
+            (strides[r - 2], strides[r - 1]) = (tile_n as isize, 1);
+            (Layout { shape: b.shape.clone(), strides, offset: 0 }, (k * tile_n) as isize)
+        } else {
+            if let Some(c) = &row_copies[1] {
+                copies.push(copy_launch(caps, op, &c.view, operand_dtype)?);
+                shapes[1] = Some(c.view.shape.clone());
+            }
+            (b_read.clone(), tile_n as isize * b_read.strides[r - 1])
+        };
+        (MatmulOperands::Buffers { copies: shapes }, copies, a_read, b, panel_stride)
     };
     let batch_rank = batch_shape.len();
     let key = KernelKey::Matmul { dtype: operand_dtype, batch_rank, epilogue, config };
@@ -177,30 +209,99 @@ fn operand_texture(caps: &Caps, op: &'static str, l: &Layout, tex: OperandTextur
     Ok(Launch { key: KernelKey::OperandTexture { vec4, dtype }, meta, groups, elements: texels })
 }
 
-/// The shape of B's column panels of `tile_n` (`[N / tile_n, K, tile_n]`,
-/// contiguous; B `b` is K × N, the same for every batch) and the
-/// elementwise launch copying B into them through a strided view whose
-/// rows are vec4s.
-fn column_panels(
-    caps: &Caps,
-    op: &'static str,
-    b: &Layout,
-    k: usize,
-    n: usize,
-    tile_n: usize,
-) -> Result<(Vec<usize>, Launch)> {
+/// Whether `view` reads its rows contiguously and its columns strided, in
+/// whole vec4s: R, C, the column stride, the offset and every batch stride
+/// multiples of 4.
+fn transposes_in_blocks(view: &Layout) -> bool {
+    let r = view.shape.len();
+    let four = |x: isize| x.rem_euclid(VEC as isize) == 0;
+    r >= 2
+        && view.strides[r - 2] == 1
+        && view.shape[r - 2].is_multiple_of(VEC)
+        && view.shape[r - 1].is_multiple_of(VEC)
+        && view.strides[r - 1] > 0
+        && four(view.strides[r - 1])
+        && view.offset.is_multiple_of(VEC)
+        && view.strides[..r - 2].iter().all(|&s| s >= 0 && four(s))
+}
+
+/// The launch of [`crate::transpose`] for `view` ([`transposes_in_blocks`]).
+fn transpose_launch(caps: &Caps, op: &'static str, view: &Layout) -> Result<Launch> {
+    let r = view.shape.len();
+    let (rows, cols) = (view.shape[r - 2], view.shape[r - 1]);
+    let blocks = (rows / VEC) * (cols / VEC);
+    let matrices: usize = view.shape[..r - 2].iter().product();
+    let mut meta = Meta::default();
+    meta.u(rows).u(cols).u(view.offset / VEC).u(view.strides[r - 1] as usize / VEC).u(blocks).u(matrices);
+    for (&extent, &stride) in view.shape[..r - 2].iter().zip(&view.strides[..r - 2]) {
+        meta.u(extent).u(stride as usize / VEC);
+    }
+    let groups = grid(caps, op, (blocks * matrices).div_ceil(TRANSPOSE_WG as usize))?;
+    Ok(Launch { key: KernelKey::Transpose { batch_rank: r - 2 }, meta, groups, elements: rows * cols * matrices })
+}
+
+/// Whether a vec4 config can read operands at these layouts: float
+/// operands (packed ones too: four elements are two whole words), K and N
+/// multiples of 4, unit strides along the rows and everything else
+/// aligned to 4.
+fn vec_eligible(dtype: DType, k: usize, n: usize, a: &Layout, b: &Layout) -> bool {
+    let r = a.shape.len();
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+        && k.is_multiple_of(VEC)
+        && n.is_multiple_of(VEC)
+        && a.strides[r - 1] == 1
+        && b.strides[r - 1] == 1
+        && [a.offset as isize, b.offset as isize]
+            .iter()
+            .chain(&a.strides[..r - 1])
+            .chain(&b.strides[..r - 1])
+            .all(|s| s % VEC as isize == 0)
+}
+
+/// A transposed operand copied into rows: `view` reads the operand in the
+/// copy's order (its broadcast batch axes, stride 0, taken once), and the
+/// kernel reads the copy as `read` (those axes broadcast again).
+struct RowCopy {
+    view: Layout,
+    read: Layout,
+}
+
+impl RowCopy {
+    fn of(l: &Layout) -> RowCopy {
+        let shape: Vec<usize> = l.shape.iter().zip(&l.strides).map(|(&d, &s)| if s == 0 { 1 } else { d }).collect();
+        let view = Layout { shape, strides: l.strides.clone(), offset: l.offset };
+        let mut strides = Layout::contiguous(&view.shape).strides;
+        strides.iter_mut().zip(&l.strides).filter(|(_, s)| **s == 0).for_each(|(c, _)| *c = 0);
+        RowCopy { read: Layout { shape: l.shape.clone(), strides, offset: 0 }, view }
+    }
+}
+
+/// The view of B (`b`, K × N, the same for every batch) in its column
+/// panels of `tile_n`, `[N / tile_n, K, tile_n]`: copied contiguously, the
+/// panels' rows are vec4s.
+fn column_panels(b: &Layout, k: usize, n: usize, tile_n: usize) -> Layout {
     let r = b.shape.len();
     let (row, column) = (b.strides[r - 2], b.strides[r - 1]);
-    let view = Layout {
+    Layout {
         shape: vec![n / tile_n, k, tile_n],
         strides: vec![tile_n as isize * column, row, column],
         offset: b.offset,
-    };
-    let leaf = LeafDesc { dtype: DType::F32, buffer: Some(0), access: Access::of(&view).0 };
-    let copy = Body { ops: vec![(Op::Load(0), DType::F32)], roots: vec![0] };
-    let sig = Sig { rank: 3, leaves: vec![leaf], params: vec![], buffers: vec![DType::F32], bodies: vec![copy] };
-    let shape = view.shape.clone();
-    let args = Args { layouts: vec![view], ..Default::default() };
-    let launch = elementwise(caps, op, sig, &args, &shape, &[DType::F32], None)?;
-    Ok((shape, launch.expect("B has elements where the output has")))
+    }
+}
+
+/// The launch copying `view` of an operand of `dtype` into a contiguous
+/// buffer of its shape: in 4 × 4 blocks where the view is a transposed f32
+/// matrix whose blocks are whole vec4s ([`crate::transpose`]), else
+/// elementwise.
+fn copy_launch(caps: &Caps, op: &'static str, view: &Layout, dtype: DType) -> Result<Launch> {
+    if dtype == DType::F32 && transposes_in_blocks(view) {
+        return transpose_launch(caps, op, view);
+    }
+    let leaf = LeafDesc { dtype, buffer: Some(0), access: Access::of(view).0 };
+    let copy = Body { ops: vec![(Op::Load(0), dtype)], roots: vec![0] };
+    let rank = view.shape.len();
+    let sig = Sig { rank, leaves: vec![leaf], params: vec![], buffers: vec![dtype], bodies: vec![copy] };
+    let args = Args { layouts: vec![view.clone()], ..Default::default() };
+    let launch = elementwise(caps, op, sig, &args, &view.shape, &[dtype], None)?;
+    Ok(launch.expect("an operand has elements where the output has"))
 }
