@@ -66,10 +66,11 @@ impl Tensor {
         let n = codes.shape().first().copied().unwrap_or(0);
         QuantFormat::INT8.check_weight(op, (n, k), (codes.shape(), scales.shape()), Some(self.shape()))?;
         composite(op, || {
-            let (x_codes, x_scales) = self.reshape(&[-1, k as isize])?.quantize(QuantFormat::INT8)?;
-            let y = x_codes
-                .op(Prim::QuantMatmul { format: QuantFormat::INT8 }, &[codes, scales])?
-                .mul(&x_scales.cast(DType::F32)?)?;
+            // x's scales stay f32: an activation row may be far smaller
+            // than f16's normal range, and their gradient is x's.
+            let x_rows = self.reshape(&[-1, k as isize])?;
+            let (x_codes, x_scales) = x_rows.quantize_with(QuantFormat::INT8, DType::F32)?;
+            let y = x_codes.op(Prim::QuantMatmul { format: QuantFormat::INT8 }, &[codes, scales])?.mul(&x_scales)?;
             let mut shape: Vec<isize> = self.shape().iter().map(|&d| d as isize).collect();
             *shape.last_mut().expect("rank checked") = n as isize;
             y.reshape(&shape)
@@ -78,11 +79,18 @@ impl Tensor {
 
     /// This weight `[n, k]` (one row per output channel) as `format`'s
     /// codes and f16 scales: symmetric, each scale the largest magnitude of
-    /// its group over the largest code, rounded to f16 (an all-zero group,
-    /// or one whose scale is below f16's smallest, gets scale 1; one past
-    /// f16's largest, 65504: its largest codes saturate), each code the
-    /// weight over its stored scale rounded to nearest, ties to even.
+    /// its group over the largest code, held within f16's normal range
+    /// (at least 2⁻¹⁴: a smaller group's weights are within 2⁻¹⁵ of their
+    /// codes; at most 65504, past which the largest codes saturate) and
+    /// rounded to f16, each code the weight over its stored scale rounded
+    /// to nearest, ties to even.
     pub fn quantize(&self, format: QuantFormat) -> Result<(Tensor, Tensor)> {
+        self.quantize_with(format, DType::F16)
+    }
+
+    /// [`Tensor::quantize`] with scales of `dtype`: f16 (held within its
+    /// normal range) or f32 (an all-zero group's scale 1).
+    fn quantize_with(&self, format: QuantFormat, dtype: DType) -> Result<(Tensor, Tensor)> {
         let op = "quantize";
         let [n, k] = self.shape()[..] else {
             return Err(KilnError::Shape { op, detail: format!("takes a weight [n, k], got {:?}", self.shape()) });
@@ -98,12 +106,16 @@ impl Tensor {
             let (per_word, max_code) = (format.per_word(), format.max_code() as f64);
             let w = self.cast(DType::F32)?.per_group(format)?;
             let top = w.abs()?.max(&[-1], true)?;
+            let raw = top.div_scalar(max_code)?;
             // Codes divide by the scale as stored, so a weight stays within
-            // half a step of its code whatever f16 rounded.
-            let scales = top.div_scalar(max_code)?.minimum(&top.scalar_like(f16::MAX.to_f64())?)?;
-            let scales = scales.cast(DType::F16)?.cast(DType::F32)?;
-            let positive = scales.gt(&scales.scalar_like(0.0)?)?;
-            let scales = Tensor::where_cond(&positive, &scales, &scales.scalar_like(1.0)?)?;
+            // half a step of its code whatever f16 rounded (a normal f16 is
+            // within 2⁻¹¹ of its value; a subnormal one could be 24% off).
+            let scales = if dtype == DType::F16 {
+                let normal = raw.maximum(&raw.scalar_like(f16::MIN_POSITIVE.to_f64())?)?;
+                normal.minimum(&raw.scalar_like(f16::MAX.to_f64())?)?.cast(DType::F16)?.cast(DType::F32)?
+            } else {
+                Tensor::where_cond(&top.gt(&top.scalar_like(0.0)?)?, &raw, &raw.scalar_like(1.0)?)?
+            };
             let codes = w.div(&scales)?.round()?;
             let codes = codes.maximum(&codes.scalar_like(-max_code)?)?.minimum(&codes.scalar_like(max_code)?)?;
             let codes = codes.reshape(&[n as isize, -1])?.narrow(1, 0, k)?;
@@ -115,7 +127,7 @@ impl Tensor {
             let bits = bits.reshape(&[n as isize, (k / per_word) as isize, per_word as isize])?;
             let places = Tensor::arange(self.device(), 0.0, 32.0, format.bits as f64, DType::U32)?;
             let words = bits.shift_left(&places)?.sum(&[-1], false)?;
-            Ok((words, scales.cast(DType::F16)?.reshape(&[n as isize, format.groups(k) as isize])?))
+            Ok((words, scales.cast(dtype)?.reshape(&[n as isize, format.groups(k) as isize])?))
         })
     }
 
@@ -178,8 +190,16 @@ mod tests {
     #[test]
     fn a_quantized_weight_comes_back_within_half_a_step() {
         let dev = Device::cpu();
-        let w: Vec<f32> = (0..4 * 80).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
-        let t = Tensor::from_slice(&dev, &w, &[4, 80]).unwrap();
+        // Magnitudes up to 7, and up to 7e-3 and 5.7e-7, whose scales would
+        // be subnormal f16s (int8 from 7.8e-3 down, int4 from 4.3e-4).
+        for size in [1.0, 1e-3, 8e-8] {
+            let w: Vec<f32> = (0..4 * 80).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0 * size).collect();
+            within_half_a_step(&dev, &w);
+        }
+    }
+
+    fn within_half_a_step(dev: &Device, w: &[f32]) {
+        let t = Tensor::from_slice(dev, w, &[4, 80]).unwrap();
         for format in [QuantFormat::INT8, QuantFormat::int4(32)] {
             let (codes, scales) = t.quantize(format).unwrap();
             let back = Tensor::dequantize(&codes, &scales, format).unwrap();
@@ -188,7 +208,8 @@ mod tests {
             let (group, groups) = (format.group_len(80), format.groups(80));
             for (i, (a, b)) in w.iter().zip(&back).enumerate() {
                 let step = scales[i / 80 * groups + i % 80 / group];
-                assert!((a - b).abs() <= step / 2.0 + 1e-6, "{format}: {a} came back as {b} (step {step})");
+                let bound = step * 0.5001 + f32::EPSILON * a.abs();
+                assert!((a - b).abs() <= bound, "{format}: {a} came back as {b} (step {step})");
             }
         }
     }

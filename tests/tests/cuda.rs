@@ -5,6 +5,7 @@
 //! by name, unless `KILN_REQUIRE_CUDA_TOOLS=1` (scripts/test sets it).
 
 use kiln::core::HostArray;
+use kiln::core::codegen::KernelKey;
 use kiln::core::codegen::cuda::{self, CudaKernel};
 use kiln::prelude::*;
 use kiln_conformance::cuda_kernels::{self, BATCH, compile, cuda_tools};
@@ -17,6 +18,11 @@ fn every_cuda_kernel_of_the_suite_compiles_with_nvrtc_and_ptxas_cleanly() {
     let mut kernels = Vec::new();
     for (wgsl, (_, case)) in &collected.kernels {
         kernels.push(cuda::from_wgsl(wgsl).unwrap_or_else(|e| panic!("{case}: {e}")));
+    }
+    // The copy of a transposed operand into rows, which CUDA's untuned
+    // matmul config (no vec4 loads) never asks for, but a pinned one does.
+    for batch_rank in 0..4 {
+        kernels.push(KernelKey::Transpose { batch_rank }.cuda().unwrap());
     }
     assert!(kernels.len() > 100, "only {} kernels collected", kernels.len());
     if !cuda_tools() {

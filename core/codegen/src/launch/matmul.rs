@@ -91,7 +91,7 @@ pub fn matmul(
     // A transposed operand is copied into rows where that lets a vec4
     // config read vec4s and the product reuses it enough.
     let rows = |l: &Layout, reuse: usize| {
-        let copy = config.vec && !tex && l.strides[r - 1] != 1 && reuse >= ROW_COPY_MIN_REUSE;
+        let copy = config.vec && !tex && k > 0 && l.strides[r - 1] != 1 && reuse >= ROW_COPY_MIN_REUSE;
         copy.then(|| RowCopy::of(l))
     };
     let mut row_copies = [rows(a, n), rows(b, m)];
