@@ -25,7 +25,7 @@ pub type Case = (&'static str, fn(&Device) -> Result<Tensor>);
 /// configs run every case: they copy any layout into their textures, and
 /// fall back to their vec4 twin on batches, f16 operands and N not a
 /// multiple of 4.
-pub const CASES: [Case; 13] = [
+pub const CASES: [Case; 14] = [
     ("ragged 37x53 @ 53x29", |d| random(d, &[37, 53], 1)?.matmul(&random(d, &[53, 29], 2)?)),
     ("batched [2,3,19,70] @ [3,70,21]", |d| random(d, &[2, 3, 19, 70], 3)?.matmul(&random(d, &[3, 70, 21], 4)?)),
     ("transposed operands 45x33", |d| random(d, &[33, 45], 5)?.t()?.matmul(&random(d, &[40, 33], 6)?.t()?)),
@@ -52,6 +52,10 @@ pub const CASES: [Case; 13] = [
     // in 4 × 4 blocks (B here) or, with 66 rows, elementwise (A).
     ("vec4-eligible transposed, copied into rows 66x36 @ 36x48", |d| {
         random(d, &[36, 66], 25)?.t()?.matmul(&random(d, &[48, 36], 26)?.t()?)
+    }),
+    // Nothing to copy: zeros.
+    ("vec4-eligible transposed, K = 0: [0,36]ᵀ @ [40,0]ᵀ", |d| {
+        random(d, &[0, 36], 31)?.t()?.matmul(&random(d, &[40, 0], 32)?.t()?)
     }),
     ("vec4-eligible batched [2,3,40,36] @ [3,44,36]ᵀ, B copied into rows", |d| {
         random(d, &[2, 3, 40, 36], 27)?.matmul(&random(d, &[3, 44, 36], 28)?.transpose(1, 2)?)

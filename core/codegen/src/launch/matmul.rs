@@ -164,8 +164,8 @@ pub fn matmul(
 /// Whether a texture config reads this product's operands from textures
 /// (`textures`: A's and B's): float operands (packed ones are unpacked by
 /// the copy into the texture), one batch, N a multiple of 4 (the kernel
-/// stores vec4s) and textures within the adapter's limits. Otherwise its
-/// vec4 twin runs.
+/// stores vec4s) and textures with texels (K > 0: an empty texture is
+/// invalid) within the adapter's limits. Otherwise its vec4 twin runs.
 fn reads_textures(
     caps: &Caps,
     dtype: DType,
@@ -173,7 +173,8 @@ fn reads_textures(
     n: usize,
     textures: (OperandTexture, OperandTexture),
 ) -> bool {
-    dtype.is_float() && batch == 1 && n.is_multiple_of(VEC) && textures.0.fits(caps) && textures.1.fits(caps)
+    let usable = |t: OperandTexture| t.texels() > 0 && t.fits(caps);
+    dtype.is_float() && batch == 1 && n.is_multiple_of(VEC) && usable(textures.0) && usable(textures.1)
 }
 
 /// Whether the matmul `config` reads B (`b`, K × N) from a copy laid out
