@@ -75,6 +75,7 @@ pub fn all() -> Vec<GradCase> {
     views(&mut s);
     joins_and_indexing(&mut s);
     composites(&mut s);
+    packed(&mut s);
     s.0.extend(crate::nn_cases::grads());
     s.0.extend(crate::transformer_cases::grads());
     s.0.extend(crate::quant_cases::grads());
@@ -144,6 +145,27 @@ fn select_and_cast(s: &mut Cases) {
         });
         case.fd = false;
         case.check = Check::Elementwise(Tol { abs: 1e-2, rel: 1e-2 });
+    }
+}
+
+/// Ops computed in f16 and bf16 (their gradients in the same dtype), against
+/// the reference's gradients: rounding to a packed dtype is a step function,
+/// so no finite differences. A bf16 ulp is 2⁻⁸ relative.
+fn packed(s: &mut Cases) {
+    for packed in [DType::F16, DType::BF16] {
+        let tol = Check::Elementwise(Tol { abs: 2e-2, rel: 2e-2 });
+        let case = s.add(
+            "matmul",
+            format!("{packed} [4, 6] @ [6, 5]"),
+            &[(&[4, 6], -1.0, 1.0), (&[6, 5], -1.0, 1.0)],
+            move |x| x[0].cast(packed)?.matmul(&x[1].cast(packed)?)?.cast(DType::F32),
+        );
+        (case.fd, case.check) = (false, tol);
+        let inputs: &[(&[usize], f64, f64)] = &[(&[3, 8], -1.0, 1.0), (&[8], -1.0, 1.0)];
+        let case = s.add("sum", format!("{packed} (x · b) over the last axis"), inputs, move |x| {
+            x[0].cast(packed)?.mul(&x[1].cast(packed)?)?.sum(&[-1], false)?.cast(DType::F32)
+        });
+        (case.fd, case.check) = (false, tol);
     }
 }
 
