@@ -94,13 +94,13 @@ pub fn matmul(
         let copy = config.vec && !tex && k > 0 && l.strides[r - 1] != 1 && reuse >= ROW_COPY_MIN_REUSE;
         copy.then(|| RowCopy::of(l))
     };
-    let mut row_copies = [rows(a, n), rows(b, m)];
+    let planned = [rows(a, n), rows(b, m)];
     let read = |l: &Layout, copy: &Option<RowCopy>| copy.as_ref().map_or_else(|| l.clone(), |c| c.read.clone());
-    if !vec_eligible(operand_dtype, k, n, &read(a, &row_copies[0]), &read(b, &row_copies[1])) {
-        row_copies = [None, None];
-    }
+    // A copy is only made for a strided operand, which alone is never
+    // eligible, so copies the vec4 kernel cannot use go.
+    let vec_ok = vec_eligible(operand_dtype, k, n, &read(a, &planned[0]), &read(b, &planned[1]));
+    let row_copies = if vec_ok { planned } else { [None, None] };
     let (a_read, b_read) = (read(a, &row_copies[0]), read(b, &row_copies[1]));
-    let vec_ok = vec_eligible(operand_dtype, k, n, &a_read, &b_read);
     let config = MatmulConfig { tex, vec: tex || config.vec && vec_ok, ..config };
     let (gx, gy) = (n.div_ceil(tile_n), m.div_ceil(tile_m));
     if gx > max || gy > max {
@@ -111,25 +111,25 @@ pub fn matmul(
         let copies = vec![texture(a, textures.0)?, texture(b, textures.1)?];
         (MatmulOperands::Textures { a: textures.0, b: textures.1 }, copies, a.clone(), b.clone(), 0)
     } else {
-        let mut shapes = [None, None];
-        let mut copies = Vec::new();
+        let (mut shapes, mut copies) = ([None, None], Vec::new());
+        let mut copy = |operand: usize, view: &Layout| -> Result<()> {
+            copies.push(copy_launch(caps, op, view, operand_dtype)?);
+            shapes[operand] = Some(view.shape.clone());
+            Ok(())
+        };
         if let Some(c) = &row_copies[0] {
-            copies.push(copy_launch(caps, op, &c.view, operand_dtype)?);
-            shapes[0] = Some(c.view.shape.clone());
+            copy(0, &c.view)?;
         }
         // Panels read B through any strides, so they take a transposed B's
         // row copy's place.
         let (b, panel_stride) = if operand_dtype == DType::F32 && reads_b_in_panels(caps, variants, &config, b, k, n) {
-            let view = column_panels(b, k, n, tile_n);
-            copies.push(copy_launch(caps, op, &view, operand_dtype)?);
-            shapes[1] = Some(view.shape);
+            copy(1, &column_panels(b, k, n, tile_n))?;
             let mut strides = vec![0; r];
             (strides[r - 2], strides[r - 1]) = (tile_n as isize, 1);
             (Layout { shape: b.shape.clone(), strides, offset: 0 }, (k * tile_n) as isize)
         } else {
             if let Some(c) = &row_copies[1] {
-                copies.push(copy_launch(caps, op, &c.view, operand_dtype)?);
-                shapes[1] = Some(c.view.shape.clone());
+                copy(1, &c.view)?;
             }
             (b_read.clone(), tile_n as isize * b_read.strides[r - 1])
         };
