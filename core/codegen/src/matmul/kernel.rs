@@ -7,6 +7,18 @@ use crate::{META_DECL, load_expr, load4_expr, storage_type, unravel, vec4_storag
 use kiln_ir::dtype::DType;
 use kiln_sched::lower::Sig;
 use std::fmt::Write;
+
+/// WGSL of one family member; the epilogue is body 0 of `epilogue`,
+/// reading the accumulator as `acc`.
+/// Meta: 0 M, 1 K, 2 N, 3 k0, 4 k1, 5 accumulate, 6 first batch,
+/// 7 A row stride, 8 A col stride, 9 B row stride, 10 B col stride,
+/// 11 A offset, 12 B offset, 13 apply the epilogue (last k chunk), 14 B's
+/// panel stride (vec4 kernels: elements from one workgroup's columns of B
+/// to the next's; `tile_n` in a row-major B, K · `tile_n` in a copy laid
+/// out as column panels), then the batch shape and A's and B's batch
+/// strides, then the epilogue's meta.
+/// The k loop runs over [k0, k1), which the runtime keeps at most
+/// `MATMUL_K_CHUNK` long (Mesa ends loops after 65,535 iterations).
 pub fn matmul_kernel(c: &MatmulConfig, dtype: DType, batch_rank: usize, epilogue: Option<&Sig>) -> String {
     // No `enable subgroups;`: naga 30 rejects it (not implemented) and
     // accepts subgroup builtins without it.
