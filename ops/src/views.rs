@@ -10,11 +10,11 @@ impl Tensor {
     /// Reshape; one dimension may be -1 (inferred).
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
         let err = |detail: String| Err(KilnError::Shape { op: "reshape", detail });
-        let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+        let known = shape.iter().filter(|&&d| d >= 0).try_fold(1usize, |n, &d| n.checked_mul(d as usize));
         let holes = shape.iter().filter(|&&d| d == -1).count();
-        if holes > 1 || shape.iter().any(|&d| d < -1) {
+        let Some(known) = known.filter(|_| holes <= 1 && shape.iter().all(|&d| d >= -1)) else {
             return err(format!("invalid target shape {shape:?} for {:?}", self.shape()));
-        }
+        };
         let resolved: Vec<usize> = shape
             .iter()
             .map(|&d| if d == -1 { self.numel().checked_div(known).unwrap_or(0) } else { d as usize })
@@ -61,10 +61,10 @@ impl Tensor {
     /// `len` elements from `start` along `axis`.
     pub fn narrow(&self, axis: isize, start: usize, len: usize) -> Result<Tensor> {
         let a = normalize_axis("narrow", axis, self.rank())?;
-        if start + len > self.shape()[a] {
+        if start.checked_add(len).is_none_or(|end| end > self.shape()[a]) {
             return Err(KilnError::Shape {
                 op: "narrow",
-                detail: format!("{start}..{} is outside axis {a} of shape {:?}", start + len, self.shape()),
+                detail: format!("{len} elements from {start} are outside axis {a} of shape {:?}", self.shape()),
             });
         }
         composite("narrow", || self.slice(axis, Some(start as isize), Some((start + len) as isize), 1))

@@ -232,3 +232,36 @@ fn integer_scales_are_refused_by_the_weight_ops() {
         assert!(t(&[2, 64]).quant_matmul(&codes, &scales, QuantFormat::INT8).is_ok(), "{dtype}");
     }
 }
+
+#[test]
+fn sizes_near_the_integer_limits_are_errors_not_overflows() {
+    let m = message(t(&[4]).narrow(0, 2, usize::MAX));
+    assert!(m.contains("narrow") && m.contains("[4]"), "{m}");
+    let m = message(t(&[2, 3]).reshape(&[isize::MAX, isize::MAX, -1]));
+    assert!(m.contains("reshape") && m.contains("[2, 3]"), "{m}");
+    let huge = [usize::MAX / 2, 4];
+    let m = message(kiln_ops::random::normal(&cpu(), kiln_ops::Key::new(0), &huge, DType::F32, 0.0, 1.0));
+    assert!(m.contains("normal") && m.contains("2^32"), "{m}");
+    // The extreme steps take one element, from the start or the end.
+    let x = Tensor::from_slice(&cpu(), &[1.0f32, 2.0, 3.0], &[3]).unwrap();
+    let first = x.slice(0, None, None, isize::MAX).unwrap();
+    assert_eq!(pollster::block_on(first.to_vec::<f32>()).unwrap(), [1.0]);
+    let last = x.slice(0, None, None, isize::MIN).unwrap();
+    assert_eq!(pollster::block_on(last.to_vec::<f32>()).unwrap(), [3.0]);
+}
+
+#[test]
+fn a_format_of_no_bits_is_refused_by_every_weight_op() {
+    use kiln_core::QuantFormat;
+    let dev = cpu();
+    let none = QuantFormat { bits: 0, group: None };
+    let codes = Tensor::zeros(&dev, &[3, 16], DType::U32).unwrap();
+    let scales = Tensor::zeros(&dev, &[3, 1], DType::F32).unwrap();
+    let bits = |m: String, op: &str| assert!(m.contains(op) && m.contains("0 bits"), "{m}");
+    bits(message(t(&[3, 64]).quantize(none).map(|(codes, _)| codes)), "quantize");
+    bits(message(Tensor::dequantize(&codes, &scales, none)), "dequantize");
+    // Past QUANT_MATMUL_MAX_ROWS a GPU dequantizes first: both paths check.
+    for rows in [2, 2 * kiln_ops::QUANT_MATMUL_MAX_ROWS] {
+        bits(message(t(&[rows, 64]).quant_matmul(&codes, &scales, none)), "quant_matmul");
+    }
+}

@@ -5,7 +5,10 @@
 
 use kiln::prelude::*;
 use kiln_conformance::cases::input;
-use kiln_nn::{AvgPool2d, Conv2d, Conv2dConfig, Dropout, Embedding, Layer, LayerNorm, Linear, MaxPool2d, Sequential};
+use kiln_nn::{
+    AvgPool2d, CausalSelfAttention, Conv2d, Conv2dConfig, Dropout, Embedding, KvCache, Layer, LayerNorm, Linear,
+    MaxPool2d, QuantizedConv2d, Sequential,
+};
 use kiln_nn::{loss, metrics, mlp};
 
 fn adapters() -> Vec<(String, Device)> {
@@ -168,4 +171,36 @@ fn bad_inputs_name_the_layer_and_the_shapes() {
     assert!(e.contains("binary_cross_entropy_with_logits"), "{e}");
     let e = err(metrics::accuracy(&z(&[4, 10]), &labels));
     assert!(e.contains("accuracy") && e.contains("[3]"), "{e}");
+}
+
+/// Layers whose public fields were set past what their constructors allow
+/// fail with the layer's name, never a division by zero.
+#[test]
+fn layers_with_impossible_fields_are_errors() {
+    let dev = Device::cpu();
+    let k = Key::new(0);
+    let z = |s: &[usize]| Tensor::zeros(&dev, s, DType::F32).unwrap();
+    let no_outputs = Conv2d::new(&dev, k, 3, 0, 3, Conv2dConfig::default()).unwrap_err().to_string();
+    assert!(no_outputs.contains("Conv2d") && no_outputs.contains("3 → 0"), "{no_outputs}");
+    let conv = Conv2d::new(&dev, k, 4, 8, 3, Conv2dConfig::default()).unwrap();
+    for config in [Conv2dConfig { groups: 0, ..conv.config }, Conv2dConfig { stride: 0, ..conv.config }] {
+        let bad = Conv2d { config, ..conv.clone() };
+        let e = err(bad.forward(&z(&[1, 4, 8, 8])));
+        assert!(e.contains("Conv2d") && e.contains("positive"), "{e}");
+    }
+    let quantized = conv.quantize(QuantFormat::INT8).unwrap();
+    let bad = QuantizedConv2d { config: Conv2dConfig { groups: 0, ..conv.config }, ..quantized };
+    let e = err(bad.forward(&z(&[1, 4, 8, 8])));
+    assert!(e.contains("QuantizedConv2d") && e.contains("positive"), "{e}");
+    // A convolution with no outputs has no rows to quantize: it stays float.
+    let empty = Conv2d { weight: z(&[0, 4, 3, 3]), bias: None, config: conv.config };
+    let model = Sequential::new(vec![Layer::Conv2d(empty)]).quantize(QuantFormat::INT8).unwrap();
+    assert!(!model.layers[0].is_quantized());
+    let e = conv.quantize(QuantFormat { bits: 0, group: None }).unwrap_err().to_string();
+    assert!(e.contains("Conv2d") && e.contains("0 bits"), "{e}");
+    let headless = CausalSelfAttention { heads: 0, ..CausalSelfAttention::new(&dev, k, 8, 2).unwrap() };
+    let e = err(headless.forward(&z(&[1, 4, 8]), None));
+    assert!(e.contains("CausalSelfAttention") && e.contains("0 heads"), "{e}");
+    let e = KvCache::new(&headless, &dev, 1, 4).unwrap_err().to_string();
+    assert!(e.contains("CausalSelfAttention") && e.contains("0 heads"), "{e}");
 }

@@ -27,9 +27,10 @@ impl QuantFormat {
         QuantFormat { bits: 4, group: Some(group) }
     }
 
-    /// Values per u32 word.
+    /// Values per u32 word (0 for a format of no bits, which
+    /// [`QuantFormat::shapes`] refuses).
     pub fn per_word(self) -> usize {
-        32 / self.bits as usize
+        32usize.checked_div(self.bits as usize).unwrap_or(0)
     }
 
     /// The largest code magnitude (127 or 7).
@@ -52,14 +53,20 @@ impl QuantFormat {
         k.div_ceil(self.group_len(k).max(1))
     }
 
+    /// Refuses a width kiln does not pack (the fields are public).
+    pub fn check_bits(self, op: &'static str) -> Result<()> {
+        if self.bits != 8 && self.bits != 4 {
+            return Err(KilnError::Invalid { op, detail: format!("{} bits per weight; kiln packs 8 or 4", self.bits) });
+        }
+        Ok(())
+    }
+
     /// `[n, k / per_word]` u32 words and `[n, ⌈k / group⌉]` scales,
     /// checked: k splits into whole words, and a group into whole words (so
     /// a word never straddles two scales).
     pub fn shapes(self, op: &'static str, n: usize, k: usize) -> Result<([usize; 2], [usize; 2])> {
         let bad = |detail: String| Err(KilnError::Shape { op, detail });
-        if self.bits != 8 && self.bits != 4 {
-            return Err(KilnError::Invalid { op, detail: format!("{} bits per weight; kiln packs 8 or 4", self.bits) });
-        }
+        self.check_bits(op)?;
         let (per_word, group) = (self.per_word(), self.group_len(k));
         if !self.packs(k) {
             return bad(format!("k = {k} is not a positive multiple of {per_word} ({self} packs {per_word} per word)"));

@@ -71,16 +71,19 @@ impl SliceSpec {
         let n = dim as isize;
         let clamp = |v: isize, lo: isize, hi: isize| v.max(lo).min(hi);
         let norm = |v: isize| if v < 0 { v + n } else { v };
+        // The span over |step|, rounded up, in unsigned arithmetic: a step
+        // near isize::MIN or MAX must not overflow.
+        let steps = |span: isize| if span > 0 { (span as usize - 1) / step.unsigned_abs() + 1 } else { 0 };
         let (start, len) = if step > 0 {
             let s = clamp(start.map_or(0, norm), 0, n);
             let e = clamp(stop.map_or(n, norm), 0, n);
-            (s, if e > s { (e - s + step - 1) / step } else { 0 })
+            (s, steps(e - s))
         } else {
             let s = clamp(start.map_or(n - 1, norm), -1, n - 1);
-            let e = clamp(stop.map_or(-1, |v| if v < 0 { v + n } else { v }), -1, n - 1);
-            (s, if s > e { (s - e - step - 1) / (-step) } else { 0 })
+            let e = clamp(stop.map_or(-1, norm), -1, n - 1);
+            (s, steps(s - e))
         };
-        Ok(SliceSpec { start: start.max(0) as usize, len: len as usize, step })
+        Ok(SliceSpec { start: start.max(0) as usize, len, step })
     }
 }
 

@@ -45,6 +45,7 @@ impl KvCache {
     /// An empty cache for `attention` over `batch` sequences of at most
     /// `capacity` positions.
     pub fn new(attention: &CausalSelfAttention, dev: &Device, batch: usize, capacity: usize) -> Result<KvCache> {
+        check_heads(attention.dim(), attention.heads)?;
         let shape = [batch, attention.heads, capacity, attention.head_dim()];
         Ok(KvCache { keys: Tensor::zeros(dev, &shape, DType::F32)?, values: Tensor::zeros(dev, &shape, DType::F32)? })
     }
@@ -54,17 +55,23 @@ impl KvCache {
     }
 }
 
+/// Whether a width splits evenly into heads (the public fields allow any).
+fn check_heads(dim: usize, heads: usize) -> Result<()> {
+    if heads == 0 || !dim.is_multiple_of(heads) {
+        return Err(KilnError::Invalid {
+            op: "CausalSelfAttention",
+            detail: format!("width {dim} does not split into {heads} heads"),
+        });
+    }
+    Ok(())
+}
+
 impl CausalSelfAttention {
     /// Projections N(0, 0.02) with zero biases (GPT-2's initialization);
     /// the output projection's std is further divided by `sqrt(2 · layers)`
     /// by the caller that knows the depth.
     pub fn new(dev: &Device, key: Key, dim: usize, heads: usize) -> Result<CausalSelfAttention> {
-        if heads == 0 || !dim.is_multiple_of(heads) {
-            return Err(KilnError::Invalid {
-                op: "CausalSelfAttention",
-                detail: format!("width {dim} does not split into {heads} heads"),
-            });
-        }
+        check_heads(dim, heads)?;
         let [kq, ko] = [key.fold_in(0), key.fold_in(1)];
         let linear = |key, outputs| -> Result<Dense> {
             Ok(Dense::Float(Linear {
@@ -99,6 +106,7 @@ impl CausalSelfAttention {
 
     fn check(&self, x: &Tensor) -> Result<()> {
         let c = self.dim();
+        check_heads(c, self.heads)?;
         if x.rank() != 3 || x.shape()[2] != c {
             return bad_input("CausalSelfAttention", format!("[batch, time, {c}]"), x.shape());
         }

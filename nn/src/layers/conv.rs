@@ -38,6 +38,33 @@ impl Default for Conv2dConfig {
     }
 }
 
+impl Conv2dConfig {
+    /// Checks a convolution of `inputs` → `outputs` channels by a `kernel`
+    /// (KH, KW) under this config: positive channel counts that `groups`
+    /// divides, and positive kernel, stride and dilation.
+    pub fn check(&self, layer: &'static str, inputs: usize, outputs: usize, kernel: [usize; 2]) -> Result<()> {
+        let g = self.groups;
+        let fine = g > 0
+            && inputs > 0
+            && outputs > 0
+            && inputs.is_multiple_of(g)
+            && outputs.is_multiple_of(g)
+            && kernel.iter().all(|&k| k > 0)
+            && self.stride > 0
+            && self.dilation > 0;
+        if fine {
+            return Ok(());
+        }
+        Err(KilnError::Invalid {
+            op: layer,
+            detail: format!(
+                "{inputs} → {outputs} channels, kernel {}×{}, {self:?}: channel counts must be positive and divided by groups; kernel, stride and dilation must be positive",
+                kernel[0], kernel[1]
+            ),
+        })
+    }
+}
+
 /// `weight` is `[out, in / groups, KH, KW]`, `bias` `[out]`.
 #[derive(Tree, Clone, Debug)]
 pub struct Conv2d {
@@ -109,21 +136,8 @@ impl Conv2d {
         kernel: usize,
         config: Conv2dConfig,
     ) -> Result<Conv2d> {
+        config.check("Conv2d", inputs, outputs, [kernel, kernel])?;
         let g = config.groups;
-        if g == 0
-            || !inputs.is_multiple_of(g)
-            || !outputs.is_multiple_of(g)
-            || kernel == 0
-            || config.stride == 0
-            || config.dilation == 0
-        {
-            return Err(KilnError::Invalid {
-                op: "Conv2d",
-                detail: format!(
-                    "{inputs} → {outputs} channels, kernel {kernel}, {config:?}: groups must divide both channel counts; kernel, stride and dilation must be positive"
-                ),
-            });
-        }
         let shape = [outputs, inputs / g, kernel, kernel];
         let weight = init::kaiming_uniform(dev, key, &shape, inputs / g * kernel * kernel)?;
         let bias = if config.bias { Some(init::zeros(dev, &[outputs])?) } else { None };
@@ -168,6 +182,7 @@ pub(crate) fn convolve(
 ) -> Result<Tensor> {
     let Conv2dConfig { stride, padding, dilation, groups, .. } = *config;
     let [o, cg, kh, kw] = shape;
+    config.check(layer, cg * groups, o, [kh, kw])?;
     let expects =
         || format!("[N, {}, H, W] where a {kh}×{kw} kernel (padding {padding}, dilation {dilation}) fits", cg * groups);
     if x.rank() != 4 || x.shape()[1] != cg * groups {

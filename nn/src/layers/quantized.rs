@@ -45,6 +45,7 @@ impl QuantizedTree for QuantizedConv2d {
 /// packs into whole words (`layer` names it in errors).
 fn quantize_rows(layer: &'static str, w: &Tensor, format: QuantFormat) -> Result<(Tensor, Tensor)> {
     let k = w.shape()[1];
+    format.check_bits(layer)?;
     if !format.packs(k) {
         return Err(KilnError::Shape {
             op: layer,
@@ -101,7 +102,7 @@ impl Linear {
 
 impl QuantizedLinear {
     pub fn inputs(&self) -> usize {
-        self.codes.shape()[1] * self.format.per_word()
+        self.codes.shape().get(1).map_or(0, |words| words * self.format.per_word())
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -158,9 +159,9 @@ impl Conv2d {
 
 impl QuantizedConv2d {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let og = self.shape[0] / self.config.groups;
         let x = x.cast(DType::F32)?;
         convolve("QuantizedConv2d", &x, self.shape, &self.config, self.bias.as_ref(), |g, patches| {
+            let og = self.shape[0] / self.config.groups;
             let [n, cg, kh, kw, oh, ow] = patches.shape()[..] else { unreachable!("patches have rank 6") };
             // [N, C, KH, KW, OH, OW] → [N, OH·OW, C·KH·KW]: one row per output pixel.
             let rows = patches.reshape(&[n as isize, (cg * kh * kw) as isize, (oh * ow) as isize])?.transpose(1, 2)?;

@@ -125,7 +125,9 @@ impl Sequential {
         let layers = self.layers.iter().map(|l| {
             Ok(match l {
                 Layer::Linear(l) if format.packs(l.inputs()) => Layer::QuantizedLinear(l.quantize(format)?),
-                Layer::Conv2d(l) if format.packs(l.weight.numel() / l.weight.shape()[0]) => {
+                Layer::Conv2d(l)
+                    if l.weight.numel().checked_div(l.weight.shape()[0]).is_some_and(|k| format.packs(k)) =>
+                {
                     Layer::QuantizedConv2d(l.quantize(format)?)
                 }
                 other => other.clone(),
