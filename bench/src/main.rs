@@ -3,7 +3,8 @@
 //! chains, dispatch overhead, cold start and hand-written softmax layouts
 //! (what a row kernel could reach), each the median of several
 //! repetitions after a warm-up with its min–max spread. Prints a table,
-//! writes JSON lines (`--json`) and regenerates docs/BENCHMARKS.md.
+//! writes JSON lines (`--json`; docs/benchmarks.jsonl on a full run) and
+//! regenerates docs/BENCHMARKS.md.
 
 mod ceilings;
 mod data_parallel;
@@ -29,7 +30,8 @@ struct Args {
     /// Fewer repetitions, no per-config matmul table, docs left alone.
     #[arg(long)]
     quick: bool,
-    /// Write one JSON line per figure to this file.
+    /// Write one JSON line per figure to this file (default
+    /// docs/benchmarks.jsonl on a full run).
     #[arg(long)]
     json: Option<std::path::PathBuf>,
     /// The page to regenerate (default docs/BENCHMARKS.md on a full run).
@@ -112,7 +114,10 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let instance = wgpu::Instance::new(desc);
     let mut adapters = kiln::block_on(instance.enumerate_adapters(backends));
     adapters.sort_by_key(|a| label(&a.get_info()));
-    let mut json = args.json.as_ref().map(std::fs::File::create).transpose()?;
+    // A full run rewrites the table and its figures' JSON lines together.
+    let full = args.adapter.is_none() && args.only.is_none() && !args.quick;
+    let json_path = args.json.clone().or_else(|| full.then(|| "docs/benchmarks.jsonl".into()));
+    let mut json = json_path.as_ref().map(std::fs::File::create).transpose()?;
     let mut records: Vec<Record> = Vec::new();
     let load_before = load();
     let started = Instant::now();
@@ -174,9 +179,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     if args.adapter.as_deref() == Some("cuda") {
         cuda_figures(&args, reps, &mut out)?;
     }
-    let docs = args.docs.clone().or_else(|| {
-        (args.adapter.is_none() && args.only.is_none() && !args.quick).then(|| "docs/BENCHMARKS.md".into())
-    });
+    let docs = args.docs.clone().or_else(|| full.then(|| "docs/BENCHMARKS.md".into()));
     if let Some(path) = docs {
         let header = format!(
             "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a 2-core machine shared with other sessions. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the ceiling: the ceiling's microkernel runs next to each repetition (before it, then after the next, in turn), and the fraction is the median over these pairs of the figure's rate over the ceiling's, so that the machine's changes of speed (the copy rate moved by 2× within one run) move both sides alike. The ceiling rows are each adapter's first measurement. The matmul tuner chooses afresh in each run (unless env `KILN_TUNE_CACHE` names a cache). FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves (4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element, 4 for the f16 chain, over the chain's).",

@@ -20,9 +20,40 @@ pub fn splice(page: &str, generated: &str) -> String {
     }
 }
 
+/// Two decimals, or three significant digits below 1 (so 0.0934 GB/s
+/// does not print as 0.09).
+fn figure(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || x.abs() >= 1.0 {
+        return format!("{x:.2}");
+    }
+    let decimals = (2.0 - x.abs().log10().floor()) as usize;
+    format!("{x:.decimals$}")
+}
+
 fn cell(r: &Record) -> String {
     let frac = r.ceiling_fraction.map_or(String::new(), |f| format!(" = **{f:.3}**"));
-    format!("{:.2} {} ({:.2}–{:.2}){frac}", r.median, r.unit, r.spread.0, r.spread.1)
+    format!("{} {} ({}–{}){frac}", figure(r.median), r.unit, figure(r.spread.0), figure(r.spread.1))
+}
+
+/// Whether a record's note names the matmul config the tuner chose.
+fn is_config_note(r: &Record) -> bool {
+    !r.note.is_empty() && r.bench.starts_with("matmul") && !r.bench.contains('/')
+}
+
+/// The other rows' notes (kernels per step, side ceilings, what a row
+/// counts): one line per row where every adapter's note is the same, one
+/// per adapter otherwise.
+fn other_notes(records: &[Record], benches: &[&str]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for b in benches {
+        let noted: Vec<&Record> =
+            records.iter().filter(|r| r.bench == *b && !r.note.is_empty() && !is_config_note(r)).collect();
+        match noted.first() {
+            Some(first) if noted.iter().all(|r| r.note == first.note) => lines.push(format!("- {b}: {}", first.note)),
+            _ => lines.extend(noted.iter().map(|r| format!("- {b} on {}: {}", r.adapter, r.note))),
+        }
+    }
+    lines
 }
 
 /// One table: a row per bench, a column per adapter.
@@ -48,7 +79,7 @@ pub fn markdown(records: &[Record], header: &str) -> String {
     }
     let notes: Vec<String> = records
         .iter()
-        .filter(|r| !r.note.is_empty() && r.bench.starts_with("matmul") && !r.bench.contains('/'))
+        .filter(|r| is_config_note(r))
         .map(|r| format!("- {} on {}: {}", r.bench, r.adapter, r.note))
         .collect();
     if !notes.is_empty() {
@@ -57,5 +88,52 @@ pub fn markdown(records: &[Record], header: &str) -> String {
             notes.join("\n")
         );
     }
+    let others = other_notes(records, &benches);
+    if !others.is_empty() {
+        s += &format!("\nWhat the other rows measured beside their figure:\n\n{}\n", others.join("\n"));
+    }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(bench: &str, adapter: &str, median: f64, note: &str) -> Record {
+        Record {
+            bench: bench.into(),
+            adapter: adapter.into(),
+            median,
+            unit: "GB/s",
+            spread: (median, median),
+            ceiling_fraction: None,
+            note: note.into(),
+        }
+    }
+
+    #[test]
+    fn small_figures_keep_three_significant_digits() {
+        assert_eq!(figure(2733.994), "2733.99");
+        assert_eq!(figure(1.5), "1.50");
+        assert_eq!(figure(0.59), "0.590");
+        assert_eq!(figure(0.0934), "0.0934");
+        assert_eq!(figure(0.0), "0.00");
+    }
+
+    #[test]
+    fn notes_collapse_when_every_adapter_agrees() {
+        let records = [
+            record("matmul 256³", "a", 1.0, "f32:m1n1k1 tuned: 8x8/8x1"),
+            record("step", "a", 1.0, "45 kernels per step"),
+            record("step", "b", 1.0, "47 kernels per step"),
+            record("attention", "a", 1.0, "projections included"),
+            record("attention", "b", 1.0, "projections included"),
+            record("copy", "a", 1.0, ""),
+        ];
+        let table = markdown(&records, "## t");
+        assert!(table.contains("- matmul 256³ on a: f32:m1n1k1 tuned"), "{table}");
+        assert!(table.contains("- step on a: 45 kernels per step\n- step on b: 47 kernels per step"), "{table}");
+        assert!(table.contains("- attention: projections included\n"), "{table}");
+        assert!(!table.contains("- copy"), "{table}");
+    }
 }
