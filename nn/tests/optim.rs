@@ -330,3 +330,38 @@ fn multi_steps_applies_the_mean_of_every_k_gradients() {
     let err = multi_steps(adam(0.1, 0.9, 0.999, 1e-8), 0).init(&params(&dev)).err().unwrap().to_string();
     assert!(err.contains("multi_steps") && err.contains("0 micro-batches"), "{err}");
 }
+
+/// Gradient accumulation inside one jit-captured step: the micro-batch
+/// counter and the sum are state, so six replays with fresh gradients
+/// apply the inner Adam twice, as the eager run does.
+#[test]
+fn multi_steps_accumulates_across_replays_of_a_jit_step() {
+    let opt = multi_steps(adam(0.1, 0.9, 0.999, 1e-8), 3);
+    for (label, dev, tol) in devices().into_iter().skip(1) {
+        let p = params(&dev);
+        let state = opt.init(&p).unwrap();
+        let (n_params, n_state) = (p.leaves().len(), state.leaves().len());
+        let step = kiln::jit(|inputs: &[Tensor]| {
+            let (p_leaves, rest) = inputs.split_at(n_params);
+            let (g_leaves, s_leaves) = rest.split_at(n_params);
+            let (p, g) = (p.unflatten(p_leaves.to_vec())?, p.unflatten(g_leaves.to_vec())?);
+            let (u, s) = opt.update(&g, &state.unflatten(s_leaves.to_vec())?, Some(&p))?;
+            Ok([apply_updates(&p, &u)?.leaves(), s.leaves()].concat())
+        });
+        let mut carried = [p.leaves(), state.leaves()].concat();
+        for k in 0..6 {
+            let (p_leaves, s_leaves) = carried.split_at(n_params);
+            let inputs = [p_leaves, &grads(&dev, k).leaves(), s_leaves].concat();
+            carried = kiln::block_on(step.call(&inputs)).unwrap();
+            assert_eq!(carried.len(), n_params + n_state);
+        }
+        assert_eq!(step.captures(), 1, "{label}");
+        let want = adamw_ref(0.1, 0.9, 0.999, 1e-8, 0.0, 2, mean_of_three);
+        assert_close(
+            &format!("jit multi_steps(adam, 3) on {label}"),
+            &flat(&p.unflatten(carried[..n_params].to_vec()).unwrap()),
+            &want,
+            tol,
+        );
+    }
+}
