@@ -3,8 +3,9 @@
 //! batched as two examples, itself and its elements in reverse order (the
 //! same values, so within every op's domain, yet a different example), and
 //! `vmap` of the replay must equal the two replays stacked, on the CPU
-//! reference and on every adapter. Cases without inputs (creation ops)
-//! have nothing to batch.
+//! reference and on every adapter; then again with only the first input
+//! batched and the others shared by both examples. Cases without inputs
+//! (creation ops) have nothing to batch.
 
 use crate::browser::Browser;
 use crate::{Case, Outcome, Tol, compare};
@@ -62,9 +63,12 @@ fn failed(msg: String) -> Outcome {
 }
 
 /// The case batched on `dev`: `vmap` of its replay against the replays
-/// stacked (`None` for a case without inputs). The two compute in
-/// different kernels, so each may round as the case's tolerance allows
-/// against the reference: twice that between them.
+/// stacked (`None` for a case without inputs), first with every input
+/// batched, then (for cases of several inputs) with only the first batched
+/// and the others shared (`in_axes` `None`), the path a batching rule takes
+/// for a weight every example uses. The two compute in different kernels,
+/// so each may round as the case's tolerance allows against the
+/// reference: twice that between them.
 pub async fn check(case: &Case, dev: &Device) -> Option<Outcome> {
     let out = match (case.build)(dev) {
         Ok(t) => t,
@@ -74,34 +78,56 @@ pub async fn check(case: &Case, dev: &Device) -> Option<Outcome> {
     if inputs.is_empty() {
         return None;
     }
+    let tol = Tol { abs: 2.0 * case.tol.abs, rel: 2.0 * case.tol.rel };
+    let mut worst = batched(&out, &inputs, inputs.len(), dev, tol).await;
+    if worst.passed && inputs.len() > 1 {
+        let shared = batched(&out, &inputs, 1, dev, tol).await;
+        worst = Outcome {
+            max_abs_err: worst.max_abs_err.max(shared.max_abs_err),
+            passed: shared.passed,
+            failure: shared.failure.map(|f| format!("with only the first input batched: {f}")),
+        };
+    }
+    Some(worst)
+}
+
+/// `vmap` of `out`'s replay with its first `batched` inputs batched (each
+/// as itself and its reverse) and the rest shared, against the two replays
+/// stacked.
+async fn batched(out: &Tensor, inputs: &[Node], batched: usize, dev: &Device, tol: Tol) -> Outcome {
     let pair = || -> Result<(Tensor, Tensor)> {
-        let flipped = inputs.iter().map(reversed).collect::<Result<Vec<_>>>()?;
         let tensor = |n: Node| Tensor::from_node(n, dev.clone());
-        let stacked = inputs
+        let mut second = inputs.to_vec();
+        for x in &mut second[..batched] {
+            *x = reversed(x)?;
+        }
+        let args = inputs[..batched]
             .iter()
-            .zip(&flipped)
+            .zip(&second)
             .map(|(a, b)| Tensor::stack(&[&tensor(a.clone()), &tensor(b.clone())], 0))
+            .chain(inputs[batched..].iter().map(|x| Ok(tensor(x.clone()))))
             .collect::<Result<Vec<_>>>()?;
         let f = |xs: &Vec<Tensor>| {
             let with: Vec<Node> = xs.iter().map(|x| x.node().clone()).collect();
-            Ok(vec![tensor(replay(out.node(), &inputs, &with)?)])
+            Ok(vec![tensor(replay(out.node(), inputs, &with)?)])
         };
-        let got = kiln::vmap(f, vec![Some(0)], vec![0])(&stacked)?.remove(0);
-        let want = Tensor::stack(&[&out, &tensor(replay(out.node(), &inputs, &flipped)?)], 0)?;
+        let axes = (0..inputs.len()).map(|i| (i < batched).then_some(0)).collect();
+        let got = kiln::vmap(f, axes, vec![0])(&args)?.remove(0);
+        let want = Tensor::stack(&[out, &tensor(replay(out.node(), inputs, &second)?)], 0)?;
         Ok((got, want))
     };
     let (got, want) = match pair() {
         Ok(p) => p,
-        Err(e) => return Some(failed(e.to_string())),
+        Err(e) => return failed(e.to_string()),
     };
     let host = |t: Tensor| async move { t.to_host().await };
-    Some(match (host(got).await, host(want).await) {
+    match (host(got).await, host(want).await) {
         (Err(e), _) | (_, Err(e)) => failed(e.to_string()),
         (Ok(g), Ok(w)) if g.shape != w.shape || g.dtype != w.dtype => {
             failed(format!("vmap gave {} {:?}, the stacked replays {} {:?}", g.dtype, g.shape, w.dtype, w.shape))
         }
-        (Ok(g), Ok(w)) => compare(&g.data, &w.data, Tol { abs: 2.0 * case.tol.abs, rel: 2.0 * case.tol.rel }),
-    })
+        (Ok(g), Ok(w)) => compare(&g.data, &w.data, tol),
+    }
 }
 
 /// Every case (whose op contains `filter`) batched, on the CPU reference and each adapter.

@@ -185,15 +185,33 @@ fn binary(s: &mut Suite) {
             let a = if round { a.round()? } else { a };
             a.t()?.binary(op, &make(d, 23, &[33, 65])?)
         });
+        // Packed operands: each op on f16 (computed in f16 where the adapter
+        // has it) and bf16, rounded to their storage.
+        for packed in [DType::F16, DType::BF16].into_iter().filter(|_| !op.is_logical()) {
+            let tol = if op.is_comparison() || tol == Tol::EXACT { Tol::EXACT } else { Tol::storage(packed) };
+            s.add(op.name(), format!("{packed} [7, 1] ⊕ [1, 1023]"), tol, move |d| {
+                let (a, b) = (input(d, 30, &[7, 1], packed, lo, hi)?, input(d, 31, &[1, 1023], packed, lo, hi)?);
+                let (a, b) = if round { (a.round()?, b.round()?) } else { (a, b) };
+                a.binary(op, &b)
+            });
+        }
         let int_ok = !op.is_logical() && op != BinaryOp::Pow;
-        if int_ok {
+        // Integers (u32 subtraction wraps below zero).
+        for (int, lo) in [(DType::I32, -50.0), (DType::U32, 0.0)].into_iter().filter(|_| int_ok) {
             // Division of integers is true division (f32), as NumPy's `/`.
             let build = move |d: &Device| -> Result<Tensor> {
-                let a = input(d, 24, &[1023], DType::I32, -50.0, 50.0)?;
-                let b = input(d, 25, &[1023], DType::I32, 1.0, 9.0)?;
+                let a = input(d, 24, &[1023], int, lo, 50.0)?;
+                let b = input(d, 25, &[1023], int, 1.0, 9.0)?;
                 if op == BinaryOp::Div { a.div(&b) } else { a.binary(op, &b) }
             };
-            s.add(op.name(), "i32 [1023] ⊕ [1023]", if op == BinaryOp::Div { Tol::F32 } else { Tol::EXACT }, build);
+            let tol = if op == BinaryOp::Div { Tol::F32 } else { Tol::EXACT };
+            s.add(op.name(), format!("{int} [1023] ⊕ [1023]"), tol, build);
+        }
+        if matches!(op, BinaryOp::Eq | BinaryOp::Ne) {
+            s.add(op.name(), "bool [7, 1] ⊕ [1, 1023]", Tol::EXACT, move |d| {
+                input(d, 32, &[7, 1], DType::Bool, 0.0, 1.0)?
+                    .binary(op, &input(d, 33, &[1, 1023], DType::Bool, 0.0, 1.0)?)
+            });
         }
     }
     s.add("pow", "negative bases, integer exponents", Tol::MATH, |d| {
@@ -204,11 +222,6 @@ fn binary(s: &mut Suite) {
     s.add("add", "u32 wrapping", Tol::EXACT, |d| {
         input(d, 28, &[1023], DType::U32, 3e9, 4e9)?.add(&input(d, 29, &[1023], DType::U32, 1e9, 4e9)?)
     });
-    for dtype in [DType::F16, DType::BF16] {
-        s.add("mul", format!("{dtype} [7, 1] ⊕ [1, 1023]"), Tol::storage(dtype), move |d| {
-            input(d, 30, &[7, 1], dtype, -4.0, 4.0)?.mul(&input(d, 31, &[1, 1023], dtype, -4.0, 4.0)?)
-        });
-    }
 }
 
 /// Bitwise ops on i32 and u32: broadcasts, a transposed view, and shift
@@ -241,17 +254,22 @@ fn bitwise(s: &mut Suite) {
 
 fn where_and_cast(s: &mut Suite) {
     use DType::*;
-    for dtype in [F32, I32, F16, BF16] {
+    for dtype in [F32, I32, U32, Bool, F16, BF16] {
+        let (lo, hi) = match dtype {
+            Bool => (0.0, 1.0),
+            U32 => (0.0, 9.0),
+            _ => (-9.0, 9.0),
+        };
         s.add("where", format!("{dtype} cond [7, 1023], a [1023], b [7, 1]"), Tol::EXACT, move |d| {
             let c = input(d, 40, &[7, 1023], Bool, 0.0, 1.0)?;
-            Tensor::where_cond(&c, &input(d, 41, &[1023], dtype, -9.0, 9.0)?, &input(d, 42, &[7, 1], dtype, -9.0, 9.0)?)
+            Tensor::where_cond(&c, &input(d, 41, &[1023], dtype, lo, hi)?, &input(d, 42, &[7, 1], dtype, lo, hi)?)
         });
     }
     s.add("where", "f32 transposed condition", Tol::EXACT, |d| {
         let c = transposed(d, 43, [33, 65], Bool, 0.0, 1.0)?;
         Tensor::where_cond(&c, &input(d, 44, &[33, 65], F32, -9.0, 9.0)?, &Tensor::scalar(d, 0.5, F32)?)
     });
-    let pairs: [(DType, DType, f64, f64); 23] = [
+    let pairs: [(DType, DType, f64, f64); 29] = [
         (F32, I32, -1000.0, 1000.0),
         (F32, U32, 0.0, 1000.0),
         (F32, F16, -100.0, 100.0),
@@ -275,6 +293,12 @@ fn where_and_cast(s: &mut Suite) {
         (U32, BF16, 0.0, 4e9),
         (Bool, BF16, 0.0, 1.0),
         (BF16, Bool, -2.0, 2.0),
+        (F16, U32, 0.0, 1000.0),
+        (U32, F16, 0.0, 60000.0),
+        (F16, Bool, -2.0, 2.0),
+        (Bool, F16, 0.0, 1.0),
+        (U32, Bool, 0.0, 3.0),
+        (Bool, U32, 0.0, 1.0),
     ];
     for (from, to, lo, hi) in pairs {
         let tol = Tol::storage(to);

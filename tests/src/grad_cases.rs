@@ -166,6 +166,16 @@ fn packed(s: &mut Cases) {
             x[0].cast(packed)?.mul(&x[1].cast(packed)?)?.sum(&[-1], false)?.cast(DType::F32)
         });
         (case.fd, case.check) = (false, tol);
+        // The elementwise ops' backward rules in the packed dtype:
+        // exp(max((a − b) / (b·b + 1.5), a / 2)).
+        let inputs: &[(&[usize], f64, f64)] = &[(&[3, 5], -1.0, 1.0), (&[3, 5], -1.0, 1.0)];
+        let case =
+            s.add("elementwise", format!("{packed} exp(max((a − b) / (b·b + 1.5), a / 2))"), inputs, move |x| {
+                let (a, b) = (x[0].cast(packed)?, x[1].cast(packed)?);
+                let ratio = a.sub(&b)?.div(&b.mul(&b)?.add_scalar(1.5)?)?;
+                ratio.maximum(&a.mul_scalar(0.5)?)?.exp()?.cast(DType::F32)
+            });
+        (case.fd, case.check) = (false, tol);
     }
 }
 
@@ -204,6 +214,7 @@ fn matmul(s: &mut Cases) {
         |x| x[0].t()?.matmul(&x[1].t()?),
     );
     s.add("matmul", "f32 [4] @ [4, 5] (vector)", &[(&[4], -1.0, 1.0), (&[4, 5], -1.0, 1.0)], |x| x[0].matmul(&x[1]));
+    s.add("matmul", "f32 [5, 4] @ [4] (vector)", &[(&[5, 4], -1.0, 1.0), (&[4], -1.0, 1.0)], |x| x[0].matmul(&x[1]));
 }
 
 fn views(s: &mut Cases) {

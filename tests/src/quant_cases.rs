@@ -232,6 +232,20 @@ pub fn grads() -> Vec<GradCase> {
             p[0].quant_matmul(&codes, &p[1].cast(DType::F16)?, format)
         }),
     });
+    // The weight itself, through its scales (k = 80: a partial last group).
+    let (n, k, format) = (5, 80, QuantFormat::int4(32));
+    out.push(GradCase {
+        op: "dequantize",
+        detail: format!("int4/32 codes for [{n}, {k}], scales [{n}, 3]"),
+        check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-4, rel: 1e-4 }),
+        fd: true,
+        inputs: vec![(vec![n, 3], 0.01, 0.02)],
+        seed: 3150,
+        f: Box::new(move |p| {
+            let codes = input(p[0].device(), 217, &format.shapes("quant grad case", n, k)?.0, DType::U32, 0.0, 4e9)?;
+            Tensor::dequantize(&codes, &p[0], format)
+        }),
+    });
     // Int8 activations: x's codes are integers, so only the weight's
     // scales have a gradient (through x's dequantized codes).
     let (n, k) = (5, 64);

@@ -119,7 +119,7 @@ async function main() {
     check(prediction.probs.length === 10 && Math.abs(total - 1) < 1e-3, `a prediction appears: ${prediction.digit} (probabilities sum to ${total.toFixed(4)})`);
     check((await page.textContent('#prediction')) === String(prediction.digit), 'the page shows the predicted digit');
     await page.screenshot({ path: path.join(root, 'docs/web-demo.png'), fullPage: true });
-    fs.writeFileSync(path.join(out, 'demo.json'), JSON.stringify({ ...demo, prediction }, null, 1));
+    fs.writeFileSync(path.join(out, 'demo.json'), JSON.stringify({ ...demo, quantized, prediction }, null, 1));
 
     // The same seed, step by step, against the native run of the same code
     // on SwiftShader Vulkan (web/examples/native_losses.rs).

@@ -38,6 +38,8 @@ fn main() {
     }
     let (grad_passed, grad_failed) = run.grad_counts();
     println!("gradients: {grad_passed} passed, {grad_failed} failed");
+    let (batch_passed, batch_failed) = kiln_conformance::batch_check::counts(&run.batching);
+    println!("batching: {batch_passed} passed, {batch_failed} failed");
     println!("{passed} passed, {failed} failed");
     if failed > 0 || grad_failed > 0 || !run.messages.is_empty() {
         std::process::exit(1);
