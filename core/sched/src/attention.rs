@@ -83,7 +83,7 @@ fn softmax_of_scores(p: &Node, only: &dyn Fn(&Node, usize) -> bool) -> Option<Pa
     let max = broadcast_source(&max_b);
     let reduces = |r: &Node, op: ReduceOp, of: &Node| {
         matches!(r.prim(), Prim::Reduce { op: o, axes, keepdim: true } if *o == op && axes == &[last])
-            && r.inputs()[0].id() == of.id()
+            && r.inputs().first().is_some_and(|i| i.id() == of.id())
     };
     let read_once = [p, &d, &sum, &max].into_iter().chain([&sum_b, &max_b]).all(|n| only(n, 1));
     let fits = reduces(&sum, ReduceOp::Sum, &e)
@@ -178,7 +178,7 @@ fn hides_later_keys(s: &Node) -> bool {
         BinaryOp::Lt => (false, false),
         _ => return false,
     };
-    let [a, b] = [&cond.inputs()[0], &cond.inputs()[1]];
+    let [a, b] = &cond.inputs()[..] else { return false };
     let (k, q) = if key_left { (a, b) } else { (b, a) };
     let fill = if seen { y } else { x };
     let (Some((0, key)), Some((1, query))) = (arange_axis(k), arange_axis(q)) else { return false };
@@ -212,12 +212,12 @@ fn arange_axis(n: &Node) -> Option<(usize, Arange)> {
             (dtype.is_int() && whole && rises).then_some((0, arange))
         }
         // Right-aligned: the axis keeps its place counted from the last.
-        Prim::Expand { .. } => arange_axis(&n.inputs()[0]),
+        Prim::Expand { .. } => arange_axis(n.inputs().first()?),
         // Only a reshape that moves the arange's one long axis among unit
         // ones (of a broadcast, it would interleave copies).
         Prim::Reshape { shape } => {
-            let input = &n.inputs()[0];
-            let (_, inner) = arange_axis(input)?;
+            let input = n.inputs().first()?.clone();
+            let (_, inner) = arange_axis(&input)?;
             let long = |dims: &[usize]| -> Vec<(usize, usize)> {
                 dims.iter().rev().copied().enumerate().filter(|&(_, d)| d != 1).collect()
             };
@@ -256,27 +256,27 @@ fn hidden(n: &Node) -> bool {
     matches!(broadcast_source(n).prim(), Prim::Fill { value, .. } if *value <= HIDDEN_FILL_MAX)
 }
 
+// A realized node keeps its prim but drops its inputs: the matchers below
+// see it as a leaf (no inputs, no match), never index past them.
+
 fn unary(n: &Node, op: UnaryOp) -> Option<[Node; 1]> {
-    match n.prim() {
-        Prim::Unary(o) if *o == op => Some([n.inputs()[0].clone()]),
+    match (n.prim(), &n.inputs()[..]) {
+        (Prim::Unary(o), [x]) if *o == op => Some([x.clone()]),
         _ => None,
     }
 }
 
 fn binary(n: &Node, op: BinaryOp) -> Option<[Node; 2]> {
-    match n.prim() {
-        Prim::Binary(o) if *o == op => {
-            let i = n.inputs();
-            Some([i[0].clone(), i[1].clone()])
-        }
+    match (n.prim(), &n.inputs()[..]) {
+        (Prim::Binary(o), [a, b]) if *o == op => Some([a.clone(), b.clone()]),
         _ => None,
     }
 }
 
-/// What `n` broadcasts (itself when it is no `Expand`).
+/// What `n` broadcasts (itself when it is no `Expand`, or a realized one).
 fn broadcast_source(n: &Node) -> Node {
-    match n.prim() {
-        Prim::Expand { .. } => n.inputs()[0].clone(),
+    match (n.prim(), &n.inputs()[..]) {
+        (Prim::Expand { .. }, [x]) => x.clone(),
         _ => n.clone(),
     }
 }

@@ -243,8 +243,10 @@ impl<'a> Scheduler<'a> {
         let mut views = Vec::new();
         let mut source = n.clone();
         while matches!(source.prim(), Prim::Reshape { .. } | Prim::Permute { .. } | Prim::Slice { .. }) {
+            // A realized view is a buffer of its own: the walk stops there.
+            let Some(input) = source.inputs().first().cloned() else { break };
             views.push(source.clone());
-            source = source.inputs()[0].clone();
+            source = input;
         }
         let Some(v) = self.vals.get(&source.id()).cloned() else { return Ok(false) };
         if views.is_empty() || !takes_as_epilogue(&v, source.shape()) {
