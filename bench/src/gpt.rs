@@ -1,12 +1,13 @@
 //! The character-level GPT: its training step (characters per second and
-//! kernels per step), causal attention alone at three context lengths
-//! against the FMA ceiling, and generation with and without the KV cache.
+//! kernels per step), a causal attention layer and its core alone at three
+//! context lengths against the FMA ceiling, and generation with and without
+//! the KV cache.
 
 use crate::measure::{Record, Reps, time};
 use crate::suites::{Ctx, wait};
 use kiln::prelude::*;
 use kiln_gpt::{Corpus, Gpt, GptTrainer, Sampling, TrainConfig, generate};
-use kiln_nn::CausalSelfAttention;
+use kiln_nn::{CausalSelfAttention, causal_attention};
 use std::sync::Arc;
 
 /// Characters generated per timed run.
@@ -41,6 +42,10 @@ pub fn gpt(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         if cx.wants(&bench) {
             out(attention(cx, &bench, context)?);
         }
+        let bench = format!("causal attention kernel T={context} (4 heads of 32)");
+        if cx.wants(&bench) {
+            out(attention_kernel(cx, &bench, context)?);
+        }
     }
     let model = Gpt::new(cx.dev, Key::new(0), config.model)?;
     for cached in [true, false] {
@@ -54,6 +59,37 @@ pub fn gpt(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The attention alone ([`causal_attention`] with ALiBi) over queries,
+/// keys and values `[1, 4, context, 32]`: its two `context²` products'
+/// FLOPs, the masked half counted, against the FMA ceiling timed beside it.
+fn attention_kernel(cx: &Ctx, bench: &str, context: usize) -> Result<Record> {
+    let [q, k, v] =
+        [5, 6, 7].map(|seed| kiln::random::normal(cx.dev, Key::new(seed), &[1, 4, context, 32], DType::F32, 0.0, 1.0));
+    let (q, k, v) = (q?, k?, v?);
+    kiln::block_on(Tensor::realize_all(&[&q, &k, &v]))?;
+    wait(&causal_attention(&q, &k, &v, true)?)?;
+    let p = crate::measure::time_paired(
+        Reps(cx.reps.0.min(3)),
+        || (cx.ceilings.fma_run)().map_err(KilnError::Gpu),
+        || wait(&causal_attention(&q, &k, &v, true)?),
+    )?;
+    let flops = 4.0 * (context * context * 128) as f64;
+    Ok(Record::rate(bench, cx.adapter, p.timing, flops / 1e9, "GFLOP/s")
+        .fraction(p.fraction(flops, cx.ceilings.fma_flops))
+        .note(format!(
+            "{} kernel(s); scores and weighted sum, counting the masked half",
+            kernels_of(cx, &|| causal_attention(&q, &k, &v, true))?
+        )))
+}
+
+/// The kernels one realization of `f` launches.
+fn kernels_of(cx: &Ctx, f: &dyn Fn() -> Result<Tensor>) -> Result<u64> {
+    let y = f()?;
+    let before = cx.dev.stats().kernels_launched;
+    kiln::block_on(y.realize())?;
+    Ok(cx.dev.stats().kernels_launched - before)
 }
 
 /// One attention layer's forward over `[1, context, 128]`: its FLOPs

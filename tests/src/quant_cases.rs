@@ -246,6 +246,35 @@ pub fn grads() -> Vec<GradCase> {
             Tensor::dequantize(&codes, &p[0], format)
         }),
     });
+    // The quantized layers, through their input and bias (their codes are
+    // constants, their scales covered above).
+    out.push(GradCase {
+        op: "QuantizedLinear",
+        detail: "int4/32 [3, 64] → 5".into(),
+        check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-4, rel: 1e-4 }),
+        fd: true,
+        inputs: vec![(vec![3, 64], -1.0, 1.0), (vec![5], -1.0, 1.0)],
+        seed: 3200,
+        f: Box::new(|p| {
+            let weight = exact_weight(p[0].device(), QuantFormat::int4(32), 5, 64)?.t()?;
+            let linear = Linear { weight, bias: Some(p[1].clone()) }.quantize(QuantFormat::int4(32))?;
+            linear.forward(&p[0])
+        }),
+    });
+    out.push(GradCase {
+        op: "QuantizedConv2d",
+        detail: "int8 [1, 8, 4, 4] * [4, 8, 3, 3], padding 1".into(),
+        check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-4, rel: 1e-4 }),
+        fd: true,
+        inputs: vec![(vec![1, 8, 4, 4], -1.0, 1.0), (vec![4], -1.0, 1.0)],
+        seed: 3210,
+        f: Box::new(|p| {
+            let weight = exact_weight(p[0].device(), QuantFormat::INT8, 4, 72)?.reshape(&[4, 8, 3, 3])?;
+            let config = Conv2dConfig { padding: 1, ..Conv2dConfig::default() };
+            let conv = Conv2d { weight, bias: Some(p[1].clone()), config }.quantize(QuantFormat::INT8)?;
+            conv.forward(&p[0])
+        }),
+    });
     // Int8 activations: x's codes are integers, so only the weight's
     // scales have a gradient (through x's dequantized codes).
     let (n, k) = (5, 64);

@@ -1,13 +1,15 @@
 //! Conformance and gradient cases of kiln-nn's transformer layers:
-//! RmsNorm, causal self-attention (plain, padded, and one cached step),
-//! the GELU MLP, the pre-norm block and the tied output projection.
-//! Parameters come from fixed-seed inputs, as in `nn_cases`.
+//! RmsNorm, causal self-attention (plain, padded, and one cached step) and
+//! its core alone, the GELU MLP, the pre-norm block and the tied output
+//! projection. Parameters come from fixed-seed inputs, as in `nn_cases`.
 
 use crate::cases::input;
 use crate::grad_cases::{Check, GradCase};
 use crate::{Case, Tol};
 use kiln::prelude::*;
-use kiln_nn::{Block, CausalSelfAttention, Dense, Embedding, GeluMlp, KvCache, LayerNorm, Linear, RmsNorm};
+use kiln_nn::{
+    Block, CausalSelfAttention, Dense, Embedding, GeluMlp, KvCache, LayerNorm, Linear, RmsNorm, causal_attention,
+};
 
 /// Two matmuls and a softmax deep in f32.
 const LAYERS: Tol = Tol { abs: 2e-5, rel: 2e-4 };
@@ -96,6 +98,10 @@ pub fn cases() -> Vec<Case> {
             let (y, cache) = a.forward_cached(&x, &cache, &Tensor::scalar(d, 3.0, DType::I32)?)?;
             Tensor::concat(&[&y.reshape(&[-1])?, &cache.keys.reshape(&[-1])?, &cache.values.reshape(&[-1])?], 0)
         }),
+        case("causal_attention", "q, k, v [2, 2, 20, 4], ALiBi (one kernel)", |d| {
+            let qkv = |seed| input(d, seed, &[2, HEADS, 20, DIM / HEADS], DType::F32, -1.0, 1.0);
+            causal_attention(&qkv(5200)?, &qkv(5201)?, &qkv(5202)?, true)
+        }),
         case("GeluMlp", "[3, 8] → 32 → 8", |d| {
             mlp(&params(d, 5040, &MLP_SHAPES.map(|s| (s, -0.5, 0.5)))?).forward(&input(
                 d,
@@ -151,6 +157,9 @@ pub fn grads() -> Vec<GradCase> {
         grad_case("CausalSelfAttention", "[2, 4, 8], 2 heads, padding mask", 5120, attention_inputs, |p| {
             let pad = Tensor::from_slice(p[0].device(), &[1i32, 1, 1, 1, 1, 1, 0, 0], &[2, 4])?;
             attention(&p[1..]).forward(&p[0], Some(&pad))
+        }),
+        grad_case("causal_attention", "q, k, v [1, 2, 4, 4]", 5170, vec![(&[1, HEADS, 4, 4], -1.0, 1.0); 3], |p| {
+            causal_attention(&p[0], &p[1], &p[2], false)
         }),
         grad_case(
             "GeluMlp",

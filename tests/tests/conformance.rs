@@ -42,11 +42,15 @@ const OTHER_OPS: [&str; 31] = [
     "gather",
 ];
 const INDEXING_OPS: [&str; 2] = ["index_select", "one_hot"];
+/// Integer weights: the ops and kiln-nn's quantized layers.
+const QUANT_OPS: [&str; 6] =
+    ["quantize", "dequantize", "quant_matmul", "quant_matmul_w8a8", "QuantizedLinear", "QuantizedConv2d"];
 /// kiln-nn layers, losses and metrics, and `kiln::random`.
-const NN_OPS: [&str; 26] = [
+const NN_OPS: [&str; 27] = [
     "Linear",
     "RmsNorm",
     "CausalSelfAttention",
+    "causal_attention",
     "GeluMlp",
     "Block",
     "Conv2d",
@@ -73,7 +77,8 @@ const NN_OPS: [&str; 26] = [
 ];
 /// Ops of the lists above that have no gradient (constants, integer
 /// results); every other op must have a gradient case.
-const NOT_DIFFERENTIABLE: [&str; 19] = [
+const NOT_DIFFERENTIABLE: [&str; 20] = [
+    "quantize",
     "full",
     "zeros",
     "ones",
@@ -114,7 +119,7 @@ fn main() {
     let mut failures = run.failures();
 
     let required = UnaryOp::ALL.iter().map(|o| o.name()).chain(BinaryOp::ALL.iter().map(|o| o.name()));
-    for op in required.chain(OTHER_OPS).chain(INDEXING_OPS).chain(NN_OPS) {
+    for op in required.chain(OTHER_OPS).chain(INDEXING_OPS).chain(NN_OPS).chain(QUANT_OPS) {
         if !run.rows.iter().any(|r| r.0 == op) {
             failures.push(format!("op {op} has no conformance case"));
         }
@@ -122,7 +127,12 @@ fn main() {
     let float_unary = UnaryOp::ALL.iter().filter(|o| **o != UnaryOp::Not).map(|o| o.name());
     let arithmetic =
         BinaryOp::ALL.iter().filter(|o| !o.is_comparison() && !o.is_logical() && !o.is_bitwise()).map(|o| o.name());
-    let others = OTHER_OPS.into_iter().chain(INDEXING_OPS).chain(NN_OPS).filter(|op| !NOT_DIFFERENTIABLE.contains(op));
+    let others = OTHER_OPS
+        .into_iter()
+        .chain(INDEXING_OPS)
+        .chain(NN_OPS)
+        .chain(QUANT_OPS)
+        .filter(|op| !NOT_DIFFERENTIABLE.contains(op));
     for op in float_unary.chain(arithmetic).chain(others) {
         if !run.grads.iter().any(|r| r.op == op) {
             failures.push(format!("differentiable op {op} has no gradient case"));

@@ -204,3 +204,13 @@ fn layers_with_impossible_fields_are_errors() {
     let e = KvCache::new(&headless, &dev, 1, 4).unwrap_err().to_string();
     assert!(e.contains("CausalSelfAttention") && e.contains("0 heads"), "{e}");
 }
+
+#[test]
+fn causal_attention_names_mismatched_heads() {
+    let dev = Device::cpu();
+    let z = |s: &[usize]| Tensor::zeros(&dev, s, DType::F32).unwrap();
+    let e = err(kiln_nn::causal_attention(&z(&[1, 2, 5, 4]), &z(&[1, 2, 6, 4]), &z(&[1, 2, 5, 4]), false));
+    assert!(e.contains("causal_attention") && e.contains("[1, 2, 5, 4]") && e.contains("[1, 2, 6, 4]"), "{e}");
+    let e = err(kiln_nn::causal_attention(&z(&[5, 4]), &z(&[5, 4]), &z(&[5, 4]), true));
+    assert!(e.contains("causal_attention") && e.contains("[5, 4]"), "{e}");
+}

@@ -257,7 +257,7 @@ async function benchPage(browser, base) {
   check(!run.error, `the benchmark page ran in ${((Date.now() - t0) / 1000).toFixed(1)} s${run.error ? `: ${run.error}` : ''}`);
   const fraction = (r) => (r.fraction ? ` = ${r.fraction.toFixed(3)} of the FMA ceiling` : '');
   for (const r of run.rows) console.log(`  ${r.bench}: ${r.value.toFixed(2)} ${r.unit}${fraction(r)} (${r.low.toFixed(2)}–${r.high.toFixed(2)}) ${r.note}`);
-  check(run.rows.length === contexts.length + 4 && run.rows.every((r) => r.value > 0 && Number.isFinite(r.value)), `${run.rows.length} benchmark figures, each a positive rate`);
+  check(run.rows.length === 2 * contexts.length + 4 && run.rows.every((r) => r.value > 0 && Number.isFinite(r.value)), `${run.rows.length} benchmark figures, each a positive rate`);
   const step = run.rows.find((r) => r.bench.startsWith('gpt train step'));
   const submits = Number(/(\d+) submits per step/.exec(step?.note ?? '')?.[1]);
   check(submits <= 2, `the GPT training step in the browser is one submit, plus the loss's readback: ${step?.note}`);

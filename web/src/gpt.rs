@@ -8,8 +8,8 @@ use crate::bindings::{Exclusive, Gpu, js_err};
 use js_sys::{Float32Array, Promise, Uint8Array};
 use kiln::{DType, Key, Tensor};
 use kiln_gpt::{Corpus, Gpt, GptConfig, Sampling, TrainConfig, Vocab, generate, load_model};
-use kiln_nn::CausalSelfAttention;
 use kiln_nn::checkpoint::Checkpoint;
+use kiln_nn::{CausalSelfAttention, causal_attention};
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -193,12 +193,14 @@ impl GptModel {
 }
 
 /// One causal self-attention layer of width 128 in 4 heads, with ALiBi,
-/// over a random `[1, context, 128]`: what kiln-bench's `causal attention`
-/// rows time.
+/// over a random `[1, context, 128]`, and its core alone over random heads
+/// `[1, 4, context, 32]`: what kiln-bench's `causal attention` and `causal
+/// attention kernel` rows time.
 #[wasm_bindgen]
 pub struct AttentionLayer {
     layer: CausalSelfAttention,
     x: Tensor,
+    heads: [Tensor; 3],
     context: usize,
 }
 
@@ -210,7 +212,8 @@ impl AttentionLayer {
         let build = || -> kiln::Result<AttentionLayer> {
             let layer = CausalSelfAttention { alibi: true, ..CausalSelfAttention::new(dev, Key::new(3), width, 4)? };
             let x = kiln::random::normal(dev, Key::new(4), &[1, context, width], DType::F32, 0.0, 1.0)?;
-            Ok(AttentionLayer { layer, x, context })
+            let head = |seed| kiln::random::normal(dev, Key::new(seed), &[1, 4, context, 32], DType::F32, 0.0, 1.0);
+            Ok(AttentionLayer { layer, x, heads: [head(5)?, head(6)?, head(7)?], context })
         };
         build().map_err(|e| JsError::new(&e.to_string()))
     }
@@ -218,13 +221,16 @@ impl AttentionLayer {
     /// Resolves once a forward pass has run on the device (its output
     /// realized and its first value read back).
     pub fn forward(&self) -> Promise {
-        let (layer, x) = (self.layer.clone(), self.x.clone());
-        future_to_promise(async move {
-            let y = layer.forward(&x, None).map_err(js_err)?;
-            y.realize().await.map_err(js_err)?;
-            let first = y.reshape(&[-1]).and_then(|y| y.narrow(0, 0, 1)).map_err(js_err)?;
-            Ok(first.to_vec::<f32>().await.map_err(js_err)?[0].into())
-        })
+        let y = self.layer.forward(&self.x, None);
+        future_to_promise(async move { first_value(y.map_err(js_err)?).await })
+    }
+
+    /// Resolves once the attention alone ([`causal_attention`] with ALiBi)
+    /// has run on the heads, as [`AttentionLayer::forward`].
+    pub fn attention(&self) -> Promise {
+        let [q, k, v] = &self.heads;
+        let y = causal_attention(q, k, v, true);
+        future_to_promise(async move { first_value(y.map_err(js_err)?).await })
     }
 
     /// Floating-point operations of one forward pass
@@ -233,4 +239,18 @@ impl AttentionLayer {
     pub fn flops(&self) -> f64 {
         self.layer.forward_flops(self.context)
     }
+
+    /// Floating-point operations of the attention alone: its two
+    /// `context²` products, the masked half counted.
+    #[wasm_bindgen(getter)]
+    pub fn attention_flops(&self) -> f64 {
+        4.0 * (self.context * self.context * 128) as f64
+    }
+}
+
+/// `y` realized and its first value read back.
+async fn first_value(y: Tensor) -> Result<JsValue, JsValue> {
+    y.realize().await.map_err(js_err)?;
+    let first = y.reshape(&[-1]).and_then(|y| y.narrow(0, 0, 1)).map_err(js_err)?;
+    Ok(first.to_vec::<f32>().await.map_err(js_err)?[0].into())
 }

@@ -104,6 +104,9 @@ async function attention(gpu, ceiling) {
       const t = await time(() => layer.forward());
       row(`causal attention T=${context} (width 128, 4 heads)`, t, layer.flops / 1e9, 'GFLOP/s',
         'qkv and output projections plus scores and weighted sum, counting the masked half (which one kernel skips)', ceiling);
+      const alone = await time(() => layer.attention());
+      row(`causal attention kernel T=${context} (4 heads of 32)`, alone, layer.attention_flops / 1e9, 'GFLOP/s',
+        'scores and weighted sum, counting the masked half', ceiling);
     } finally {
       layer.free();
     }

@@ -66,6 +66,55 @@ fn check_heads(dim: usize, heads: usize) -> Result<()> {
     Ok(())
 }
 
+/// Causal attention over queries, keys and values `[B, heads, T,
+/// head_dim]`: each query's softmax-weighted values of the keys at or
+/// before its position, scores `q·k / √head_dim` (minus ALiBi's distance
+/// penalty with `alibi`). The layer's core without its projections, for
+/// heads computed elsewhere; where the device runs it, one kernel
+/// (docs/ARCHITECTURE.md, 'Transformers').
+pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, alibi: bool) -> Result<Tensor> {
+    let shape = q.shape();
+    if q.rank() != 4 || k.shape() != shape || v.shape() != shape {
+        return Err(KilnError::Shape {
+            op: "causal_attention",
+            detail: format!(
+                "takes q, k and v of one shape [B, heads, T, head_dim], got {shape:?}, {:?} and {:?}",
+                k.shape(),
+                v.shape()
+            ),
+        });
+    }
+    let at = Tensor::arange(q.device(), 0.0, shape[2] as f64, 1.0, DType::I32)?;
+    mix([q, k, v], alibi, &at.unsqueeze(1)?, &at.unsqueeze(0)?, None)
+}
+
+/// Softmax-weighted values of the keys at `key_pos` (`[1, Tk]`, i32) that
+/// a query at `query_pos` (`[Tq, 1]`) may see (the key is not after it, and
+/// `visible`, broadcast to `[B, heads, Tq, Tk]`, allows it): `[B, heads,
+/// Tq, head_dim]`.
+fn mix(
+    [q, k, v]: [&Tensor; 3],
+    alibi: bool,
+    query_pos: &Tensor,
+    key_pos: &Tensor,
+    visible: Option<&Tensor>,
+) -> Result<Tensor> {
+    let (heads, head_dim) = (q.shape()[1], q.shape()[3]);
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    let mut scores = q.matmul(&k.transpose(-1, -2)?)?.mul_scalar(scale)?;
+    if alibi {
+        let slopes: Vec<f32> = (0..heads).map(|h| (-8.0 * (h + 1) as f32 / heads as f32).exp2()).collect();
+        let slopes = Tensor::from_slice(q.device(), &slopes, &[1, heads, 1, 1])?;
+        scores = scores.add(&key_pos.sub(query_pos)?.cast(DType::F32)?.mul(&slopes)?)?;
+    }
+    let mut allowed = key_pos.le(query_pos)?;
+    if let Some(visible) = visible {
+        allowed = allowed.logical_and(visible)?;
+    }
+    let scores = Tensor::where_cond(&allowed, &scores, &scores.scalar_like(MASKED)?)?;
+    scores.softmax(-1)?.matmul(v)
+}
+
 impl CausalSelfAttention {
     /// Projections N(0, 0.02) with zero biases (GPT-2's initialization);
     /// the output projection's std is further divided by `sqrt(2 · layers)`
@@ -122,32 +171,16 @@ impl CausalSelfAttention {
         Ok([part(0)?, part(1)?, part(2)?])
     }
 
-    /// Softmax-weighted values of the keys at `key_pos` (`[1, Tk]`, i32)
-    /// that a query at `query_pos` (`[Tq, 1]`) may see (the key is not
-    /// after it, and `visible`, broadcast to `[B, heads, Tq, Tk]`, allows
-    /// it), then the heads merged and projected.
+    /// [`mix`] of the heads, then merged and projected.
     fn attend(
         &self,
-        [q, k, v]: [&Tensor; 3],
+        heads: [&Tensor; 3],
         query_pos: &Tensor,
         key_pos: &Tensor,
         visible: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let scale = 1.0 / (self.head_dim() as f64).sqrt();
-        let mut scores = q.matmul(&k.transpose(-1, -2)?)?.mul_scalar(scale)?;
-        if self.alibi {
-            let slopes: Vec<f32> =
-                (0..self.heads).map(|h| (-8.0 * (h + 1) as f32 / self.heads as f32).exp2()).collect();
-            let slopes = Tensor::from_slice(q.device(), &slopes, &[1, self.heads, 1, 1])?;
-            scores = scores.add(&key_pos.sub(query_pos)?.cast(DType::F32)?.mul(&slopes)?)?;
-        }
-        let mut allowed = key_pos.le(query_pos)?;
-        if let Some(visible) = visible {
-            allowed = allowed.logical_and(visible)?;
-        }
-        let scores = Tensor::where_cond(&allowed, &scores, &scores.scalar_like(MASKED)?)?;
-        let mixed = scores.softmax(-1)?.matmul(v)?;
-        let (b, t) = (q.shape()[0] as isize, q.shape()[2] as isize);
+        let mixed = mix(heads, self.alibi, query_pos, key_pos, visible)?;
+        let (b, t) = (mixed.shape()[0] as isize, mixed.shape()[2] as isize);
         self.out.forward(&mixed.permute(&[0, 2, 1, 3])?.reshape(&[b, t, self.dim() as isize])?)
     }
 
