@@ -7,7 +7,7 @@ use crate::measure::{Record, Reps, time};
 use crate::suites::{Ctx, wait};
 use kiln::prelude::*;
 use kiln_gpt::{Corpus, Gpt, GptTrainer, Sampling, TrainConfig, generate};
-use kiln_nn::{CausalSelfAttention, causal_attention};
+use kiln_nn::{CausalSelfAttention, causal_attention, causal_attention_flops};
 use std::sync::Arc;
 
 /// Characters generated per timed run.
@@ -62,52 +62,39 @@ pub fn gpt(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
 }
 
 /// The attention alone ([`causal_attention`] with ALiBi) over queries,
-/// keys and values `[1, 4, context, 32]`: its two `context²` products'
-/// FLOPs, the masked half counted, against the FMA ceiling timed beside it.
+/// keys and values `[1, 4, context, 32]`.
 fn attention_kernel(cx: &Ctx, bench: &str, context: usize) -> Result<Record> {
-    let [q, k, v] =
-        [5, 6, 7].map(|seed| kiln::random::normal(cx.dev, Key::new(seed), &[1, 4, context, 32], DType::F32, 0.0, 1.0));
-    let (q, k, v) = (q?, k?, v?);
+    let head = |seed| kiln::random::normal(cx.dev, Key::new(seed), &[1, 4, context, 32], DType::F32, 0.0, 1.0);
+    let (q, k, v) = (head(5)?, head(6)?, head(7)?);
     kiln::block_on(Tensor::realize_all(&[&q, &k, &v]))?;
-    wait(&causal_attention(&q, &k, &v, true)?)?;
-    let p = crate::measure::time_paired(
-        Reps(cx.reps.0.min(3)),
-        || (cx.ceilings.fma_run)().map_err(KilnError::Gpu),
-        || wait(&causal_attention(&q, &k, &v, true)?),
-    )?;
-    let flops = 4.0 * (context * context * 128) as f64;
-    Ok(Record::rate(bench, cx.adapter, p.timing, flops / 1e9, "GFLOP/s")
-        .fraction(p.fraction(flops, cx.ceilings.fma_flops))
-        .note(format!(
-            "{} kernel(s); scores and weighted sum, counting the masked half",
-            kernels_of(cx, &|| causal_attention(&q, &k, &v, true))?
-        )))
-}
-
-/// The kernels one realization of `f` launches.
-fn kernels_of(cx: &Ctx, f: &dyn Fn() -> Result<Tensor>) -> Result<u64> {
+    let f = || causal_attention(&q, &k, &v, true);
     let y = f()?;
     let before = cx.dev.stats().kernels_launched;
     kiln::block_on(y.realize())?;
-    Ok(cx.dev.stats().kernels_launched - before)
+    let kernels = cx.dev.stats().kernels_launched - before;
+    let note = format!("{kernels} kernel(s); scores and weighted sum, counting the masked half");
+    against_fma(cx, bench, causal_attention_flops(q.shape()), note, &|| wait(&f()?))
 }
 
 /// One attention layer's forward over `[1, context, 128]`: its FLOPs
-/// ([`CausalSelfAttention::forward_flops`]) against the FMA ceiling timed
-/// beside it.
+/// ([`CausalSelfAttention::forward_flops`]).
 fn attention(cx: &Ctx, bench: &str, context: usize) -> Result<Record> {
     let width = 128;
     let layer = CausalSelfAttention { alibi: true, ..CausalSelfAttention::new(cx.dev, Key::new(3), width, 4)? };
     let x = kiln::random::normal(cx.dev, Key::new(4), &[1, context, width], DType::F32, 0.0, 1.0)?;
     kiln::block_on(Tensor::realize_all(&layer.leaves().iter().chain([&x]).collect::<Vec<_>>()))?;
-    wait(&layer.forward(&x, None)?)?;
-    let p = crate::measure::time_paired(
-        Reps(cx.reps.0.min(3)),
-        || (cx.ceilings.fma_run)().map_err(KilnError::Gpu),
-        || wait(&layer.forward(&x, None)?),
-    )?;
-    let flops = layer.forward_flops(context);
+    let note =
+        "qkv and output projections plus scores and weighted sum, counting the masked half (which one kernel skips)";
+    against_fma(cx, bench, layer.forward_flops(context), note.into(), &|| wait(&layer.forward(&x, None)?))
+}
+
+/// `run`'s rate of `flops` against the FMA ceiling timed beside it, after
+/// a warm-up run.
+fn against_fma(cx: &Ctx, bench: &str, flops: f64, note: String, run: &dyn Fn() -> Result<()>) -> Result<Record> {
+    run()?;
+    let p =
+        crate::measure::time_paired(Reps(cx.reps.0.min(3)), || (cx.ceilings.fma_run)().map_err(KilnError::Gpu), run)?;
     Ok(Record::rate(bench, cx.adapter, p.timing, flops / 1e9, "GFLOP/s")
         .fraction(p.fraction(flops, cx.ceilings.fma_flops))
-        .note("qkv and output projections plus scores and weighted sum, counting the masked half (which one kernel skips)".to_string()))
+        .note(note))
 }

@@ -46,10 +46,12 @@ fn is_config_note(r: &Record) -> bool {
 fn other_notes(records: &[Record], benches: &[&str]) -> Vec<String> {
     let mut lines = Vec::new();
     for b in benches {
-        let noted: Vec<&Record> =
-            records.iter().filter(|r| r.bench == *b && !r.note.is_empty() && !is_config_note(r)).collect();
+        let row: Vec<&Record> = records.iter().filter(|r| r.bench == *b).collect();
+        let noted: Vec<&Record> = row.iter().copied().filter(|r| !r.note.is_empty() && !is_config_note(r)).collect();
         match noted.first() {
-            Some(first) if noted.iter().all(|r| r.note == first.note) => lines.push(format!("- {b}: {}", first.note)),
+            Some(first) if noted.len() == row.len() && noted.iter().all(|r| r.note == first.note) => {
+                lines.push(format!("- {b}: {}", first.note))
+            }
             _ => lines.extend(noted.iter().map(|r| format!("- {b} on {}: {}", r.adapter, r.note))),
         }
     }
@@ -129,11 +131,14 @@ mod tests {
             record("attention", "a", 1.0, "projections included"),
             record("attention", "b", 1.0, "projections included"),
             record("copy", "a", 1.0, ""),
+            record("once", "a", 1.0, "only here"),
+            record("once", "b", 1.0, ""),
         ];
         let table = markdown(&records, "## t");
         assert!(table.contains("- matmul 256³ on a: f32:m1n1k1 tuned"), "{table}");
         assert!(table.contains("- step on a: 45 kernels per step\n- step on b: 47 kernels per step"), "{table}");
         assert!(table.contains("- attention: projections included\n"), "{table}");
         assert!(!table.contains("- copy"), "{table}");
+        assert!(table.contains("- once on a: only here"), "{table}");
     }
 }

@@ -46,12 +46,12 @@ fn a_tiny_gpt_learns_a_repeated_text_on_every_adapter() {
         assert!(after < 0.6 * before, "{label}: validation {before} → {after} bits/char");
         assert_eq!(t.captures(), 1, "{label}: the step is captured once and replayed");
         // A replayed step is one submit; reading its loss is the next.
-        let before = dev.stats();
+        let idle = dev.stats();
         let loss = kiln::block_on(t.step()).unwrap();
         let stepped = dev.stats();
         kiln::block_on(loss.item::<f32>()).unwrap();
         let read = dev.stats();
-        assert_eq!(stepped.submits - before.submits, 1, "{label}: a training step is one submit");
+        assert_eq!(stepped.submits - idle.submits, 1, "{label}: a training step is one submit");
         assert_eq!(read.submits - stepped.submits, 1, "{label}: reading the loss is one more");
     }
 }

@@ -187,7 +187,8 @@ fn binary(s: &mut Suite) {
         });
         // Packed operands: each op on f16 (computed in f16 where the adapter
         // has it) and bf16, rounded to their storage.
-        for packed in [DType::F16, DType::BF16].into_iter().filter(|_| !op.is_logical()) {
+        let packed_dtypes = if op.is_logical() { vec![] } else { vec![DType::F16, DType::BF16] };
+        for packed in packed_dtypes {
             let tol = if op.is_comparison() || tol == Tol::EXACT { Tol::EXACT } else { Tol::storage(packed) };
             s.add(op.name(), format!("{packed} [7, 1] ⊕ [1, 1023]"), tol, move |d| {
                 let (a, b) = (input(d, 30, &[7, 1], packed, lo, hi)?, input(d, 31, &[1, 1023], packed, lo, hi)?);
@@ -197,7 +198,8 @@ fn binary(s: &mut Suite) {
         }
         let int_ok = !op.is_logical() && op != BinaryOp::Pow;
         // Integers (u32 subtraction wraps below zero).
-        for (int, lo) in [(DType::I32, -50.0), (DType::U32, 0.0)].into_iter().filter(|_| int_ok) {
+        let ints = if int_ok { vec![(DType::I32, -50.0), (DType::U32, 0.0)] } else { vec![] };
+        for (int, lo) in ints {
             // Division of integers is true division (f32), as NumPy's `/`.
             let build = move |d: &Device| -> Result<Tensor> {
                 let a = input(d, 24, &[1023], int, lo, 50.0)?;

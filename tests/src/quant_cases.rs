@@ -197,99 +197,113 @@ fn layers(add: &mut impl FnMut(&'static str, String, Tol, Build), format: QuantF
     }
 }
 
+/// A gradient case checked elementwise within `tol` (absolute and relative).
+fn grad(
+    op: &'static str,
+    detail: impl Into<String>,
+    tol: f64,
+    fd: bool,
+    inputs: Vec<(Vec<usize>, f64, f64)>,
+    seed: u64,
+    f: impl Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+) -> GradCase {
+    let check = crate::grad_cases::Check::Elementwise(Tol { abs: tol, rel: tol });
+    GradCase { op, detail: detail.into(), check, fd, inputs, seed, f: Box::new(f) }
+}
+
 pub fn grads() -> Vec<GradCase> {
     let mut out = Vec::new();
     for (i, (format, name)) in formats().into_iter().enumerate() {
         // k = 80: the last group of int4 is partial.
         let (n, k) = (5, 80);
         let scales = format.shapes("quant grad case", n, k).expect("valid shapes").1.to_vec();
-        out.push(GradCase {
-            op: "quant_matmul",
-            detail: format!("{name} x [3, {k}] and scales {scales:?}"),
-            check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-4, rel: 1e-4 }),
-            fd: true,
-            inputs: vec![(vec![3, k], -1.0, 1.0), (scales, 0.01, 0.02)],
-            seed: 3000 + 10 * i as u64,
-            f: Box::new(move |p| {
+        out.push(grad(
+            "quant_matmul",
+            format!("{name} x [3, {k}] and scales {scales:?}"),
+            1e-4,
+            true,
+            vec![(vec![3, k], -1.0, 1.0), (scales, 0.01, 0.02)],
+            3000 + 10 * i as u64,
+            move |p| {
                 let codes =
                     input(p[0].device(), 207, &format.shapes("quant grad case", n, k)?.0, DType::U32, 0.0, 4e9)?;
                 p[0].quant_matmul(&codes, &p[1], format)
-            }),
-        });
+            },
+        ));
     }
     // f16 scales, as quantize makes them: their gradient rounds to f16, a
     // step function, so against the reference's, not finite differences.
     let (n, k, format) = (5, 96, QuantFormat::int4(32));
-    out.push(GradCase {
-        op: "quant_matmul",
-        detail: format!("int4/32 x [3, {k}] and f16 scales [{n}, 3]"),
-        check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-3, rel: 1e-3 }),
-        fd: false,
-        inputs: vec![(vec![3, k], -1.0, 1.0), (vec![n, 3], 0.01, 0.02)],
-        seed: 3050,
-        f: Box::new(move |p| {
+    out.push(grad(
+        "quant_matmul",
+        format!("int4/32 x [3, {k}] and f16 scales [{n}, 3]"),
+        1e-3,
+        false,
+        vec![(vec![3, k], -1.0, 1.0), (vec![n, 3], 0.01, 0.02)],
+        3050,
+        move |p| {
             let codes = input(p[0].device(), 215, &format.shapes("quant grad case", n, k)?.0, DType::U32, 0.0, 4e9)?;
             p[0].quant_matmul(&codes, &p[1].cast(DType::F16)?, format)
-        }),
-    });
+        },
+    ));
     // The weight itself, through its scales (k = 80: a partial last group).
     let (n, k, format) = (5, 80, QuantFormat::int4(32));
-    out.push(GradCase {
-        op: "dequantize",
-        detail: format!("int4/32 codes for [{n}, {k}], scales [{n}, 3]"),
-        check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-4, rel: 1e-4 }),
-        fd: true,
-        inputs: vec![(vec![n, 3], 0.01, 0.02)],
-        seed: 3150,
-        f: Box::new(move |p| {
+    out.push(grad(
+        "dequantize",
+        format!("int4/32 codes for [{n}, {k}], scales [{n}, 3]"),
+        1e-4,
+        true,
+        vec![(vec![n, 3], 0.01, 0.02)],
+        3150,
+        move |p| {
             let codes = input(p[0].device(), 217, &format.shapes("quant grad case", n, k)?.0, DType::U32, 0.0, 4e9)?;
             Tensor::dequantize(&codes, &p[0], format)
-        }),
-    });
+        },
+    ));
     // The quantized layers, through their input and bias (their codes are
     // constants, their scales covered above).
-    out.push(GradCase {
-        op: "QuantizedLinear",
-        detail: "int4/32 [3, 64] → 5".into(),
-        check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-4, rel: 1e-4 }),
-        fd: true,
-        inputs: vec![(vec![3, 64], -1.0, 1.0), (vec![5], -1.0, 1.0)],
-        seed: 3200,
-        f: Box::new(|p| {
+    out.push(grad(
+        "QuantizedLinear",
+        "int4/32 [3, 64] → 5",
+        1e-4,
+        true,
+        vec![(vec![3, 64], -1.0, 1.0), (vec![5], -1.0, 1.0)],
+        3200,
+        |p| {
             let weight = exact_weight(p[0].device(), QuantFormat::int4(32), 5, 64)?.t()?;
             let linear = Linear { weight, bias: Some(p[1].clone()) }.quantize(QuantFormat::int4(32))?;
             linear.forward(&p[0])
-        }),
-    });
-    out.push(GradCase {
-        op: "QuantizedConv2d",
-        detail: "int8 [1, 8, 4, 4] * [4, 8, 3, 3], padding 1".into(),
-        check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-4, rel: 1e-4 }),
-        fd: true,
-        inputs: vec![(vec![1, 8, 4, 4], -1.0, 1.0), (vec![4], -1.0, 1.0)],
-        seed: 3210,
-        f: Box::new(|p| {
+        },
+    ));
+    out.push(grad(
+        "QuantizedConv2d",
+        "int8 [1, 8, 4, 4] * [4, 8, 3, 3], padding 1",
+        1e-4,
+        true,
+        vec![(vec![1, 8, 4, 4], -1.0, 1.0), (vec![4], -1.0, 1.0)],
+        3210,
+        |p| {
             let weight = exact_weight(p[0].device(), QuantFormat::INT8, 4, 72)?.reshape(&[4, 8, 3, 3])?;
             let config = Conv2dConfig { padding: 1, ..Conv2dConfig::default() };
             let conv = Conv2d { weight, bias: Some(p[1].clone()), config }.quantize(QuantFormat::INT8)?;
             conv.forward(&p[0])
-        }),
-    });
+        },
+    ));
     // Int8 activations: x's codes are integers, so only the weight's
     // scales have a gradient (through x's dequantized codes).
     let (n, k) = (5, 64);
-    out.push(GradCase {
-        op: "quant_matmul_w8a8",
-        detail: format!("exact x [3, {k}], scales [{n}, 1]"),
-        check: crate::grad_cases::Check::Elementwise(Tol { abs: 1e-4, rel: 1e-4 }),
-        fd: true,
-        inputs: vec![(vec![n, 1], 0.01, 0.02)],
-        seed: 3100,
-        f: Box::new(move |p| {
+    out.push(grad(
+        "quant_matmul_w8a8",
+        format!("exact x [3, {k}], scales [{n}, 1]"),
+        1e-4,
+        true,
+        vec![(vec![n, 1], 0.01, 0.02)],
+        3100,
+        move |p| {
             let d = p[0].device();
             let codes = input(d, 213, &QuantFormat::INT8.shapes("quant grad case", n, k)?.0, DType::U32, 0.0, 4e9)?;
             exact_weight(d, QuantFormat::INT8, 3, k)?.quant_matmul_w8a8(&codes, &p[0])
-        }),
-    });
+        },
+    ));
     out
 }

@@ -1,7 +1,7 @@
 //! Conformance and gradient cases of kiln-nn's transformer layers:
 //! RmsNorm, causal self-attention (plain, padded, and one cached step) and
-//! its core alone, the GELU MLP, the pre-norm block and the tied output
-//! projection. Parameters come from fixed-seed inputs, as in `nn_cases`.
+//! its core alone, the GELU MLP, the pre-norm block (and its cached step)
+//! and the tied output projection. Parameters come from fixed-seed inputs, as in `nn_cases`.
 
 use crate::cases::input;
 use crate::grad_cases::{Check, GradCase};
@@ -120,6 +120,19 @@ pub fn cases() -> Vec<Case> {
             block(&params(d, 5050, &block_inputs())?)
                 .quantize(QuantFormat::int4(8))?
                 .forward(&input(d, 5069, &[2, 5, DIM], DType::F32, -1.0, 1.0)?, None)
+        }),
+        case("Block", "cached step [2, 1, 8] at position 2 of 6", |d| {
+            let cache = KvCache {
+                keys: input(d, 5072, &[2, HEADS, 6, DIM / HEADS], DType::F32, -1.0, 1.0)?,
+                values: input(d, 5073, &[2, HEADS, 6, DIM / HEADS], DType::F32, -1.0, 1.0)?,
+            };
+            let x = input(d, 5074, &[2, 1, DIM], DType::F32, -1.0, 1.0)?;
+            let (y, cache) = block(&params(d, 5050, &block_inputs())?).forward_cached(
+                &x,
+                &cache,
+                &Tensor::scalar(d, 2.0, DType::I32)?,
+            )?;
+            Tensor::concat(&[&y.reshape(&[-1])?, &cache.keys.reshape(&[-1])?, &cache.values.reshape(&[-1])?], 0)
         }),
         case("Embedding", "attend: [3, 16] through a [50, 16] table (tied output)", |d| {
             let e = Embedding { weight: input(d, 5070, &[50, 16], DType::F32, -1.0, 1.0)? };

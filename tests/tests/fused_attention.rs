@@ -14,29 +14,41 @@ fn attention_as_one_kernel_matches_the_reference() {
     });
 }
 
-/// A softmax's probabilities, or the scores, realized before the weighted
-/// sum (a user looking at them) are buffers, not a pattern to fuse: the
-/// product reads them as they are, on every adapter (the matcher once
-/// indexed a realized node's dropped inputs and panicked).
+/// Probabilities, or scores (scaled or a bare product), realized before
+/// the weighted sum (a user looking at them) are buffers, not a pattern to
+/// fuse: the product reads them as they are, on every adapter (the matcher
+/// once indexed a realized node's dropped inputs and panicked).
 #[test]
 fn realized_scores_or_probabilities_are_read_as_buffers() {
     use kiln::prelude::*;
     use kiln_conformance::cases::input;
-    let run = |dev: &Device, realize_scores: bool| -> Result<Vec<f32>> {
+    #[derive(Debug, Clone, Copy)]
+    enum Realized {
+        Probabilities,
+        ScaledScores,
+        BareScores,
+    }
+    let run = |dev: &Device, realized: Realized| -> Result<Vec<f32>> {
         let x = |seed, shape: &[usize]| input(dev, seed, shape, DType::F32, -1.0, 1.0);
-        let scores = x(90, &[40, 8])?.matmul(&x(91, &[8, 50])?)?.mul_scalar(0.5)?;
-        if realize_scores {
+        let product = x(90, &[40, 8])?.matmul(&x(91, &[8, 50])?)?;
+        let scores = match realized {
+            Realized::BareScores => product,
+            _ => product.mul_scalar(0.5)?,
+        };
+        if !matches!(realized, Realized::Probabilities) {
             kiln::block_on(scores.realize())?;
         }
         let probabilities = scores.softmax(-1)?;
-        kiln::block_on(probabilities.realize())?;
+        if matches!(realized, Realized::Probabilities) {
+            kiln::block_on(probabilities.realize())?;
+        }
         kiln::block_on(probabilities.matmul(&x(92, &[50, 6])?)?.to_vec::<f32>())
     };
     for (label, dev) in kiln_conformance::adapters::shared().iter() {
-        for realize_scores in [false, true] {
-            let (got, want) = (run(dev, realize_scores).unwrap(), run(&Device::cpu(), realize_scores).unwrap());
+        for realized in [Realized::Probabilities, Realized::ScaledScores, Realized::BareScores] {
+            let (got, want) = (run(dev, realized).unwrap(), run(&Device::cpu(), realized).unwrap());
             let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0f32, f32::max);
-            assert!(worst < 1e-5, "{label} (scores realized: {realize_scores}): off by {worst:e}");
+            assert!(worst < 1e-5, "{label} ({realized:?} realized): off by {worst:e}");
         }
     }
 }

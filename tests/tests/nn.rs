@@ -196,8 +196,11 @@ fn layers_with_impossible_fields_are_errors() {
     let empty = Conv2d { weight: z(&[0, 4, 3, 3]), bias: None, config: conv.config };
     let model = Sequential::new(vec![Layer::Conv2d(empty)]).quantize(QuantFormat::INT8).unwrap();
     assert!(!model.layers[0].is_quantized());
-    let e = conv.quantize(QuantFormat { bits: 0, group: None }).unwrap_err().to_string();
+    let no_bits = QuantFormat { bits: 0, group: None };
+    let e = conv.quantize(no_bits).unwrap_err().to_string();
     assert!(e.contains("Conv2d") && e.contains("0 bits"), "{e}");
+    let e = Sequential::new(vec![Layer::Conv2d(conv.clone())]).quantize(no_bits).unwrap_err().to_string();
+    assert!(e.contains("Sequential::quantize") && e.contains("0 bits"), "{e}");
     let headless = CausalSelfAttention { heads: 0, ..CausalSelfAttention::new(&dev, k, 8, 2).unwrap() };
     let e = err(headless.forward(&z(&[1, 4, 8]), None));
     assert!(e.contains("CausalSelfAttention") && e.contains("0 heads"), "{e}");

@@ -56,7 +56,14 @@ impl Gpu {
             let some = matmul_family::check(&device, &sampled, Coverage::Sample { every: 3, offset: 0 });
             let some = some.await.map_err(js_err)?;
             let list = |v: &[String]| format!("[{}]", v.iter().map(|s| quote(s)).collect::<Vec<_>>().join(","));
-            let failures = [all.failures, some.failures].concat();
+            // A config refused is refused in both runs: each failure once;
+            // the skipped configs are the same in both.
+            let mut failures = all.failures;
+            for f in some.failures {
+                if !failures.contains(&f) {
+                    failures.push(f);
+                }
+            }
             let (skipped, failures) = (list(&all.skipped), list(&failures));
             let checked = all.checked + some.checked;
             Ok(format!("{{\"checked\":{checked},\"skipped\":{skipped},\"failures\":{failures}}}").into())

@@ -9,7 +9,7 @@ use js_sys::{Float32Array, Promise, Uint8Array};
 use kiln::{DType, Key, Tensor};
 use kiln_gpt::{Corpus, Gpt, GptConfig, Sampling, TrainConfig, Vocab, generate, load_model};
 use kiln_nn::checkpoint::Checkpoint;
-use kiln_nn::{CausalSelfAttention, causal_attention};
+use kiln_nn::{CausalSelfAttention, causal_attention, causal_attention_flops};
 use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -244,7 +244,7 @@ impl AttentionLayer {
     /// `context²` products, the masked half counted.
     #[wasm_bindgen(getter)]
     pub fn attention_flops(&self) -> f64 {
-        4.0 * (self.context * self.context * 128) as f64
+        causal_attention_flops(self.heads[0].shape())
     }
 }
 

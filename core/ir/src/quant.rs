@@ -27,8 +27,8 @@ impl QuantFormat {
         QuantFormat { bits: 4, group: Some(group) }
     }
 
-    /// Values per u32 word (0 for a format of no bits, which
-    /// [`QuantFormat::shapes`] refuses).
+    /// Values per u32 word (0 for no bits or more than 32, widths that
+    /// [`QuantFormat::check_bits`] refuses).
     pub fn per_word(self) -> usize {
         32usize.checked_div(self.bits as usize).unwrap_or(0)
     }

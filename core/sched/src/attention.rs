@@ -83,7 +83,7 @@ fn softmax_of_scores(p: &Node, only: &dyn Fn(&Node, usize) -> bool) -> Option<Pa
     let max = broadcast_source(&max_b);
     let reduces = |r: &Node, op: ReduceOp, of: &Node| {
         matches!(r.prim(), Prim::Reduce { op: o, axes, keepdim: true } if *o == op && axes == &[last])
-            && r.inputs().first().is_some_and(|i| i.id() == of.id())
+            && live_inputs(r).first().is_some_and(|i| i.id() == of.id())
     };
     let read_once = [p, &d, &sum, &max].into_iter().chain([&sum_b, &max_b]).all(|n| only(n, 1));
     let fits = reduces(&sum, ReduceOp::Sum, &e)
@@ -109,6 +109,9 @@ fn softmax_of_scores(p: &Node, only: &dyn Fn(&Node, usize) -> bool) -> Option<Pa
 /// through elementwise nodes of that shape, each on the way (and the
 /// matmul) read once: then the walk holds `s` as that matmul's epilogue.
 fn of_one_matmul(s: &Node, only: &dyn Fn(&Node, usize) -> bool) -> bool {
+    if s.realized_value().is_some() {
+        return false;
+    }
     if matches!(s.prim(), Prim::Matmul) {
         return true;
     }
@@ -167,7 +170,7 @@ fn leads_to_matmul(
 /// visible key of would weigh only the keys the kernel walks.)
 fn hides_later_keys(s: &Node) -> bool {
     let Prim::Where = s.prim() else { return false };
-    let [cond, x, y] = &s.inputs()[..] else { return false };
+    let [cond, x, y] = &live_inputs(s)[..] else { return false };
     let cond = broadcast_source(cond);
     let Prim::Binary(op) = cond.prim() else { return false };
     // (whether the key is the left operand, whether true means seen)
@@ -178,7 +181,7 @@ fn hides_later_keys(s: &Node) -> bool {
         BinaryOp::Lt => (false, false),
         _ => return false,
     };
-    let [a, b] = &cond.inputs()[..] else { return false };
+    let [a, b] = &live_inputs(&cond)[..] else { return false };
     let (k, q) = if key_left { (a, b) } else { (b, a) };
     let fill = if seen { y } else { x };
     let (Some((0, key)), Some((1, query))) = (arange_axis(k), arange_axis(q)) else { return false };
@@ -212,11 +215,11 @@ fn arange_axis(n: &Node) -> Option<(usize, Arange)> {
             (dtype.is_int() && whole && rises).then_some((0, arange))
         }
         // Right-aligned: the axis keeps its place counted from the last.
-        Prim::Expand { .. } => arange_axis(n.inputs().first()?),
+        Prim::Expand { .. } => arange_axis(live_inputs(n).first()?),
         // Only a reshape that moves the arange's one long axis among unit
         // ones (of a broadcast, it would interleave copies).
         Prim::Reshape { shape } => {
-            let input = n.inputs().first()?.clone();
+            let input = live_inputs(n).first()?.clone();
             let (_, inner) = arange_axis(&input)?;
             let long = |dims: &[usize]| -> Vec<(usize, usize)> {
                 dims.iter().rev().copied().enumerate().filter(|&(_, d)| d != 1).collect()
@@ -243,7 +246,7 @@ fn masks_within(x: &Node) -> bool {
             Prim::Where => return true,
             Prim::Fill { value, .. } if *value <= HIDDEN_FILL_MAX => return true,
             Prim::Unary(_) | Prim::Binary(_) | Prim::Cast { .. } | Prim::Expand { .. } | Prim::Reshape { .. } => {
-                todo.extend(n.inputs());
+                todo.extend(live_inputs(&n));
             }
             _ => {}
         }
@@ -256,18 +259,22 @@ fn hidden(n: &Node) -> bool {
     matches!(broadcast_source(n).prim(), Prim::Fill { value, .. } if *value <= HIDDEN_FILL_MAX)
 }
 
-// A realized node keeps its prim but drops its inputs: the matchers below
-// see it as a leaf (no inputs, no match), never index past them.
+/// `n`'s inputs, or none when it is realized: a realized node is a buffer
+/// to the matchers, whatever its prim (which it keeps; its inputs it drops
+/// unless a live trace still needs them).
+fn live_inputs(n: &Node) -> Vec<Node> {
+    if n.realized_value().is_some() { Vec::new() } else { n.inputs() }
+}
 
 fn unary(n: &Node, op: UnaryOp) -> Option<[Node; 1]> {
-    match (n.prim(), &n.inputs()[..]) {
+    match (n.prim(), &live_inputs(n)[..]) {
         (Prim::Unary(o), [x]) if *o == op => Some([x.clone()]),
         _ => None,
     }
 }
 
 fn binary(n: &Node, op: BinaryOp) -> Option<[Node; 2]> {
-    match (n.prim(), &n.inputs()[..]) {
+    match (n.prim(), &live_inputs(n)[..]) {
         (Prim::Binary(o), [a, b]) if *o == op => Some([a.clone(), b.clone()]),
         _ => None,
     }
@@ -275,7 +282,7 @@ fn binary(n: &Node, op: BinaryOp) -> Option<[Node; 2]> {
 
 /// What `n` broadcasts (itself when it is no `Expand`, or a realized one).
 fn broadcast_source(n: &Node) -> Node {
-    match (n.prim(), &n.inputs()[..]) {
+    match (n.prim(), &live_inputs(n)[..]) {
         (Prim::Expand { .. }, [x]) => x.clone(),
         _ => n.clone(),
     }

@@ -242,11 +242,12 @@ impl<'a> Scheduler<'a> {
     fn materialize_view_source(&mut self, n: &Node) -> Result<bool> {
         let mut views = Vec::new();
         let mut source = n.clone();
-        while matches!(source.prim(), Prim::Reshape { .. } | Prim::Permute { .. } | Prim::Slice { .. }) {
-            // A realized view is a buffer of its own: the walk stops there.
-            let Some(input) = source.inputs().first().cloned() else { break };
+        // A realized view is a buffer of its own: the walk stops there.
+        while matches!(source.prim(), Prim::Reshape { .. } | Prim::Permute { .. } | Prim::Slice { .. })
+            && source.realized_value().is_none()
+        {
             views.push(source.clone());
-            source = input;
+            source = source.inputs()[0].clone();
         }
         let Some(v) = self.vals.get(&source.id()).cloned() else { return Ok(false) };
         if views.is_empty() || !takes_as_epilogue(&v, source.shape()) {

@@ -88,6 +88,15 @@ pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, alibi: bool) -> Resu
     mix([q, k, v], alibi, &at.unsqueeze(1)?, &at.unsqueeze(0)?, None)
 }
 
+/// The floating-point operations of [`causal_attention`] over heads of
+/// `shape` `[B, heads, T, head_dim]`: its two `T × T` products, the masked
+/// half counted (as benchmarks count it, so that rates compare across
+/// versions of the kernel).
+pub fn causal_attention_flops(shape: &[usize]) -> f64 {
+    let [b, heads, t, head_dim] = shape[..] else { return 0.0 };
+    4.0 * (b * heads * t * t * head_dim) as f64
+}
+
 /// Softmax-weighted values of the keys at `key_pos` (`[1, Tk]`, i32) that
 /// a query at `query_pos` (`[Tq, 1]`) may see (the key is not after it, and
 /// `visible`, broadcast to `[B, heads, Tq, Tk]`, allows it): `[B, heads,
@@ -141,7 +150,7 @@ impl CausalSelfAttention {
     /// count it, so that rates compare across versions of the kernel).
     pub fn forward_flops(&self, time: usize) -> f64 {
         let (t, c) = (time as f64, self.dim() as f64);
-        2.0 * t * c * 4.0 * c + 4.0 * t * t * c
+        2.0 * t * c * 4.0 * c + causal_attention_flops(&[1, self.heads, time, self.head_dim()])
     }
 
     /// The projections' weights in `format` ([`Dense::quantize`]).
@@ -149,8 +158,10 @@ impl CausalSelfAttention {
         Ok(CausalSelfAttention { qkv: self.qkv.quantize(format)?, out: self.out.quantize(format)?, ..self.clone() })
     }
 
+    /// The width of one head (0 for a layer of no heads, which every
+    /// forward pass refuses).
     pub fn head_dim(&self) -> usize {
-        self.dim() / self.heads
+        self.dim().checked_div(self.heads).unwrap_or(0)
     }
 
     fn check(&self, x: &Tensor) -> Result<()> {

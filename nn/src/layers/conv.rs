@@ -182,7 +182,8 @@ pub(crate) fn convolve(
 ) -> Result<Tensor> {
     let Conv2dConfig { stride, padding, dilation, groups, .. } = *config;
     let [o, cg, kh, kw] = shape;
-    config.check(layer, cg * groups, o, [kh, kw])?;
+    // (With no groups, the per-group count stands for the input's.)
+    config.check(layer, cg * groups.max(1), o, [kh, kw])?;
     let expects =
         || format!("[N, {}, H, W] where a {kh}×{kw} kernel (padding {padding}, dilation {dilation}) fits", cg * groups);
     if x.rank() != 4 || x.shape()[1] != cg * groups {

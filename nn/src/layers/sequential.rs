@@ -122,6 +122,7 @@ impl Sequential {
     /// weights per output), stays float, as quantizers commonly keep the
     /// first layer; [`Layer::is_quantized`] tells which.
     pub fn quantize(&self, format: QuantFormat) -> Result<Sequential> {
+        format.check_bits("Sequential::quantize")?;
         let layers = self.layers.iter().map(|l| {
             Ok(match l {
                 Layer::Linear(l) if format.packs(l.inputs()) => Layer::QuantizedLinear(l.quantize(format)?),

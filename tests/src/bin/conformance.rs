@@ -41,7 +41,7 @@ fn main() {
     let (batch_passed, batch_failed) = kiln_conformance::batch_check::counts(&run.batching);
     println!("batching: {batch_passed} passed, {batch_failed} failed");
     println!("{passed} passed, {failed} failed");
-    if failed > 0 || grad_failed > 0 || !run.messages.is_empty() {
+    if failed > 0 || grad_failed > 0 || batch_failed > 0 || !run.messages.is_empty() {
         std::process::exit(1);
     }
 }
