@@ -16,7 +16,8 @@ fn check_pair(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
 /// is max-shifted, so large logits are safe). Labels outside `0..C` pick
 /// nothing (their row's loss is 0).
 pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
-    if logits.rank() != 2 || labels.rank() != 1 || labels.shape()[0] != logits.shape()[0] || !labels.dtype().is_int() {
+    let shapes_fit = logits.rank() == 2 && labels.rank() == 1 && labels.shape()[0] == logits.shape()[0];
+    if !shapes_fit {
         return Err(KilnError::Shape {
             op: "cross_entropy",
             detail: format!(
@@ -25,6 +26,12 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
                 labels.dtype(),
                 labels.shape()
             ),
+        });
+    }
+    if !labels.dtype().is_int() {
+        return Err(KilnError::DType {
+            op: "cross_entropy",
+            detail: format!("needs i32/u32 labels, got {} labels {:?}", labels.dtype(), labels.shape()),
         });
     }
     let targets = labels.one_hot(logits.shape()[1], logits.dtype())?;

@@ -4,7 +4,8 @@ use kiln::prelude::*;
 
 /// The fraction of rows of `logits [N, C]` whose argmax equals `labels [N]`.
 pub fn accuracy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
-    if logits.rank() != 2 || labels.shape() != [logits.shape()[0]] || labels.dtype() != DType::I32 {
+    let shapes_fit = logits.rank() == 2 && labels.shape() == [logits.shape()[0]];
+    if !shapes_fit {
         return Err(KilnError::Shape {
             op: "accuracy",
             detail: format!(
@@ -13,6 +14,12 @@ pub fn accuracy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
                 labels.dtype(),
                 labels.shape()
             ),
+        });
+    }
+    if labels.dtype() != DType::I32 {
+        return Err(KilnError::DType {
+            op: "accuracy",
+            detail: format!("needs i32 labels, got {} labels {:?}", labels.dtype(), labels.shape()),
         });
     }
     logits.argmax(Some(-1), false)?.eq(labels)?.cast(DType::F32)?.mean(&[], false)

@@ -163,8 +163,13 @@ fn bad_inputs_name_the_layer_and_the_shapes() {
     let labels = Tensor::zeros(&dev, &[3], DType::I32).unwrap();
     let e = err(loss::cross_entropy(&z(&[4, 10]), &labels));
     assert!(e.contains("cross_entropy") && e.contains("[4, 10]") && e.contains("[3]"), "{e}");
-    let e = err(loss::cross_entropy(&z(&[3, 10]), &z(&[3])));
-    assert!(e.contains("cross_entropy") && e.contains("f32"), "{e}");
+    let wrong = loss::cross_entropy(&z(&[3, 10]), &z(&[3])).unwrap_err();
+    assert!(
+        matches!(wrong, KilnError::DType { op: "cross_entropy", .. }) && wrong.to_string().contains("f32"),
+        "{wrong}"
+    );
+    let wrong = metrics::accuracy(&z(&[3, 10]), &z(&[3])).unwrap_err();
+    assert!(matches!(wrong, KilnError::DType { op: "accuracy", .. }) && wrong.to_string().contains("f32"), "{wrong}");
     let e = err(loss::mse(&z(&[3, 2]), &z(&[2, 3])));
     assert!(e.contains("mse") && e.contains("[3, 2]") && e.contains("[2, 3]"), "{e}");
     let e = err(loss::binary_cross_entropy_with_logits(&z(&[3]), &z(&[4])));
