@@ -35,7 +35,7 @@ pub fn gpt(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
             after.kernels_launched - before.kernels_launched,
             after.submits - before.submits
         );
-        out(Record::rate(bench, cx.adapter, t, config.tokens_per_step() as f64, "characters/s").note(note));
+        out(Record::rate(bench, cx.adapter, t, config.tokens_per_step() as f64, "characters/s").page_note(note));
     }
     for context in [128, 512, 2048] {
         let bench = format!("causal attention T={context} (width 128, 4 heads)");
@@ -96,5 +96,5 @@ fn against_fma(cx: &Ctx, bench: &str, flops: f64, note: String, run: &dyn Fn() -
         crate::measure::time_paired(Reps(cx.reps.0.min(3)), || (cx.ceilings.fma_run)().map_err(KilnError::Gpu), run)?;
     Ok(Record::rate(bench, cx.adapter, p.timing, flops / 1e9, "GFLOP/s")
         .fraction(p.fraction(flops, cx.ceilings.fma_flops))
-        .note(note))
+        .page_note(note))
 }

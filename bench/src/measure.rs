@@ -90,6 +90,10 @@ pub struct Record {
     pub ceiling_fraction: Option<f64>,
     /// Free-form detail, e.g. the matmul config the tuner chose.
     pub note: String,
+    /// Whether the generated page lists the note (what the figure alone
+    /// does not say: kernels per step, a weight product's GFLOP/s); every
+    /// note goes to the JSON lines.
+    pub note_on_page: bool,
 }
 
 impl Record {
@@ -104,6 +108,7 @@ impl Record {
             spread: (work / t.max, work / t.min),
             ceiling_fraction: None,
             note: String::new(),
+            note_on_page: false,
         }
     }
 
@@ -117,6 +122,7 @@ impl Record {
             spread: (t.min * scale, t.max * scale),
             ceiling_fraction: None,
             note: String::new(),
+            note_on_page: false,
         }
     }
 
@@ -128,6 +134,12 @@ impl Record {
     pub fn note(mut self, note: impl Into<String>) -> Record {
         self.note = note.into();
         self
+    }
+
+    /// The note, listed on the generated page too.
+    pub fn page_note(mut self, note: impl Into<String>) -> Record {
+        self.note_on_page = true;
+        self.note(note)
     }
 
     pub fn json(&self) -> String {

@@ -40,14 +40,14 @@ fn is_config_note(r: &Record) -> bool {
     !r.note.is_empty() && r.bench.starts_with("matmul") && !r.bench.contains('/')
 }
 
-/// The other rows' notes (kernels per step, side ceilings, what a row
-/// counts): one line per row where every adapter's note is the same, one
-/// per adapter otherwise.
+/// The notes meant for the page ([`Record::page_note`]: kernels per step,
+/// a weight product's GFLOP/s, what a row counts): one line per row where
+/// every adapter's note is the same, one per adapter otherwise.
 fn other_notes(records: &[Record], benches: &[&str]) -> Vec<String> {
     let mut lines = Vec::new();
     for b in benches {
         let row: Vec<&Record> = records.iter().filter(|r| r.bench == *b).collect();
-        let noted: Vec<&Record> = row.iter().copied().filter(|r| !r.note.is_empty() && !is_config_note(r)).collect();
+        let noted: Vec<&Record> = row.iter().copied().filter(|r| r.note_on_page).collect();
         match noted.first() {
             Some(first) if noted.len() == row.len() && noted.iter().all(|r| r.note == first.note) => {
                 lines.push(format!("- {b}: {}", first.note))
@@ -110,6 +110,7 @@ mod tests {
             spread: (median, median),
             ceiling_fraction: None,
             note: note.into(),
+            note_on_page: !note.is_empty() && !bench.starts_with("matmul"),
         }
     }
 
@@ -131,6 +132,7 @@ mod tests {
             record("attention", "a", 1.0, "projections included"),
             record("attention", "b", 1.0, "projections included"),
             record("copy", "a", 1.0, ""),
+            record("matmul 1024³ 8x8/8x1", "a", 1.0, "8x8/8x1; FMA ceiling alongside"),
             record("once", "a", 1.0, "only here"),
             record("once", "b", 1.0, ""),
         ];
@@ -138,7 +140,7 @@ mod tests {
         assert!(table.contains("- matmul 256³ on a: f32:m1n1k1 tuned"), "{table}");
         assert!(table.contains("- step on a: 45 kernels per step\n- step on b: 47 kernels per step"), "{table}");
         assert!(table.contains("- attention: projections included\n"), "{table}");
-        assert!(!table.contains("- copy"), "{table}");
+        assert!(!table.contains("- copy") && !table.contains("8x8/8x1;"), "{table}");
         assert!(table.contains("- once on a: only here"), "{table}");
     }
 }

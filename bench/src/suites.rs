@@ -190,7 +190,7 @@ impl Ctx<'_> {
         let flops = 2.0 * (batch * k * n) as f64 / p.timing.median / 1e9;
         Ok(Record::rate(bench, self.adapter, p.timing, bytes / 1e9, "GB/s")
             .fraction(p.fraction(bytes, self.ceilings.copy_bytes))
-            .note(format!(
+            .page_note(format!(
                 "{flops:.1} GFLOP/s; weights {:.1} MiB; copy ceiling alongside: {copy:.2} GB/s",
                 weight_bytes as f64 / (1 << 20) as f64
             )))
@@ -472,7 +472,7 @@ fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         let kernels = cx.dev.stats().kernels_launched - before;
         let t = time(cx.reps, || wait(&kiln::block_on(trainer.step())?))?;
         cx.print_profile(&mut || wait(&kiln::block_on(trainer.step())?))?;
-        out(Record::duration(&bench, cx.adapter, t, 1e3, "ms").note(format!("{kernels} kernels per step")));
+        out(Record::duration(&bench, cx.adapter, t, 1e3, "ms").page_note(format!("{kernels} kernels per step")));
         let bench = format!("{model} epoch (demo loop)");
         if model == ModelKind::Mlp && precision == DType::F32 && cx.wants(&bench) {
             out(demo_epoch(cx, &bench, &mut trainer)?);
@@ -572,7 +572,7 @@ fn per_example(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
         v.median / batched.median,
         batched.median * 1e3
     );
-    out(Record::duration(vmapped, cx.adapter, v, 1e3, "ms").note(note));
+    out(Record::duration(vmapped, cx.adapter, v, 1e3, "ms").page_note(note));
     out(Record::duration(looped, cx.adapter, l, 1e3, "ms").note(format!("{batch} grad calls, realized together")));
     Ok(())
 }

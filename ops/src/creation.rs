@@ -13,7 +13,7 @@ impl Tensor {
 
     /// A tensor of `dtype` from f64 values (rounded or wrapped to the dtype).
     pub fn from_f64(device: &Device, values: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let n = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let n = kiln_core::shape::checked_numel(shape);
         if n != Some(values.len()) {
             let elements = n.map_or("more than fit in memory".into(), |n| format!("{n} elements"));
             return Err(KilnError::Shape {

@@ -194,11 +194,7 @@ fn threefry(ks: &KeySchedule, hi: &Tensor, lo: &Tensor) -> Result<[Tensor; 2]> {
 
 /// Both hash words of element `i`'s counter `(0, i)`, in `shape`.
 fn hash_words(op: &'static str, dev: &Device, key: impl KeyArg, shape: &[usize]) -> Result<[Tensor; 2]> {
-    let n = if shape.contains(&0) {
-        0
-    } else {
-        shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).unwrap_or(usize::MAX)
-    };
+    let n = if shape.contains(&0) { 0 } else { kiln_core::shape::checked_numel(shape).unwrap_or(usize::MAX) };
     if n as u64 > u32::MAX as u64 {
         return Err(KilnError::Shape {
             op,

@@ -92,7 +92,7 @@ pub struct Family {
 }
 
 /// Which (case, config) pairs a run checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum Coverage {
     /// Every pair where the config can run the case.
     Every,
@@ -102,13 +102,17 @@ pub enum Coverage {
     /// adapters with other offsets check other pairs. For adapters where
     /// compiling is slow.
     Sample { every: usize, offset: usize },
+    /// Every pair for the cases `always` names, the others sampled as
+    /// `Sample { every, offset: 0 }` (the browser: its compiles are slow).
+    EveryFor { always: fn(&str) -> bool, every: usize },
 }
 
 impl Coverage {
-    fn includes(self, case: usize, config: usize) -> bool {
+    fn includes(self, case: usize, what: &str, config: usize) -> bool {
         match self {
             Coverage::Every => true,
             Coverage::Sample { every, offset } => (case + config + offset).is_multiple_of(every),
+            Coverage::EveryFor { always, every } => always(what) || (case + config).is_multiple_of(every),
         }
     }
 }
@@ -144,7 +148,7 @@ async fn check_forcing(dev: &Device, cases: &[Case], coverage: Coverage) -> Resu
             let eligible = !config.vec || config.tex || what.contains("vec4") || what.starts_with("ragged");
             // Packed operands through the scalar configs: the "f16 operands" case.
             let eligible = eligible && (config.vec || !what.starts_with("f16 vec4"));
-            if !eligible || !coverage.includes(case, index) {
+            if !eligible || !coverage.includes(case, what, index) {
                 continue;
             }
             checked_configs[index] = true;

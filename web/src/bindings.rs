@@ -46,27 +46,15 @@ impl Gpu {
     /// split over dispatches) on about one config in three, as natively.
     /// Resolves to `{"checked": n, "skipped": [reason], "failures": [what]}`.
     pub fn matmul_family(&self) -> Promise {
-        use matmul_family::Coverage;
         let device = self.device.clone();
         future_to_promise(async move {
-            let wanted =
+            let always =
                 |w: &str| w.starts_with("ragged") || w.starts_with("vec4-eligible relu") || w.contains("column panels");
-            let (every, sampled): (Vec<_>, Vec<_>) = matmul_family::CASES.into_iter().partition(|(w, _)| wanted(w));
-            let all = matmul_family::check(&device, &every, Coverage::Every).await.map_err(js_err)?;
-            let some = matmul_family::check(&device, &sampled, Coverage::Sample { every: 3, offset: 0 });
-            let some = some.await.map_err(js_err)?;
+            let coverage = matmul_family::Coverage::EveryFor { always, every: 3 };
+            let family = matmul_family::check(&device, &matmul_family::CASES, coverage).await.map_err(js_err)?;
             let list = |v: &[String]| format!("[{}]", v.iter().map(|s| quote(s)).collect::<Vec<_>>().join(","));
-            // A config refused is refused in both runs: each failure once;
-            // the skipped configs are the same in both.
-            let mut failures = all.failures;
-            for f in some.failures {
-                if !failures.contains(&f) {
-                    failures.push(f);
-                }
-            }
-            let (skipped, failures) = (list(&all.skipped), list(&failures));
-            let checked = all.checked + some.checked;
-            Ok(format!("{{\"checked\":{checked},\"skipped\":{skipped},\"failures\":{failures}}}").into())
+            let (skipped, failures) = (list(&family.skipped), list(&family.failures));
+            Ok(format!("{{\"checked\":{},\"skipped\":{skipped},\"failures\":{failures}}}", family.checked).into())
         })
     }
 

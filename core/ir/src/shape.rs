@@ -10,6 +10,11 @@ pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// [`numel`] for a shape a user gave: `None` past `usize::MAX`.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
 pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     let mut strides = vec![0isize; shape.len()];
     let mut acc = 1isize;
