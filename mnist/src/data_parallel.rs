@@ -79,6 +79,20 @@ fn fingerprint(value: impl Hash) -> u64 {
     h.finish()
 }
 
+/// This program's executable, hashed: every rank must run the same build
+/// (the same kiln and the same model code), not merely the same version
+/// number, which every commit shares.
+fn program_fingerprint() -> Result<u64> {
+    let exe = std::env::current_exe()
+        .map_err(|e| KilnError::Invalid { op: "data parallel", detail: format!("finding this program: {e}") })?;
+    let bytes = std::fs::read(&exe).map_err(|e| KilnError::File {
+        op: "data parallel",
+        path: exe.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    Ok(fingerprint(bytes))
+}
+
 impl DataParallelTrainer {
     /// A fresh run over `mesh`: the weights `Trainer::new` would draw from
     /// `config.seed`, copied to every rank. Every process must pass the
@@ -114,14 +128,15 @@ impl DataParallelTrainer {
         steps: u64,
     ) -> Result<DataParallelTrainer> {
         let collective = mesh.collective();
-        collective.agree("kiln's version", fingerprint(env!("CARGO_PKG_VERSION")))?;
+        collective.agree("the program (its executable's bytes)", program_fingerprint()?)?;
         collective.agree("the model", fingerprint(config.model.name()))?;
         collective.agree("the seed", config.seed)?;
         collective.agree("the batch size", config.batch_size as u64)?;
         collective.agree("the epochs", config.epochs as u64)?;
         collective.agree("the learning rate", config.lr.to_bits())?;
         collective.agree("the precision", fingerprint(config.precision.name()))?;
-        collective.agree("the training set", fingerprint((data.train.len(), &data.train.labels)))?;
+        let images: Vec<u32> = data.train.images.iter().map(|v| v.to_bits()).collect();
+        collective.agree("the training set", fingerprint((&images, &data.train.labels)))?;
         collective.agree("the step", steps)?;
         // Each rank's gradient is unscaled, so only f32 steps split.
         if config.precision != DType::F32 {

@@ -152,9 +152,27 @@ async fn run(args: Args) -> Result<()> {
         return gpt::run(&args).await;
     }
     let model: ModelKind = args.model.parse()?;
-    let options = DeviceOptions { adapter: args.adapter.clone(), ..DeviceOptions::default() };
     #[cfg(feature = "mpi")]
-    let world = args.data_parallel.then(kiln_shard::MpiWorld::init).transpose()?;
+    {
+        let world = args.data_parallel.then(kiln_shard::MpiWorld::init).transpose()?.map(Arc::new);
+        let result = mnist(&args, model, world.clone()).await;
+        if let (Err(e), Some(world)) = (&result, world) {
+            world.abort(e);
+        }
+        result
+    }
+    #[cfg(not(feature = "mpi"))]
+    mnist(&args, model).await
+}
+
+/// The MNIST model's run: evaluate a checkpoint, or train (on the ranks of
+/// `world` with `--data-parallel`).
+async fn mnist(
+    args: &Args,
+    model: ModelKind,
+    #[cfg(feature = "mpi")] world: Option<Arc<kiln_shard::MpiWorld>>,
+) -> Result<()> {
+    let options = DeviceOptions { adapter: args.adapter.clone(), ..DeviceOptions::default() };
     #[cfg(feature = "mpi")]
     let root = world.as_ref().is_none_or(|w| w.rank() == 0);
     #[cfg(not(feature = "mpi"))]
@@ -216,7 +234,7 @@ async fn run(args: Args) -> Result<()> {
             }
             None => kiln_mnist::DataParallelTrainer::new(&mesh, data, config()).await?,
         };
-        return train(&mut trainer, &args).await;
+        return train(&mut trainer, args).await;
     }
     let mut trainer = match &args.resume {
         Some(path) => {
@@ -226,7 +244,7 @@ async fn run(args: Args) -> Result<()> {
         }
         None => Trainer::new(&dev, data, config())?,
     };
-    train(&mut trainer, &args).await
+    train(&mut trainer, args).await
 }
 
 async fn train(trainer: &mut impl Training, args: &Args) -> Result<()> {

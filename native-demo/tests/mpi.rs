@@ -2,7 +2,8 @@
 //! single-process run of the same global batch, bit-identical repeats (one
 //! of them resumed from a checkpoint halfway), and
 //! a rank that dies, hangs or runs another config stopping the job with an
-//! error in bounded time.
+//! error in bounded time, as does one that cannot start or runs another
+//! build.
 #![cfg(feature = "mpi")]
 
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const STEPS: &str = "100";
+const DEMO: &str = env!("CARGO_BIN_EXE_native-demo");
 
 fn out_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kiln-mpi-test-{}-{name}", std::process::id()));
@@ -50,7 +52,7 @@ fn losses(path: &Path) -> Vec<f32> {
 fn two_ranks(out: &Path, steps: &str, extra: &[&str]) -> Vec<f32> {
     let losses_file = out.join("losses.json");
     let o = mpirun()
-        .args(["-n", "2", env!("CARGO_BIN_EXE_native-demo"), "--data-parallel"])
+        .args(["-n", "2", DEMO, "--data-parallel"])
         .args(demo_args(out, "1", steps, &[&["--losses", losses_file.to_str().unwrap()], extra].concat()))
         .output()
         .unwrap();
@@ -62,7 +64,7 @@ fn two_ranks(out: &Path, steps: &str, extra: &[&str]) -> Vec<f32> {
 fn two_ranks_give_the_single_process_losses_and_repeat_bit_for_bit() {
     let single_out = out_dir("single");
     let single_file = single_out.join("losses.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_native-demo"))
+    let o = Command::new(DEMO)
         .args(demo_args(&single_out, "1", STEPS, &["--losses", single_file.to_str().unwrap()]))
         .output()
         .unwrap();
@@ -96,7 +98,7 @@ fn two_ranks_give_the_single_process_losses_and_repeat_bit_for_bit() {
 fn job_with_fault(name: &str, fault: &str, timeout_s: &str, limit: Duration) -> Output {
     let out = out_dir(name);
     let mut job: Child = mpirun()
-        .args(["-n", "2", env!("CARGO_BIN_EXE_native-demo"), "--data-parallel"])
+        .args(["-n", "2", DEMO, "--data-parallel"])
         .args(demo_args(&out, "50", "100000", &[]))
         .env("KILN_MPI_TIMEOUT", timeout_s)
         .stdout(Stdio::piped())
@@ -116,19 +118,44 @@ fn job_with_fault(name: &str, fault: &str, timeout_s: &str, limit: Duration) -> 
     };
     // Let both ranks reach their first exchanges.
     std::thread::sleep(Duration::from_secs(3));
-    let signalled = Instant::now();
     assert!(Command::new("kill").args([fault, &ranks[1]]).status().unwrap().success());
+    finish_within(job, limit, &format!("{fault} to a rank"))
+}
+
+/// The job's output once it has ended, which it must within `limit` (of `after`).
+fn finish_within(mut job: Child, limit: Duration, after: &str) -> Output {
+    let started = Instant::now();
     loop {
         if job.try_wait().unwrap().is_some() {
-            break;
+            return job.wait_with_output().unwrap();
         }
-        if signalled.elapsed() > limit {
+        if started.elapsed() > limit {
             let _ = job.kill();
-            panic!("the job still runs {:?} after {fault} to a rank", limit);
+            panic!("the job still runs {limit:?} after {after}");
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    job.wait_with_output().unwrap()
+}
+
+/// A 2-rank job whose ranks run `first` and `second` (a program and more
+/// demo arguments), started with an exchange deadline far beyond `limit`:
+/// it must end with an error within `limit` (its output returned).
+fn mismatched_job(name: &str, first: (&str, &[&str]), second: (&str, &[&str]), limit: Duration) -> Output {
+    let out = out_dir(name);
+    let job = mpirun()
+        .args(["-n", "1", first.0, "--data-parallel"])
+        .args(demo_args(&out, "1", STEPS, first.1))
+        .arg(":")
+        .args(["-n", "1", second.0, "--data-parallel"])
+        .args(demo_args(&out, "1", STEPS, second.1))
+        .env("KILN_MPI_TIMEOUT", "600")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = finish_within(job, limit, "its start");
+    assert!(!o.status.success());
+    o
 }
 
 #[test]
@@ -149,17 +176,35 @@ fn a_hung_rank_stops_the_job_at_the_deadline() {
 
 #[test]
 fn ranks_with_different_configs_stop_with_an_error() {
-    let out = out_dir("mismatch");
-    let demo = env!("CARGO_BIN_EXE_native-demo");
-    let o = mpirun()
-        .args(["-n", "1", demo, "--data-parallel", "--seed", "1"])
-        .args(demo_args(&out, "1", STEPS, &[]))
-        .arg(":")
-        .args(["-n", "1", demo, "--data-parallel", "--seed", "2"])
-        .args(demo_args(&out, "1", STEPS, &[]))
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
+    let limit = Duration::from_secs(120);
+    let o = mismatched_job("mismatch", (DEMO, &["--seed", "1"]), (DEMO, &["--seed", "2"]), limit);
     let t = text(&o);
     assert!(t.contains("the seed differs between rank 0 and rank(s) [1]"), "{t}");
+    let o = mismatched_job("mismatch-batch", (DEMO, &[]), (DEMO, &["--batch-size", "32"]), limit);
+    let t = text(&o);
+    assert!(t.contains("the batch size differs between rank 0 and rank(s) [1]"), "{t}");
+}
+
+/// Ranks running different builds stop with an error: a copy of the demo
+/// with one byte appended (it still runs) stands for another commit's build.
+#[test]
+fn ranks_running_different_builds_stop_with_an_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let other = out_dir("other-build").join("native-demo");
+    let mut bytes = std::fs::read(DEMO).unwrap();
+    bytes.push(0);
+    std::fs::write(&other, bytes).unwrap();
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = mismatched_job("other-build", (DEMO, &[]), (other.to_str().unwrap(), &[]), Duration::from_secs(120));
+    let t = text(&o);
+    assert!(t.contains("the program (its executable's bytes) differs between rank 0 and rank(s) [1]"), "{t}");
+}
+
+/// A rank that fails before its first exchange (here, no data) stops the
+/// whole job at once with its reason, not at the others' deadline.
+#[test]
+fn a_rank_that_cannot_start_stops_the_job_with_its_reason() {
+    let o = mismatched_job("no-data", (DEMO, &[]), (DEMO, &["--data", "/nonexistent-mnist"]), Duration::from_secs(120));
+    let t = text(&o);
+    assert!(t.contains("rank 1 of 2") && t.contains("/nonexistent-mnist"), "{t}");
 }

@@ -56,6 +56,26 @@ impl Collective for InProcess {
     }
 }
 
+/// A shared world, so that its owner can still reach it (to stop the job
+/// on an error) once a mesh holds it.
+impl<C: Collective + ?Sized> Collective for std::sync::Arc<C> {
+    fn world_size(&self) -> usize {
+        (**self).world_size()
+    }
+
+    fn local_ranks(&self) -> Range<usize> {
+        (**self).local_ranks()
+    }
+
+    fn all_gather(&self, local: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+        (**self).all_gather(local)
+    }
+
+    fn agree(&self, what: &str, value: u64) -> Result<()> {
+        (**self).agree(what, value)
+    }
+}
+
 pub(crate) fn expect_local_parts(c: &dyn Collective, given: usize) -> Result<()> {
     let want = c.local_ranks().len();
     if given != want {

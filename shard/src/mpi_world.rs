@@ -63,6 +63,16 @@ impl MpiWorld {
         self.rank
     }
 
+    /// Stop every rank of the job now (`MPI_Abort`), after printing why on
+    /// this one. A rank that fails on its own (no adapter, no data) must
+    /// not leave the others waiting for it until the exchange deadline;
+    /// and finalizing MPI, as returning would, can itself wait for them.
+    pub fn abort(&self, why: &dyn std::fmt::Display) -> ! {
+        eprintln!("error: rank {} of {}: {why}", self.rank, self.size);
+        let comm = self.comm.lock().unwrap_or_else(|e| e.into_inner());
+        comm.world.abort(1)
+    }
+
     /// Wait for a non-blocking exchange, or abort the whole job once the
     /// deadline passes: a collective cannot be cancelled, and a rank that
     /// died or hung would otherwise keep this one waiting.

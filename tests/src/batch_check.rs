@@ -22,7 +22,9 @@ pub struct BatchRow {
     pub outcomes: Vec<Option<Outcome>>,
 }
 
-/// The realized nodes `out` is computed from, each once.
+/// The realized nodes `out` is computed from, each once, in the order of
+/// the arguments that first reach them (so a case's first input is its
+/// first operand's: `x` of `x.matmul(w)`).
 fn inputs_of(out: &Node) -> Vec<Node> {
     let mut found = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -33,7 +35,7 @@ fn inputs_of(out: &Node) -> Vec<Node> {
         }
         match n.realized_value() {
             Some(_) => found.push(n),
-            None => stack.extend(n.inputs()),
+            None => stack.extend(n.inputs().into_iter().rev()),
         }
     }
     found
@@ -50,7 +52,7 @@ fn replay(out: &Node, inputs: &[Node], with: &[Node]) -> Result<Node> {
 }
 
 /// `x` with its elements in reverse (flat) order.
-fn reversed(x: &Node) -> Result<Node> {
+pub(crate) fn reversed(x: &Node) -> Result<Node> {
     let n = x.shape().iter().product::<usize>();
     let flat = Node::new(Prim::Reshape { shape: vec![n] }, vec![x.clone()])?;
     let spec = SliceSpec { start: n.saturating_sub(1), len: n, step: -1 };
@@ -58,7 +60,7 @@ fn reversed(x: &Node) -> Result<Node> {
     Node::new(Prim::Reshape { shape: x.shape().to_vec() }, vec![back])
 }
 
-fn failed(msg: String) -> Outcome {
+pub(crate) fn failed(msg: String) -> Outcome {
     Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) }
 }
 
@@ -145,26 +147,41 @@ async fn versus_stacked(out: &Tensor, inputs: &[Node], batched: usize, dev: &Dev
 /// Every case (whose op contains `filter`) batched, on the CPU reference and each adapter.
 #[cfg(not(target_arch = "wasm32"))]
 pub async fn run(found: &[crate::adapters::Found], filter: Option<&str>) -> Vec<BatchRow> {
-    let cpu = Device::cpu();
     let cases: Vec<Case> =
         crate::cases::all().into_iter().filter(|c| filter.is_none_or(|f| c.op.contains(f))).collect();
+    rows_on(found, &cases, |c| (c.op, c.detail.clone()), |case, device| pollster::block_on(check(case, device)))
+}
+
+/// `check` of every case on the CPU reference and each adapter, the
+/// devices at once: one row per case, named by `name`.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn rows_on<C: Sync>(
+    found: &[crate::adapters::Found],
+    cases: &[C],
+    name: impl Fn(&C) -> (&'static str, String),
+    check: impl Fn(&C, &Device) -> Option<Outcome> + Sync,
+) -> Vec<BatchRow> {
+    let cpu = Device::cpu();
     let devices: Vec<&Device> = std::iter::once(&cpu).chain(found.iter().map(|f| &f.device)).collect();
-    let columns = crate::adapters::at_once(&devices, |device| {
-        cases.iter().map(|case| pollster::block_on(check(case, device))).collect::<Vec<_>>()
-    });
+    let columns =
+        crate::adapters::at_once(&devices, |device| cases.iter().map(|case| check(case, device)).collect::<Vec<_>>());
     cases
-        .into_iter()
+        .iter()
         .enumerate()
-        .map(|(i, case)| BatchRow { op: case.op, detail: case.detail, outcomes: crate::adapters::row(&columns, i) })
+        .map(|(i, case)| {
+            let (op, detail) = name(case);
+            BatchRow { op, detail, outcomes: crate::adapters::row(&columns, i) }
+        })
         .collect()
 }
 
-pub fn failures(rows: &[BatchRow], columns: &[String]) -> Vec<String> {
+/// Each failed check, named by `kind` ("vmap", "vmap(grad)"), the case and the column.
+pub fn failures(kind: &str, rows: &[BatchRow], columns: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     for r in rows {
         for (name, o) in columns.iter().zip(&r.outcomes) {
             if let Some(f) = o.as_ref().and_then(|o| o.failure.as_ref()) {
-                out.push(format!("vmap {} [{}] on {name}: {f}", r.op, r.detail));
+                out.push(format!("{kind} {} [{}] on {name}: {f}", r.op, r.detail));
             }
         }
     }
@@ -178,23 +195,42 @@ pub fn counts(rows: &[BatchRow]) -> (usize, usize) {
     (passed, all.len() - passed)
 }
 
+/// What the browser's results name a case's batching check by: this, then the op.
+pub const BROWSER_PREFIX: &str = "vmap: ";
+
 /// The op the browser's results name a case's batching check by.
 pub fn browser_op(op: &str) -> String {
-    format!("vmap: {op}")
+    format!("{BROWSER_PREFIX}{op}")
 }
 
 /// The "Batching (vmap)" section of docs/CONFORMANCE.md: one row per op,
 /// with the browser's column where its results are at hand.
 pub fn markdown(rows: &[BatchRow], columns: &[String], browser: Option<&Browser>) -> String {
+    let about = "Every case above under `kiln::vmap`: its inputs batched as two examples (each input, and its \
+                 elements in reverse order), `vmap` of the case against the case on each example stacked, on the \
+                 same device, each element within twice the case's tolerance; then, for cases of several inputs, \
+                 the same with only the first operand batched and the others shared by both examples (`in_axes` \
+                 `None`: the path of a weight every example reads). Creation cases read no input (—).";
+    section("Batching (vmap)", about, BROWSER_PREFIX, rows, columns, browser)
+}
+
+/// A section of docs/CONFORMANCE.md over batching rows: `title`, `about`,
+/// the counts, and one row per op, with the browser's column (its results
+/// named `prefix` and the op) where they are at hand.
+pub fn section(
+    title: &str,
+    about: &str,
+    prefix: &str,
+    rows: &[BatchRow],
+    columns: &[String],
+    browser: Option<&Browser>,
+) -> String {
     let (passed, failed) = counts(rows);
-    let mut s = String::from("\n## Batching (vmap)\n\n");
+    let mut s = format!("\n## {title}\n\n");
     s += &format!(
-        "Every case above under `kiln::vmap`: its inputs batched as two examples (each input, and its elements \
-         in reverse order), `vmap` of the case against the case on each example stacked, on the same device, \
-         each element within twice the case's tolerance. Creation cases read no input (—).\n\n{passed} \
-         passed, {failed} failed{}.\n\n| op | cases |",
+        "{about}\n\n{passed} passed, {failed} failed{}.\n\n| op | cases |",
         browser.map_or(String::new(), |b| {
-            let (bp, bf) = b.counts_of(|op| op.starts_with("vmap: "));
+            let (bp, bf) = b.counts_of(|op| op.starts_with(prefix));
             format!(" natively; in the browser (WebGPU on {}), {bp} passed, {bf} failed", b.label)
         })
     );
@@ -222,7 +258,7 @@ pub fn markdown(rows: &[BatchRow], columns: &[String], browser: Option<&Browser>
             s += &column(of.iter().filter_map(|r| r.outcomes[c].as_ref()).collect());
         }
         if let Some(b) = browser {
-            s += &column(of.iter().filter_map(|r| b.get(&browser_op(r.op), &r.detail)).collect());
+            s += &column(of.iter().filter_map(|r| b.get(&format!("{prefix}{}", r.op), &r.detail)).collect());
         }
         s += "\n";
     }

@@ -2,7 +2,8 @@
 //! page's results, saved by the web end-to-end test (web/e2e) as
 //! docs/conformance-browser.tsv: a line `adapter<TAB>label`, then one line
 //! per case `op<TAB>detail<TAB>passed (0/1)<TAB>max abs err<TAB>failure`
-//! (gradient cases have op `gradient: <op>`, batching checks `vmap: <op>`).
+//! (gradient cases have op `gradient: <op>`, batching checks `vmap: <op>`,
+//! per-example gradient checks `vmap(grad): <op>`).
 
 use crate::Outcome;
 use std::collections::HashMap;
@@ -42,9 +43,10 @@ impl Browser {
         self.cells.get(&(op.to_string(), detail.to_string()))
     }
 
-    /// (passed, failed) over the op and gradient cases the browser ran.
+    /// (passed, failed) over the op and gradient cases the browser ran
+    /// (not the batching checks).
     pub fn counts(&self) -> (usize, usize) {
-        self.counts_of(|op| !op.starts_with("vmap: "))
+        self.counts_of(|op| !op.starts_with("vmap"))
     }
 
     /// (passed, failed) over the cases whose op `which` picks.

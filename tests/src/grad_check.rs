@@ -24,11 +24,15 @@ pub struct GradRow {
     pub outcomes: Vec<Outcome>,
 }
 
+/// The gradients of `Σ w · f(x)` with respect to each input `x`, lazy.
+pub fn vjp_of(case: &GradCase, x: &Vec<Tensor>) -> Result<Vec<Tensor>> {
+    let (out, pullback) = vjp(|x: &Vec<Tensor>| (case.f)(x), x)?;
+    pullback.pullback(&cotangent(out.device(), out.shape(), out.dtype())?)
+}
+
 /// The gradients of `Σ w · f(x)` with respect to each input, on `dev`.
 pub async fn gradients(case: &GradCase, dev: &Device) -> Result<Vec<HostArray>> {
-    let primals = case.primals(dev)?;
-    let (out, pullback) = vjp(|x: &Vec<Tensor>| (case.f)(x), &primals)?;
-    let grads = pullback.pullback(&cotangent(dev, out.shape(), out.dtype())?)?;
+    let grads = vjp_of(case, &case.primals(dev)?)?;
     Tensor::realize_all(&grads.iter().collect::<Vec<_>>()).await?;
     let mut out = Vec::new();
     for g in &grads {

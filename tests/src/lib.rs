@@ -6,6 +6,7 @@
 
 pub mod adapters;
 pub mod batch_check;
+pub mod batch_grad_check;
 pub mod bindings;
 pub mod browser;
 pub mod cases;

@@ -173,6 +173,23 @@ fn random_cases(s: &mut Vec<Case>) {
         random::randint(d, Key::new(6), &[1023], i32::MIN, i32::MAX)
     }));
     s.push(case("permutation", "n = 1000", Tol::EXACT, |d| random::permutation(d, Key::new(7), 1000)));
+    // Draws from a key held in a tensor: the batching check batches the
+    // key, so each example draws from its own (JAX's `vmap(random.normal)`).
+    s.push(case("random_bits", "u32 [3, 65] from a key tensor", Tol::EXACT, |d| {
+        random::random_bits(d, &Key::new(8).to_tensor(d)?, &[3, 65])
+    }));
+    s.push(case("uniform", "f32 [5, 33] in [-1, 1) from a key tensor", Tol::F32, |d| {
+        random::uniform(d, &Key::new(9).to_tensor(d)?, &[5, 33], DType::F32, -1.0, 1.0)
+    }));
+    s.push(case("normal", "f32 [257] from a key tensor", Tol { abs: 2e-2, rel: 1e-4 }, |d| {
+        random::normal(d, &Key::new(10).to_tensor(d)?, &[257], DType::F32, 0.0, 1.0)
+    }));
+    s.push(case("bernoulli", "p = 0.5 [257] from a key tensor", Tol::EXACT, |d| {
+        random::bernoulli(d, &Key::new(11).to_tensor(d)?, 0.5, &[257])
+    }));
+    s.push(case("randint", "i32 [257] in [-3, 9) from a key tensor", Tol::EXACT, |d| {
+        random::randint(d, &Key::new(12).to_tensor(d)?, &[257], -3, 9)
+    }));
 }
 
 fn loss_cases(s: &mut Vec<Case>) {

@@ -1,6 +1,7 @@
 //! Running the whole suite and writing docs/CONFORMANCE.md.
 
 use crate::batch_check::{self, BatchRow};
+use crate::batch_grad_check;
 use crate::browser::Browser;
 use crate::grad_check::{self, GradRow};
 use crate::{Case, Outcome, Tol, compare};
@@ -17,6 +18,9 @@ pub struct Run {
     pub grads: Vec<GradRow>,
     /// Every case under vmap: the CPU reference, then each adapter.
     pub batching: Vec<BatchRow>,
+    /// Every gradient case under vmap (per-example gradients): the CPU
+    /// reference, then each adapter.
+    pub batched_grads: Vec<BatchRow>,
     /// Validation-layer messages, by adapter.
     pub messages: Vec<(String, Vec<String>)>,
     /// Every WGSL source compiled on any adapter.
@@ -36,7 +40,8 @@ impl Run {
             }
         }
         out.extend(grad_check::failures(&self.grads, &self.adapter_labels()));
-        out.extend(batch_check::failures(&self.batching, &self.batching_columns()));
+        out.extend(batch_check::failures("vmap", &self.batching, &self.batching_columns()));
+        out.extend(batch_check::failures("vmap(grad)", &self.batched_grads, &self.batching_columns()));
         out
     }
 
@@ -122,6 +127,7 @@ pub async fn run(filter: Option<&str>) -> Run {
     // After the kernels are collected: the golden sets stay those of the
     // cases and gradients.
     let batching = batch_check::run(&found, filter).await;
+    let batched_grads = batch_grad_check::run(&found, filter).await;
     let messages = crate::validation::take_messages();
     Run {
         validation,
@@ -130,6 +136,7 @@ pub async fn run(filter: Option<&str>) -> Run {
         rows,
         grads,
         batching,
+        batched_grads,
         messages: if messages.is_empty() { vec![] } else { vec![("any adapter".into(), messages)] },
         sources,
         sources_by_adapter,
@@ -256,6 +263,7 @@ pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
     }
     s += &grad_check::markdown(&run.grads, &run.adapter_labels(), browser);
     s += &batch_check::markdown(&run.batching, &run.batching_columns(), browser);
+    s += &batch_grad_check::markdown(&run.batched_grads, &run.batching_columns(), browser);
     let failures = run.failures();
     if !failures.is_empty() {
         s += "\n## Failures\n\n";

@@ -188,6 +188,10 @@ fn main() {
     let (passed, failed) = run.counts();
     let (batch_passed, batch_failed) = kiln_conformance::batch_check::counts(&run.batching);
     println!("batching checks (vmap, CPU reference and adapters): {batch_passed} passed, {batch_failed} failed");
+    let (vg_passed, vg_failed) = kiln_conformance::batch_check::counts(&run.batched_grads);
+    println!(
+        "per-example gradient checks (vmap of grad, CPU reference and adapters): {vg_passed} passed, {vg_failed} failed"
+    );
     let extra = failures.len() - run.failures().len();
     println!("{} passed, {} failed", passed + grad_passed, failed + grad_failed + extra);
     if !failures.is_empty() {

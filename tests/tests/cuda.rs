@@ -7,6 +7,7 @@
 use kiln::core::HostArray;
 use kiln::core::codegen::KernelKey;
 use kiln::core::codegen::cuda::{self, CudaKernel};
+use kiln::core::codegen::matmul::MatmulConfig;
 use kiln::prelude::*;
 use kiln_conformance::cuda_kernels::{self, BATCH, compile, cuda_tools};
 use kiln_conformance::{Outcome, cases, compare, grad_cases, grad_check};
@@ -23,6 +24,17 @@ fn every_cuda_kernel_of_the_suite_compiles_with_nvrtc_and_ptxas_cleanly() {
     // matmul config (no vec4 loads) never asks for, but a pinned one does.
     for batch_rank in 0..4 {
         kernels.push(KernelKey::Transpose { batch_rank }.cuda().unwrap());
+    }
+    // Every member of the matmul family (`Device::set_matmul_config` pins
+    // any; CUDA has no tuner to reach them), on each float dtype, without
+    // textures, which CUDA kernels do not read.
+    for config in MatmulConfig::CANDIDATES.map(|c| MatmulConfig { tex: false, ..c }) {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            for batch_rank in 0..3 {
+                let key = KernelKey::Matmul { dtype, batch_rank, epilogue: None, config };
+                kernels.push(key.cuda().unwrap_or_else(|e| panic!("{} {dtype}: {e}", config.name())));
+            }
+        }
     }
     assert!(kernels.len() > 100, "only {} kernels collected", kernels.len());
     if !cuda_tools() {

@@ -128,6 +128,13 @@ fn cases() -> Vec<Case> {
             &[Some(-1)],
             1,
         ),
+        case(
+            "batch axis 1, output axis last (negative)",
+            |x| Ok(vec![x[0].tanh()?.matmul(&x[1])?]),
+            &[&[3, 4, 2], &[2, 5]],
+            &[Some(1), None],
+            -1,
+        ),
     ]
 }
 
@@ -290,6 +297,8 @@ fn bad_axes_are_errors_naming_the_leaf_and_its_shape() {
     assert!(e.contains("vmap") && e.contains("[4, 3]") && e.contains("[5, 3]") && e.contains("disagree"), "{e}");
     let e = err(vec![Some(2), None], 0);
     assert!(e.contains("in_axes 2") && e.contains("[4, 3]"), "{e}");
+    let e = err(vec![Some(-3), None], 0);
+    assert!(e.contains("in_axes -3") && e.contains("[4, 3]"), "{e}");
     let e = err(vec![None, None], 0);
     assert!(e.contains("no input leaf is batched"), "{e}");
     let e = err(vec![Some(0), None, None], 0);
@@ -298,6 +307,33 @@ fn bad_axes_are_errors_naming_the_leaf_and_its_shape() {
     assert!(e.is_ok(), "batch along axis 1 of both");
     let e = kiln::vmap(f, vec![Some(0)], vec![5])(&vec![a.clone(), a.clone()]).unwrap_err().to_string();
     assert!(e.contains("out_axes 5") && e.contains("[4, 3]"), "{e}");
+    let e = kiln::vmap(f, vec![Some(0)], vec![-4])(&vec![a.clone(), a.clone()]).unwrap_err().to_string();
+    assert!(e.contains("out_axes -4") && e.contains("[4, 3]"), "{e}");
+}
+
+/// Inside the mapped function a value computed from its inputs may be
+/// realized (it stays lazy: its values exist only batched), but reading it
+/// is an error naming the value, not a panic.
+#[test]
+fn inside_vmap_realizing_is_allowed_and_reading_is_an_error() {
+    let adapters = kiln_conformance::adapters::shared();
+    let cpu = [("cpu".to_string(), Device::cpu())];
+    for (label, dev) in cpu.iter().chain(adapters.iter()) {
+        let x = kiln_conformance::rng::tensor(dev, &[4, 3], 9, -1.0, 1.0);
+        let realizes = |x: &Vec<Tensor>| {
+            let y = x[0].exp()?;
+            kiln::block_on(y.realize())?;
+            Ok(vec![y.mul(&x[0])?])
+        };
+        let got = kiln::vmap(realizes, vec![Some(0)], vec![0])(&vec![x.clone()]).unwrap();
+        assert_close(&format!("{label}: realized inside vmap"), &got[0], &x.exp().unwrap().mul(&x).unwrap());
+        let reads = |x: &Vec<Tensor>| {
+            let host = kiln::block_on(x[0].exp()?.to_host())?;
+            Ok(vec![x[0].add_scalar(host.data[0])?])
+        };
+        let e = kiln::vmap(reads, vec![Some(0)], vec![0])(&vec![x.clone()]).unwrap_err().to_string();
+        assert!(e.contains("read") && e.contains("[3]") && e.contains("vmap input"), "{label}: {e}");
+    }
 }
 
 /// A key tensor gives the numbers its `Key` gives, and `vmap` over a

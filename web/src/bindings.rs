@@ -4,7 +4,7 @@
 use js_sys::Promise;
 use kiln::{Device, DeviceOptions, KilnError, QuantFormat};
 use kiln_conformance::grad_cases::{self, GradCase};
-use kiln_conformance::{Case, Outcome, batch_check, cases, grad_check, matmul_family, report};
+use kiln_conformance::{Case, Outcome, batch_check, batch_grad_check, cases, grad_check, matmul_family, report};
 use kiln_mnist::{Config, ModelKind};
 use kiln_nn::data::Mnist;
 use std::cell::{Cell, RefCell};
@@ -319,7 +319,8 @@ fn mean(values: &[f32]) -> f32 {
 /// cases, then the gradient cases (named "gradient: op"), each run on the
 /// WebGPU device against the CPU reference compiled to wasm, then every op
 /// case's batching check (named "vmap: op"), `vmap` against the stacked
-/// examples on the WebGPU device.
+/// examples on the WebGPU device, then every gradient case's (named
+/// "vmap(grad): op"), per-example gradients against the stacked vjps.
 #[wasm_bindgen]
 pub struct Conformance {
     cases: Rc<Vec<Case>>,
@@ -333,6 +334,7 @@ enum Entry {
     Op(usize),
     Gradient(usize),
     Batching(usize),
+    BatchedGradient(usize),
 }
 
 /// One case's outcome as JSON.
@@ -351,7 +353,7 @@ impl Conformance {
 
     #[wasm_bindgen(getter)]
     pub fn len(&self) -> usize {
-        2 * self.cases.len() + self.grads.len()
+        2 * (self.cases.len() + self.grads.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -365,17 +367,19 @@ impl Conformance {
             _ if i < n => Some(Entry::Op(i)),
             _ if i < n + g => Some(Entry::Gradient(i - n)),
             _ if i < 2 * n + g => Some(Entry::Batching(i - n - g)),
+            _ if i < 2 * (n + g) => Some(Entry::BatchedGradient(i - 2 * n - g)),
             _ => None,
         }
     }
 
-    /// The op of case `i` ("gradient: op" and "vmap: op" for the
-    /// gradient and batching checks).
+    /// The op of case `i` ("gradient: op", "vmap: op" and "vmap(grad): op"
+    /// for the gradient and batching checks).
     pub fn op(&self, i: usize) -> String {
         match self.locate(i) {
             Some(Entry::Op(k)) => self.cases[k].op.to_string(),
             Some(Entry::Gradient(k)) => format!("gradient: {}", self.grads[k].op),
             Some(Entry::Batching(k)) => batch_check::browser_op(self.cases[k].op),
+            Some(Entry::BatchedGradient(k)) => format!("{}{}", batch_grad_check::BROWSER_PREFIX, self.grads[k].op),
             None => String::new(),
         }
     }
@@ -383,7 +387,7 @@ impl Conformance {
     pub fn detail(&self, i: usize) -> String {
         match self.locate(i) {
             Some(Entry::Op(k) | Entry::Batching(k)) => self.cases[k].detail.clone(),
-            Some(Entry::Gradient(k)) => self.grads[k].detail.clone(),
+            Some(Entry::Gradient(k) | Entry::BatchedGradient(k)) => self.grads[k].detail.clone(),
             None => String::new(),
         }
     }
@@ -401,6 +405,7 @@ impl Conformance {
                 Entry::Gradient(k) => {
                     grad_check::check_device(&grads[k], &grad_check::reference(&grads[k], &cpu).await, &gpu).await
                 }
+                Entry::BatchedGradient(k) => batch_grad_check::check(&grads[k], &gpu).await,
                 Entry::Batching(k) => match batch_check::check(&cases[k], &gpu).await {
                     Some(outcome) => outcome,
                     None => return Ok("{\"skipped\":\"no input to batch\"}".into()),

@@ -1,5 +1,5 @@
-// Runs kiln-conformance's op cases, gradient checks and batching (vmap)
-// checks on this browser's WebGPU adapter against the f64 CPU reference
+// Runs kiln-conformance's op cases, gradient checks, batching (vmap) checks and
+// per-example gradient (vmap of grad) checks on this browser's WebGPU adapter against the f64 CPU reference
 // compiled to wasm, one case at a time, and publishes
 // the results as a table and as JSON (window.conformance, #summary).
 import init, { Gpu, Conformance } from './pkg/kiln_web.js';

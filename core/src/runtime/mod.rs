@@ -460,7 +460,18 @@ impl Device {
 
     /// Compute every node in `roots` that is not computed yet: on a GPU, all
     /// their kernels in one command encoder and one submit.
+    /// Nodes that read a `vmap` placeholder stay lazy (a function mapped by
+    /// `vmap` may realize what it computes; its values exist only batched).
     pub async fn realize(&self, roots: &[Node]) -> Result<()> {
+        let computable: Vec<Node>;
+        let roots = match Node::reads_placeholder(roots) {
+            true => {
+                computable =
+                    roots.iter().filter(|n| !Node::reads_placeholder(std::slice::from_ref(n))).cloned().collect();
+                &computable[..]
+            }
+            false => roots,
+        };
         match &*self.0 {
             Backend::Cpu => interp::realize(roots),
             Backend::Gpu(g) => g.realize(roots).await,
@@ -502,6 +513,17 @@ impl Device {
 
     /// Realize `node` and read it back as a contiguous host array.
     pub async fn read(&self, node: &Node) -> Result<HostArray> {
+        if Node::reads_placeholder(std::slice::from_ref(node)) {
+            return Err(KilnError::Invalid {
+                op: "read",
+                detail: format!(
+                    "a {} {:?} value computed from a vmap input inside the mapped function has no values of \
+                     its own; return it from the function and read the batched result",
+                    node.dtype(),
+                    node.shape()
+                ),
+            });
+        }
         match &*self.0 {
             Backend::Cpu => {
                 interp::realize(std::slice::from_ref(node))?;

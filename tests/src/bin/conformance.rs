@@ -1,11 +1,27 @@
 //! Run the conformance suite on every adapter and rewrite docs/CONFORMANCE.md.
-//! Usage: `conformance [OP_FILTER] [--no-write]`.
+//! Usage: `conformance [OP_FILTER] [--no-write] [--out PATH]`: a filter or
+//! `--no-write` leaves the page alone; `--out` writes it to PATH instead (a
+//! binary run away from its checkout, as on a lent GPU machine).
 
 use kiln_conformance::browser::Browser;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let filter = args.iter().find(|a| !a.starts_with("--")).map(String::as_str);
+    let (mut filter, mut out, mut write) = (None, None, true);
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--no-write" => write = false,
+            "--out" => match args.next() {
+                Some(path) => out = Some(std::path::PathBuf::from(path)),
+                None => {
+                    eprintln!("error: --out needs a path");
+                    std::process::exit(2);
+                }
+            },
+            _ => filter = Some(arg),
+        }
+    }
+    let filter = filter.as_deref();
     let run = pollster::block_on(kiln_conformance::report::run(filter));
     let failures = run.failures();
     for f in &failures {
@@ -17,9 +33,9 @@ fn main() {
         }
     }
     let (passed, failed) = run.counts();
-    if filter.is_none() && !args.iter().any(|a| a == "--no-write") {
+    if filter.is_none() && (out.is_some() || write) {
         let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
-        let path = docs.join("CONFORMANCE.md");
+        let path = out.unwrap_or_else(|| docs.join("CONFORMANCE.md"));
         // The browser column, when the web e2e test has saved its results.
         let browser = match std::fs::read_to_string(docs.join("conformance-browser.tsv")) {
             Ok(tsv) => Some(Browser::parse(&tsv).unwrap_or_else(|e| panic!("docs/conformance-browser.tsv: {e}"))),
@@ -30,7 +46,10 @@ fn main() {
             browser.as_ref(),
             "cargo run --release -p kiln-conformance --bin conformance",
         );
-        std::fs::write(&path, md).expect("write docs/CONFORMANCE.md");
+        if let Err(e) = std::fs::write(&path, md) {
+            eprintln!("error: writing {}: {e}", path.display());
+            std::process::exit(2);
+        }
         println!("wrote {}", path.display());
     }
     for skip in &run.skipped {
@@ -40,8 +59,10 @@ fn main() {
     println!("gradients: {grad_passed} passed, {grad_failed} failed");
     let (batch_passed, batch_failed) = kiln_conformance::batch_check::counts(&run.batching);
     println!("batching: {batch_passed} passed, {batch_failed} failed");
+    let (vg_passed, vg_failed) = kiln_conformance::batch_check::counts(&run.batched_grads);
+    println!("per-example gradients (vmap of grad): {vg_passed} passed, {vg_failed} failed");
     println!("{passed} passed, {failed} failed");
-    if failed > 0 || grad_failed > 0 || batch_failed > 0 || !run.messages.is_empty() {
+    if failed > 0 || grad_failed > 0 || batch_failed > 0 || vg_failed > 0 || !run.messages.is_empty() {
         std::process::exit(1);
     }
 }

@@ -170,6 +170,13 @@ impl Node {
         Prim::Permute { perm: (0..self.shape().len()).collect() }
     }
 
+    /// Whether computing any of `roots` needs a value no device holds: an
+    /// input created without one (`vmap`'s per-example placeholder, whose
+    /// values exist only as the batch it stands for).
+    pub fn reads_placeholder(roots: &[Node]) -> bool {
+        Node::topo_unrealized(roots).iter().any(|n| matches!(n.prim(), Prim::Input { .. }))
+    }
+
     /// Nodes reachable from `roots` that still need computing, inputs first.
     pub fn topo_unrealized(roots: &[Node]) -> Vec<Node> {
         let mut order = Vec::new();
