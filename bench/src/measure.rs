@@ -28,7 +28,7 @@ fn seconds<E>(run: &mut impl FnMut() -> Result<(), E>) -> Result<f64, E> {
 }
 
 impl Timing {
-    fn of(mut t: Vec<f64>) -> Timing {
+    pub fn of(mut t: Vec<f64>) -> Timing {
         t.sort_by(f64::total_cmp);
         Timing { median: t[t.len() / 2], min: t[0], max: t[t.len() - 1] }
     }

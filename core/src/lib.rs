@@ -10,6 +10,7 @@
 // one thread; the Arcs are shared ownership, not cross-thread sharing.
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
+pub mod clock;
 pub mod runtime;
 
 pub use kiln_codegen as codegen;
@@ -24,5 +25,7 @@ pub use runtime::{kernels_for, schedule_for};
 pub mod testing {
     pub use crate::runtime::TestHooks;
 }
-pub use runtime::{Device, DeviceInfo, DeviceOptions, DeviceStats, KernelTiming, PlannedKernel, Program, TuningStats};
+pub use runtime::{
+    Device, DeviceInfo, DeviceOptions, DeviceStats, KernelTiming, PendingRead, PlannedKernel, Program, TuningStats,
+};
 pub use wgpu;

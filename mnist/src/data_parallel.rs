@@ -12,6 +12,7 @@
 use crate::model::Config;
 use crate::model::ModelKind;
 use crate::trainer::{Batches, OptState, Optimizer, SavedRun, checkpoint, evaluate, optimizer};
+use kiln::core::PendingRead;
 use kiln::core::interp::HostArray;
 use kiln::prelude::*;
 use kiln::{Jit, Key};
@@ -42,6 +43,8 @@ pub struct DataParallelTrainer {
     steady: Jit<StepFn>,
     apply: Arc<Update>,
     steps: u64,
+    /// Seconds each step of this trainer spent in its all-reduce.
+    all_reduces: Vec<f64>,
 }
 
 /// The Adam step of one rank from an all-reduced `[loss, gradient..]`.
@@ -181,6 +184,7 @@ impl DataParallelTrainer {
             steady: kiln::jit(steady),
             apply,
             steps,
+            all_reduces: Vec::new(),
         })
     }
 
@@ -194,6 +198,13 @@ impl DataParallelTrainer {
 
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// Seconds each step taken by this trainer spent in its all-reduce:
+    /// the exchange between ranks (through MPI across processes), the sum
+    /// in rank order and the upload of the result to each local device.
+    pub fn all_reduce_seconds(&self) -> &[f64] {
+        &self.all_reduces
     }
 
     /// How many times the step has been captured (the first step's and the
@@ -244,24 +255,30 @@ impl DataParallelTrainer {
         let images = HostArray::new(DType::F32, shape, pixels.iter().map(|&v| f64::from(v)).collect());
         let x = Sharded::from_host(&self.mesh, &images, Sharding::Split(0))?;
         let y = Sharded::from_slice(&self.mesh, &labels, &[n], Sharding::Split(0))?;
+        // Each rank's part is copied for reading in its step's own submit.
         let mut parts = Vec::with_capacity(self.leaves.len());
         let params = self.apply.model.leaves().len();
         for (i, leaves) in self.leaves.iter_mut().enumerate() {
             let head = vec![x.shards()[i].clone(), y.shards()[i].clone()];
             match &self.pending {
-                None => parts.push(self.first.call(&[head, leaves[..params].to_vec()].concat()).await?.remove(0)),
+                None => parts.push(self.first.call_reading(&[head, leaves[..params].to_vec()].concat(), 0).await?.1),
                 Some(total) => {
                     let inputs = [head, leaves.clone(), vec![total[i].clone()]].concat();
-                    let mut out = self.steady.call(&inputs).await?;
+                    let (mut out, part) = self.steady.call_reading(&inputs, 0).await?;
                     *leaves = out.split_off(1);
-                    parts.push(out.remove(0));
+                    parts.push(part);
                 }
             }
         }
-        let local = futures_util::future::try_join_all(parts.iter().map(Tensor::to_vec::<f32>)).await?;
+        let read = |p: PendingRead| async move {
+            Ok::<_, KilnError>(p.wait().await?.data.iter().map(|&v| v as f32).collect())
+        };
+        let local: Vec<Vec<f32>> = futures_util::future::try_join_all(parts.into_iter().map(read)).await?;
+        let started = kiln::core::clock::now();
         let total = self.mesh.all_reduce_sum(local)?;
         let copies =
             self.mesh.devices().iter().map(|d| Tensor::from_slice(d, &total, &[total.len()])).collect::<Result<_>>()?;
+        self.all_reduces.push(kiln::core::clock::now() - started);
         self.pending = Some(copies);
         self.steps += 1;
         Ok(total[0])

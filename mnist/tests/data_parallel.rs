@@ -81,7 +81,7 @@ fn a_step_split_across_devices_gives_the_whole_batch_losses_and_repeats_bit_for_
 }
 
 #[test]
-fn a_step_submits_twice_per_device_and_stops_allocating() {
+fn a_step_submits_once_per_device_and_stops_allocating() {
     let mut devices = fresh_devices();
     devices.sort_by_key(|d| !(d.info().name.contains("llvmpipe") && d.info().backend == "vulkan"));
     let Some(first) = devices.first().cloned() else {
@@ -102,8 +102,8 @@ fn a_step_submits_twice_per_device_and_stops_allocating() {
         assert_eq!(t.captures(), 4, "the first and the steady step, once on each device");
         for (d, b) in mesh.devices().iter().zip(before) {
             let now = d.stats();
-            // The captured step, then the read of the rank's part.
-            assert_eq!(now.submits - b.submits, 20, "submits over 10 steps");
+            // The captured step, its part's copy for reading included.
+            assert_eq!(now.submits - b.submits, 10, "submits over 10 steps");
             assert_eq!(now.pool.buffers_created, b.pool.buffers_created, "buffers created over 10 steps");
         }
         Ok::<_, KilnError>(())

@@ -85,3 +85,41 @@ fn ghost_clipping_names_a_layer_it_cannot_take() {
     let e = ghost_clipped_mean(&model, &x, &y, 1.0).unwrap_err().to_string();
     assert!(e.contains("ghost_clipped_mean") && e.contains("layer 0") && e.contains("LayerNorm"), "{e}");
 }
+
+/// The showcase's DP-SGD step (per-example gradients, clipped mean, SGD
+/// update) is one submit on every adapter, and `jit` of it captures once
+/// and replays as one submit with the same values: `jit(vmap(grad))`.
+#[test]
+fn a_dp_sgd_step_is_one_submit_and_replays_under_jit() {
+    for (label, dev) in kiln_conformance::adapters::shared().iter() {
+        let model = ModelKind::Mlp.build(dev, Key::new(7)).unwrap();
+        let template = model.clone();
+        let step = move |inputs: &[Tensor]| -> Result<Vec<Tensor>> {
+            let (params, data) = inputs.split_at(inputs.len() - 2);
+            let model = template.unflatten(params.to_vec())?;
+            let (mean, norms) = clipped_mean(&per_example_grads(&model, &data[0], &data[1])?, 1.0)?;
+            let updated: Vec<Tensor> =
+                params.iter().zip(mean.leaves()).map(|(p, g)| p.sub(&g.mul_scalar(0.1)?)).collect::<Result<_>>()?;
+            Ok([updated, vec![norms]].concat())
+        };
+        let b = 8;
+        let x = kiln_conformance::rng::tensor(dev, &[b, 784], 9, 0.0, 1.0);
+        let y = Tensor::from_slice(dev, &[3i32, 7, 1, 0, 9, 4, 4, 2], &[b]).unwrap();
+        let inputs: Vec<Tensor> = model.leaves().into_iter().chain([x, y]).collect();
+        kiln::block_on(Tensor::realize_all(&inputs.iter().collect::<Vec<_>>())).unwrap();
+        let submits = || dev.stats().submits;
+        let before = submits();
+        let eager = step(&inputs).unwrap();
+        kiln::block_on(Tensor::realize_all(&eager.iter().collect::<Vec<_>>())).unwrap();
+        assert_eq!(submits() - before, 1, "{label}: submits of one DP-SGD step");
+        let jitted = kiln::jit(step);
+        kiln::block_on(jitted.call(&inputs)).unwrap();
+        let before = submits();
+        let replayed = kiln::block_on(jitted.call(&inputs)).unwrap();
+        assert_eq!(submits() - before, 1, "{label}: submits of a replayed step");
+        assert_eq!(jitted.captures(), 1, "{label}: captures");
+        for (r, e) in replayed.iter().zip(&eager) {
+            assert_eq!(values(r), values(e), "{label}: a replay against the eager step");
+        }
+    }
+}

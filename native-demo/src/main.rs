@@ -301,6 +301,19 @@ async fn train(trainer: &mut impl Training, args: &Args) -> Result<()> {
     let samples = losses.len() as f64 * c.batch_size as f64;
     println!("trained {} steps in {wall:.1} s ({:.0} samples/s)", losses.len(), samples / wall);
     println!("{split}");
+    let mut all_reduces = trainer.all_reduce_seconds().to_vec();
+    if !all_reduces.is_empty() {
+        // The step's time beside its exchange: a data-parallel run's scaling.
+        all_reduces.sort_by(f64::total_cmp);
+        let median = all_reduces[all_reduces.len() / 2];
+        println!(
+            "all-reduce: {:.1} s of the training over {} steps, median {:.2} ms a step ({:.2} ms a whole step)",
+            all_reduces.iter().sum::<f64>(),
+            all_reduces.len(),
+            median * 1e3,
+            split.train_seconds() * 1e3 / losses.len().max(1) as f64
+        );
+    }
     if let Some((scale, skipped)) = trainer.loss_scale().await? {
         println!("{} loss scale {scale} at the end, {skipped} steps skipped for overflow", c.precision);
     }

@@ -33,6 +33,11 @@ impl Split {
         }
         out
     }
+
+    /// Seconds spent training (tuning taken out).
+    pub fn train_seconds(&self) -> f64 {
+        self.train.as_secs_f64()
+    }
 }
 
 impl std::fmt::Display for Split {

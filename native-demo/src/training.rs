@@ -18,11 +18,13 @@ pub trait Training {
     async fn checkpoint(&self) -> Result<Checkpoint>;
     /// Whether this process prints, plots and saves (rank 0 of a mesh).
     fn is_root(&self) -> bool;
+    /// Seconds each step spent in the all-reduce (none on one device).
+    fn all_reduce_seconds(&self) -> &[f64];
 }
 
 /// The methods both trainers have under the same names.
 macro_rules! delegate {
-    ($t:ty, $root:expr) => {
+    ($t:ty, $root:expr, $all_reduces:expr) => {
         impl Training for $t {
             fn config(&self) -> &Config {
                 <$t>::config(self)
@@ -55,10 +57,14 @@ macro_rules! delegate {
                 let root: fn(&$t) -> bool = $root;
                 root(self)
             }
+            fn all_reduce_seconds(&self) -> &[f64] {
+                let all_reduces: fn(&$t) -> &[f64] = $all_reduces;
+                all_reduces(self)
+            }
         }
     };
 }
 
-delegate!(Trainer, |_| true);
+delegate!(Trainer, |_| true, |_| &[]);
 #[cfg(feature = "mpi")]
-delegate!(kiln_mnist::DataParallelTrainer, |t| t.mesh().is_root());
+delegate!(kiln_mnist::DataParallelTrainer, |t| t.mesh().is_root(), |t| t.all_reduce_seconds());

@@ -8,7 +8,7 @@
 
 use crate::Tensor;
 use kiln_core::runtime::GpuArray;
-use kiln_core::{DType, KilnError, Node, Program, Realized, Result};
+use kiln_core::{DType, KilnError, Node, PendingRead, Program, Realized, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,7 +53,32 @@ where
     /// `f(inputs)`: captured on the first call with this signature,
     /// replayed on later ones. Outputs are realized.
     pub async fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let Some(first) = inputs.first() else { return (self.f)(inputs) };
+        Ok(self.run(inputs, None).await?.0)
+    }
+
+    /// `call`, with output `read` on its way to the host: a replay copies
+    /// it for reading in its own submit (one submit for the step and its
+    /// result), which [`PendingRead::wait`] then maps.
+    pub async fn call_reading(&self, inputs: &[Tensor], read: usize) -> Result<(Vec<Tensor>, PendingRead)> {
+        let (outputs, pending) = self.run(inputs, Some(read)).await?;
+        match pending {
+            Some(p) => Ok((outputs, p)),
+            None => match outputs.get(read) {
+                Some(t) => {
+                    let p = PendingRead::later(t.node().clone(), t.device().clone());
+                    Ok((outputs, p))
+                }
+                None => Err(KilnError::Invalid {
+                    op: "jit",
+                    detail: format!("reading output {read} of a function with {} outputs", outputs.len()),
+                }),
+            },
+        }
+    }
+
+    /// The outputs, and output `read`'s pending read where a replay staged it.
+    async fn run(&self, inputs: &[Tensor], read: Option<usize>) -> Result<(Vec<Tensor>, Option<PendingRead>)> {
+        let Some(first) = inputs.first() else { return Ok(((self.f)(inputs)?, None)) };
         let device = first.device().clone();
         if let Some(t) = inputs.iter().find(|t| *t.device() != device) {
             return Err(KilnError::DeviceMismatch {
@@ -68,15 +93,18 @@ where
             // The CPU reference: nothing to capture.
             let outputs = (self.f)(inputs)?;
             Tensor::realize_all(&outputs.iter().collect::<Vec<_>>()).await?;
-            return Ok(outputs);
+            return Ok((outputs, None));
         }
         let arrays: Vec<GpuArray> = arrays.into_iter().flatten().collect();
         let key = (device.id(), signature(&arrays));
         let nodes: Vec<Node> = inputs.iter().map(|t| t.node().clone()).collect();
         let cached = self.programs.lock().unwrap().get(&key).cloned();
         if let Some(program) = cached {
-            let out = program.replay(&nodes)?;
-            return Ok(out.into_iter().map(|n| Tensor::from_node(n, device.clone())).collect());
+            let (out, pending) = match read {
+                Some(k) => program.replay_reading(&nodes, k).map(|(out, p)| (out, Some(p)))?,
+                None => (program.replay(&nodes)?, None),
+            };
+            return Ok((out.into_iter().map(|n| Tensor::from_node(n, device.clone())).collect(), pending));
         }
         let outputs = (self.f)(inputs)?;
         if let Some(t) = outputs.iter().find(|t| *t.device() != device) {
@@ -92,7 +120,7 @@ where
             self.captures.fetch_add(1, Ordering::Relaxed);
             self.programs.lock().unwrap().insert(key, Arc::new(program));
         }
-        Ok(outputs)
+        Ok((outputs, None))
     }
 
     /// How many times `f` has been captured (once per input signature).

@@ -118,3 +118,36 @@ fn a_captured_training_step_is_one_submit_and_learns() {
         assert!(losses[7] < losses[0] * 0.8, "{}: loss {losses:?}", f.label);
     }
 }
+
+/// `call_reading` gives the output's values with the replay's own submit
+/// where the output is a contiguous run of words (every output the replay
+/// computes), and by a read of its own otherwise (views of an input: a
+/// transpose, f16 from an odd offset); a missing output is an error naming
+/// the count. On the CPU reference it reads as `to_host`.
+#[test]
+fn a_replay_reading_an_output_is_one_submit_and_gives_its_values() {
+    let f = |x: &[Tensor]| -> Result<Vec<Tensor>> {
+        Ok(vec![x[0].exp()?.sum(&[1], false)?, x[0].t()?, x[1].narrow(0, 1, 5)?])
+    };
+    let adapters = kiln_conformance::adapters::shared();
+    let cpu = [("cpu".to_string(), Device::cpu())];
+    for (label, dev) in cpu.iter().chain(adapters.iter()) {
+        let step = kiln::jit(f);
+        let inputs = [random(dev, &[3, 4], 5), random(dev, &[12], 6).cast(DType::F16).unwrap()];
+        let want: Vec<kiln::core::HostArray> =
+            f(&inputs).unwrap().iter().map(|t| kiln::block_on(t.to_host()).unwrap()).collect();
+        kiln::block_on(step.call(&inputs)).unwrap();
+        for (k, want) in want.iter().enumerate() {
+            let before = dev.stats().submits;
+            let (_, pending) = kiln::block_on(step.call_reading(&inputs, k)).unwrap();
+            let got = kiln::block_on(pending.wait()).unwrap();
+            let submits = dev.stats().submits - before;
+            assert_eq!((&got.shape, &got.data), (&want.shape, &want.data), "{label}: output {k}");
+            if !dev.is_cpu() {
+                assert_eq!(submits, if k == 0 { 1 } else { 2 }, "{label}: submits reading output {k}");
+            }
+        }
+        let e = kiln::block_on(step.call_reading(&inputs, 3)).err().unwrap().to_string();
+        assert!(e.contains("output 3") && e.contains("3 outputs"), "{label}: {e}");
+    }
+}

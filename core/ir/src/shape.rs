@@ -114,6 +114,18 @@ impl Layout {
         self.shape.iter().zip(self.strides.iter().zip(&want)).all(|(&d, (&s, &w))| d == 1 || s == w)
     }
 
+    /// The buffer words holding these `dtype` values, `(first, count)`, when
+    /// they are one run of whole words a copy can read back as they are:
+    /// contiguous, and (packed dtypes) starting on a word.
+    pub fn word_span(&self, dtype: crate::DType) -> Option<(u64, u64)> {
+        let word_aligned = !dtype.is_packed() || self.offset.is_multiple_of(2);
+        if !self.is_contiguous() || !word_aligned {
+            return None;
+        }
+        let first = if dtype.is_packed() { self.offset / 2 } else { self.offset } as u64;
+        Some((first, dtype.storage_bytes(self.numel()) / 4))
+    }
+
     pub fn permute(&self, perm: &[usize]) -> Layout {
         Layout {
             shape: perm.iter().map(|&p| self.shape[p]).collect(),

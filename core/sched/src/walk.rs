@@ -303,12 +303,10 @@ impl<'a> Scheduler<'a> {
     pub fn readback(&mut self, n: &Node) -> Result<Readback> {
         self.run(std::slice::from_ref(n))?;
         let mut array = self.array(n)?;
-        let word_aligned = !array.dtype.is_packed() || array.layout.offset % 2 == 0;
-        if !array.layout.is_contiguous() || !word_aligned {
+        if array.layout.word_span(array.dtype).is_none() {
             array = self.contiguous(&array)?;
         }
-        let first_word = if array.dtype.is_packed() { array.layout.offset / 2 } else { array.layout.offset } as u64;
-        let words = array.dtype.storage_bytes(kiln_ir::shape::numel(&array.layout.shape)) / 4;
+        let (first_word, words) = array.layout.word_span(array.dtype).expect("a contiguous copy starts on a word");
         Ok(Readback { array, first_word, words })
     }
 

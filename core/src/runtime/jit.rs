@@ -15,10 +15,12 @@ use super::realize::{Plan, Purpose};
 use super::resources::Resources;
 use super::textures::PooledTexture;
 use super::{Backend, Device, Gpu, GpuArray};
+use crate::dtype::unpack_words;
 use crate::error::{KilnError, Result};
+use crate::interp::HostArray;
 use crate::ir::{DeviceBuffer, Role, Roles};
 use crate::ir::{Node, Prim, Realized};
-use crate::shape::Layout;
+use crate::shape::{Layout, numel};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -82,8 +84,7 @@ fn gpu_array(n: &Node) -> Option<GpuArray> {
 impl Device {
     /// Realize `outputs`, built from the realized `inputs`, and record how
     /// as a [`Program`] to replay on other inputs of the same shapes,
-    /// dtypes and layouts. `None` on the CPU reference (nothing to record) and
-    /// on CUDA (replay there is to come).
+    /// dtypes and layouts. `None` on the CPU reference (nothing to record).
     pub fn capture(&self, inputs: &[Node], outputs: &[Node]) -> Result<Option<Program>> {
         if self.is_cpu() {
             return crate::interp::realize(outputs).map(|()| None);
@@ -169,6 +170,38 @@ impl Program {
     /// capture); returns the outputs as realized nodes. One submit (on
     /// CUDA, one launch list).
     pub fn replay(&self, inputs: &[Node]) -> Result<Vec<Node>> {
+        Ok(self.replay_with(inputs, None)?.0)
+    }
+
+    /// `replay`, with output `read` also on its way to the host: on wgpu
+    /// its copy to a mappable buffer is in the replay's own submit (a step
+    /// whose result the host needs at once takes one submit, not two),
+    /// where the output is a contiguous run of words; otherwise it is read
+    /// by a submit of its own.
+    pub fn replay_reading(&self, inputs: &[Node], read: usize) -> Result<(Vec<Node>, PendingRead)> {
+        if read >= self.outputs() {
+            return Err(KilnError::Invalid {
+                op: "jit",
+                detail: format!("reading output {read} of a function with {} outputs", self.outputs()),
+            });
+        }
+        let (outputs, staged) = self.replay_with(inputs, Some(read))?;
+        let how = match staged {
+            Some(staged) => Pending::Staged(staged),
+            None => Pending::Node(outputs[read].clone()),
+        };
+        Ok((outputs, PendingRead { device: self.device.clone(), how }))
+    }
+
+    fn outputs(&self) -> usize {
+        match &self.recorded {
+            Recorded::Wgpu(p) => p.outputs.len(),
+            #[cfg(not(target_arch = "wasm32"))]
+            Recorded::Cuda(p) => p.outputs(),
+        }
+    }
+
+    fn replay_with(&self, inputs: &[Node], read: Option<usize>) -> Result<(Vec<Node>, Option<Staged>)> {
         let in_arrays = inputs
             .iter()
             .map(|n| gpu_array(n).ok_or(KilnError::Invalid { op: "jit", detail: "replay input not realized".into() }))
@@ -176,17 +209,69 @@ impl Program {
         let realized = |a: GpuArray| {
             Node::realized(Prim::Input { shape: a.layout.shape.clone(), dtype: a.dtype }, Realized::Gpu(a))
         };
-        match (&self.recorded, &*self.device.0) {
-            (Recorded::Wgpu(p), Backend::Gpu(gpu)) => p.replay(gpu, &in_arrays)?.into_iter().map(realized).collect(),
+        let (arrays, staged) = match (&self.recorded, &*self.device.0) {
+            (Recorded::Wgpu(p), Backend::Gpu(gpu)) => p.replay(gpu, &in_arrays, read)?,
             #[cfg(not(target_arch = "wasm32"))]
-            (Recorded::Cuda(p), Backend::Cuda(c)) => c.replay(p, &in_arrays)?.into_iter().map(realized).collect(),
+            (Recorded::Cuda(p), Backend::Cuda(c)) => (c.replay(p, &in_arrays)?, None),
             _ => unreachable!("a program is replayed on the device that captured it"),
+        };
+        Ok((arrays.into_iter().map(realized).collect::<Result<_>>()?, staged))
+    }
+}
+
+/// An output copied to a mappable buffer by its replay's submit.
+struct Staged {
+    staging: Arc<PooledBuffer>,
+    dtype: crate::DType,
+    shape: Vec<usize>,
+    words: u64,
+}
+
+/// A replay's output on its way to the host ([`Program::replay_reading`]).
+pub struct PendingRead {
+    device: Device,
+    how: Pending,
+}
+
+enum Pending {
+    Staged(Staged),
+    /// Read by a submit of its own.
+    Node(Node),
+}
+
+impl PendingRead {
+    /// `node`'s value, read by a submit of its own when waited for.
+    pub fn later(node: Node, device: Device) -> PendingRead {
+        PendingRead { device, how: Pending::Node(node) }
+    }
+
+    /// The value, once the device has computed it.
+    pub async fn wait(self) -> Result<HostArray> {
+        match (self.how, &*self.device.0) {
+            (Pending::Node(node), _) => self.device.read(&node).await,
+            (Pending::Staged(s), Backend::Gpu(gpu)) => {
+                let n = numel(&s.shape);
+                let slice = s.staging.buffer().slice(..s.words * 4);
+                let data =
+                    gpu.ctx.map_read(slice, |bytes| unpack_words(s.dtype, bytemuck::cast_slice(bytes), n)).await?;
+                gpu.ctx.check_errors()?;
+                Ok(HostArray { dtype: s.dtype, shape: s.shape, data })
+            }
+            (Pending::Staged(_), _) => unreachable!("only wgpu replays stage a read"),
         }
     }
 }
 
 impl WgpuProgram {
-    fn replay(&self, gpu: &Gpu, in_arrays: &[GpuArray]) -> Result<Vec<GpuArray>> {
+    /// The launches on `in_arrays`, in one submit; with `read`, that
+    /// output's copy to a mappable buffer too, where it is a contiguous
+    /// run of words.
+    fn replay(
+        &self,
+        gpu: &Gpu,
+        in_arrays: &[GpuArray],
+        read: Option<usize>,
+    ) -> Result<(Vec<GpuArray>, Option<Staged>)> {
         let fresh: Vec<Arc<dyn DeviceBuffer>> = self
             .output_sizes
             .iter()
@@ -213,17 +298,26 @@ impl WgpuProgram {
                 .collect();
             gpu.profiler.encode_launches(&gpu.ctx.device, &mut encoder, &launches, "kiln jit");
         }
-        gpu.ctx.queue.submit([encoder.finish()]);
-        gpu.submits.fetch_add(1, Ordering::Relaxed);
-        gpu.kernels_launched.fetch_add(self.launches.len() as u64, Ordering::Relaxed);
-        gpu.ctx.check_errors()?;
-        Ok(self
+        let arrays: Vec<GpuArray> = self
             .outputs
             .iter()
             .map(|o| {
                 let Bound::Buffer(buffer) = bound(&o.slot) else { unreachable!("outputs are buffers") };
                 GpuArray { buffer, layout: o.layout.clone(), dtype: o.dtype }
             })
-            .collect())
+            .collect();
+        let staged = read.and_then(|k| {
+            let a = &arrays[k];
+            let (first_word, words) = a.layout.word_span(a.dtype).filter(|&(_, words)| words > 0)?;
+            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let staging = gpu.resources.pool.get(words * 4, usage);
+            encoder.copy_buffer_to_buffer(a.buffer.buffer(), first_word * 4, staging.buffer(), 0, words * 4);
+            Some(Staged { staging, dtype: a.dtype, shape: a.layout.shape.clone(), words })
+        });
+        gpu.ctx.queue.submit([encoder.finish()]);
+        gpu.submits.fetch_add(1, Ordering::Relaxed);
+        gpu.kernels_launched.fetch_add(self.launches.len() as u64, Ordering::Relaxed);
+        gpu.ctx.check_errors()?;
+        Ok((arrays, staged))
     }
 }

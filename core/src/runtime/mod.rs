@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use adapter::describe as describe_adapter;
-pub use jit::Program;
+pub use jit::{PendingRead, Program};
 #[cfg(feature = "testing")]
 pub use overrides::TestHooks;
 pub use profile::KernelTiming;

@@ -267,11 +267,11 @@ impl Tuner {
             class.name(),
             cache_path().map_or("memory only".into(), |p| p.display().to_string())
         );
-        let started = web_time::now();
+        let started = crate::clock::now();
         let best = self.tune_product(gpu, product).await;
         let mut stats = self.stats.lock().unwrap();
         stats.classes_tuned += 1;
-        stats.time += std::time::Duration::from_secs_f64(web_time::now() - started);
+        stats.time += std::time::Duration::from_secs_f64(crate::clock::now() - started);
         best
     }
 
@@ -283,7 +283,7 @@ impl Tuner {
         let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.caps) && !(c.staged && cpu));
         let usable = usable.take(if cpu { SIFT_CPU } else { usize::MAX });
         let (sift, large) = if cpu { (TUNE_DIM, TUNE_DIM_LARGE) } else { (TUNE_DIM_GPU, TUNE_DIM_GPU) };
-        let deadline = web_time::now() + BUDGET;
+        let deadline = crate::clock::now() + BUDGET;
         let [sm, sn, sk] = [m, n, k].map(|d| d.min(sift));
         let ranked = rank(gpu, Product { dtype, m: sm, n: sn, k: sk }, usable, deadline).await?;
         let [lm, ln, lk] = [m, n, k].map(|d| d.min(large));
@@ -327,7 +327,7 @@ impl Tuner {
 /// tuning (this machine's moves by up to 2×) slows every candidate
 /// alike instead of ranking whichever it fell on last. A timing
 /// covers as many submissions as take `MIN_TIMED`. Past `deadline`
-/// (seconds on `web_time`) no new candidate is compiled; those already
+/// (seconds on `crate::clock`) no new candidate is compiled; those already
 /// compiled still take their rounds, which cost little beside compiling.
 async fn rank(
     gpu: &Gpu,
@@ -372,12 +372,12 @@ async fn rank(
 /// (×4, up to `MAX_REPS`) until they take `MIN_TIMED`.
 async fn timing(gpu: &Gpu, rec: &Recording, reps: &mut usize) -> Result<f64> {
     loop {
-        let t = web_time::now();
+        let t = crate::clock::now();
         for _ in 0..*reps {
             gpu.submit_uncounted(rec, None)?;
         }
         gpu.ctx.synchronize().await?;
-        let seconds = web_time::now() - t;
+        let seconds = crate::clock::now() - t;
         if seconds >= MIN_TIMED || *reps >= MAX_REPS {
             return Ok(seconds / *reps as f64);
         }
@@ -396,9 +396,9 @@ fn fastest_first(seconds: &[f64]) -> Vec<usize> {
     tie_winner.into_iter().chain(rest).collect()
 }
 
-/// Whether `deadline` (seconds on `web_time`) has passed.
+/// Whether `deadline` (seconds on `crate::clock`) has passed.
 fn past(deadline: f64) -> bool {
-    web_time::now() > deadline
+    crate::clock::now() > deadline
 }
 
 fn cache_path() -> Option<std::path::PathBuf> {
@@ -422,26 +422,6 @@ fn save_choice(key: &str, class: &ShapeClass, config: &MatmulConfig) {
         .and_then(|_| std::fs::OpenOptions::new().create(true).append(true).open(&path)?.write_all(line.as_bytes()));
     if let Err(e) = written {
         log::warn!("kiln: cannot write the tuning cache {}: {e}", path.display());
-    }
-}
-
-/// Seconds on a monotonic clock: `Instant` natively; on the web, where
-/// `Instant` is unavailable, the page's or worker's `performance.now()`.
-mod web_time {
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn now() -> f64 {
-        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64()
-    }
-    #[cfg(target_arch = "wasm32")]
-    pub fn now() -> f64 {
-        use js_sys::{Function, Reflect};
-        let performance = Reflect::get(&js_sys::global(), &"performance".into()).ok();
-        let ms = performance.and_then(|p| {
-            let now = Function::from(Reflect::get(&p, &"now".into()).ok()?);
-            now.call0(&p).ok()?.as_f64()
-        });
-        ms.unwrap_or_else(js_sys::Date::now) / 1e3
     }
 }
 

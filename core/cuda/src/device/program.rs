@@ -37,6 +37,11 @@ impl CudaProgram {
     pub fn launches(&self) -> usize {
         self.list.len()
     }
+
+    /// Outputs one replay gives.
+    pub fn outputs(&self) -> usize {
+        self.outputs.len()
+    }
 }
 
 impl CudaDevice {
