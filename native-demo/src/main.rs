@@ -234,6 +234,8 @@ async fn mnist(
             }
             None => kiln_mnist::DataParallelTrainer::new(&mesh, data, config()).await?,
         };
+        // A rank stopping early would leave the others at the deadline.
+        mesh.collective().agree("the steps to take (--steps)", args.steps.unwrap_or(u64::MAX))?;
         return train(&mut trainer, args).await;
     }
     let mut trainer = match &args.resume {

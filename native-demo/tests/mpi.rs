@@ -13,6 +13,19 @@ use std::time::{Duration, Instant};
 const STEPS: &str = "100";
 const DEMO: &str = env!("CARGO_BIN_EXE_native-demo");
 
+/// One rank of a job: its program, its `--steps` and more demo arguments.
+#[derive(Clone, Copy)]
+struct Rank<'a> {
+    program: &'a str,
+    steps: &'a str,
+    extra: &'a [&'a str],
+}
+
+/// The demo for `STEPS` steps with `extra` arguments.
+fn demo<'a>(extra: &'a [&'a str]) -> Rank<'a> {
+    Rank { program: DEMO, steps: STEPS, extra }
+}
+
 fn out_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kiln-mpi-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -140,14 +153,14 @@ fn finish_within(mut job: Child, limit: Duration, after: &str) -> Output {
 /// A 2-rank job whose ranks run `first` and `second` (a program and more
 /// demo arguments), started with an exchange deadline far beyond `limit`:
 /// it must end with an error within `limit` (its output returned).
-fn mismatched_job(name: &str, first: (&str, &[&str]), second: (&str, &[&str]), limit: Duration) -> Output {
+fn mismatched_job(name: &str, first: Rank, second: Rank, limit: Duration) -> Output {
     let out = out_dir(name);
     let job = mpirun()
-        .args(["-n", "1", first.0, "--data-parallel"])
-        .args(demo_args(&out, "1", STEPS, first.1))
+        .args(["-n", "1", first.program, "--data-parallel"])
+        .args(demo_args(&out, "1", first.steps, first.extra))
         .arg(":")
-        .args(["-n", "1", second.0, "--data-parallel"])
-        .args(demo_args(&out, "1", STEPS, second.1))
+        .args(["-n", "1", second.program, "--data-parallel"])
+        .args(demo_args(&out, "1", second.steps, second.extra))
         .env("KILN_MPI_TIMEOUT", "600")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -177,12 +190,15 @@ fn a_hung_rank_stops_the_job_at_the_deadline() {
 #[test]
 fn ranks_with_different_configs_stop_with_an_error() {
     let limit = Duration::from_secs(120);
-    let o = mismatched_job("mismatch", (DEMO, &["--seed", "1"]), (DEMO, &["--seed", "2"]), limit);
+    let o = mismatched_job("mismatch", demo(&["--seed", "1"]), demo(&["--seed", "2"]), limit);
     let t = text(&o);
     assert!(t.contains("the seed differs between rank 0 and rank(s) [1]"), "{t}");
-    let o = mismatched_job("mismatch-batch", (DEMO, &[]), (DEMO, &["--batch-size", "32"]), limit);
+    let o = mismatched_job("mismatch-batch", demo(&[]), demo(&["--batch-size", "32"]), limit);
     let t = text(&o);
     assert!(t.contains("the batch size differs between rank 0 and rank(s) [1]"), "{t}");
+    let o = mismatched_job("mismatch-steps", demo(&[]), Rank { steps: "7", ..demo(&[]) }, limit);
+    let t = text(&o);
+    assert!(t.contains("the steps to take (--steps) differs between rank 0 and rank(s) [1]"), "{t}");
 }
 
 /// Ranks running different builds stop with an error: a copy of the demo
@@ -195,7 +211,8 @@ fn ranks_running_different_builds_stop_with_an_error() {
     bytes.push(0);
     std::fs::write(&other, bytes).unwrap();
     std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let o = mismatched_job("other-build", (DEMO, &[]), (other.to_str().unwrap(), &[]), Duration::from_secs(120));
+    let other = Rank { program: other.to_str().unwrap(), ..demo(&[]) };
+    let o = mismatched_job("other-build", demo(&[]), other, Duration::from_secs(120));
     let t = text(&o);
     assert!(t.contains("the program (its executable's bytes) differs between rank 0 and rank(s) [1]"), "{t}");
 }
@@ -204,7 +221,7 @@ fn ranks_running_different_builds_stop_with_an_error() {
 /// whole job at once with its reason, not at the others' deadline.
 #[test]
 fn a_rank_that_cannot_start_stops_the_job_with_its_reason() {
-    let o = mismatched_job("no-data", (DEMO, &[]), (DEMO, &["--data", "/nonexistent-mnist"]), Duration::from_secs(120));
+    let o = mismatched_job("no-data", demo(&[]), demo(&["--data", "/nonexistent-mnist"]), Duration::from_secs(120));
     let t = text(&o);
     assert!(t.contains("rank 1 of 2") && t.contains("/nonexistent-mnist"), "{t}");
 }

@@ -25,6 +25,8 @@ mod grad;
 mod mesh;
 #[cfg(feature = "mpi")]
 mod mpi_world;
+#[cfg(all(feature = "nccl", not(target_arch = "wasm32")))]
+mod nccl_world;
 mod ravel;
 mod replicas;
 mod sharded;
@@ -35,6 +37,8 @@ pub use grad::value_and_grad;
 pub use mesh::Mesh;
 #[cfg(feature = "mpi")]
 pub use mpi_world::MpiWorld;
+#[cfg(all(feature = "nccl", not(target_arch = "wasm32")))]
+pub use nccl_world::{NcclWorld, nccl_available};
 pub use ravel::{ravel, unravel};
 pub use replicas::Replicas;
 pub use sharded::{ShardTensor, Sharded};

@@ -214,6 +214,12 @@ fn per_example_gradients_compose_with_grad_jit_and_vmap() {
     let outer = |x: &Vec<Tensor>| kiln::vmap(inner, vec![Some(0)], vec![0])(x);
     let twice = kiln::vmap(outer, vec![Some(1)], vec![1])(&vec![grid.clone()]).unwrap();
     assert_close("vmap(vmap)", &twice[0], &grid.mul(&grid).unwrap().add_scalar(1.0).unwrap());
+    // vmap of vmap through a matmul with a shared operand and a reduction.
+    let (rows, shared) = (rng(&[3, 5, 4], 6), rng(&[4, 2], 7));
+    let inner = |x: &Vec<Tensor>| Ok(vec![x[0].unsqueeze(0)?.matmul(&x[1])?.sum(&[], false)?]);
+    let outer = |x: &Vec<Tensor>| kiln::vmap(inner, vec![Some(0), None], vec![0])(x);
+    let twice = kiln::vmap(outer, vec![Some(0), None], vec![0])(&vec![rows.clone(), shared.clone()]).unwrap();
+    assert_close("vmap(vmap) of matmul and sum", &twice[0], &rows.matmul(&shared).unwrap().sum(&[2], false).unwrap());
 }
 
 #[test]

@@ -12,7 +12,13 @@ impl Device {
     /// missing where it cannot run: the driver library, a GPU, or NVRTC
     /// (`libnvrtc.so.13`). `KILN_ADAPTER=cuda` picks it for [`Device::gpu`].
     pub fn cuda() -> Result<Device> {
-        Ok(Device(Arc::new(Backend::Cuda(Box::new(CudaDevice::open(0)?)))))
+        Device::cuda_on(0)
+    }
+
+    /// The NVIDIA GPU numbered `ordinal` (as `nvidia-smi` numbers them), as
+    /// [`Device::cuda`] opens the first: one device per GPU of a mesh.
+    pub fn cuda_on(ordinal: usize) -> Result<Device> {
+        Ok(Device(Arc::new(Backend::Cuda(Box::new(CudaDevice::open(ordinal)?)))))
     }
 
     /// The CUDA runtime with its kernels run on the CPU, built by the
