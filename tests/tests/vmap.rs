@@ -289,6 +289,37 @@ fn a_vmapped_layer_fuses_as_the_hand_batched_one() {
     let items = |t: &Tensor| schedule_for(&Caps::webgpu(), &[t.node().clone()]).unwrap().items.len();
     assert_eq!(items(&mapped[0]), items(&by_hand));
     assert_eq!(items(&by_hand), 1, "one matmul with its epilogue");
+
+    // The MLP's loss written for one example (a row vector through both
+    // layers, squeezed at the end), mapped, against the hand-batched loss.
+    let (w2, b2) = (rng(&[256, 10], 4), rng(&[10], 5));
+    let labels = Tensor::from_slice(&dev, &(0..64).map(|i| i % 10).collect::<Vec<i32>>(), &[64]).unwrap();
+    let logits = |x: &Tensor, p: &[Tensor]| x.matmul(&p[0])?.add(&p[1])?.relu()?.matmul(&p[2])?.add(&p[3]);
+    let params = vec![w.clone(), b.clone(), w2.clone(), b2.clone()];
+    let one = |i: &Vec<Tensor>| {
+        let l = logits(&i[0].unsqueeze(0)?, &i[2..])?.log_softmax(-1)?;
+        Ok(vec![l.squeeze(0)?.gather(0, &i[1].unsqueeze(0)?)?.neg()?.squeeze(0)?])
+    };
+    let args = [vec![xs.clone(), labels.clone()], params.clone()].concat();
+    let in_axes = vec![Some(0), Some(0), None, None, None, None];
+    let mapped = kiln::vmap(one, in_axes, vec![0])(&args).unwrap()[0].mean(&[], false).unwrap();
+    let by_hand = logits(&xs, &params).unwrap().log_softmax(-1).unwrap();
+    let picked = by_hand.gather(1, &labels.unsqueeze(1).unwrap()).unwrap().squeeze(1).unwrap();
+    let by_hand = picked.neg().unwrap().mean(&[], false).unwrap();
+    assert_eq!(items(&mapped), items(&by_hand), "kernels of the MLP's loss");
+    assert_eq!(items(&by_hand), 5, "two matmuls with their epilogues, log-softmax, the pick, the mean");
+    // And its gradient with respect to the first layer's weight.
+    let grad_w = |loss: &dyn Fn(&Tensor) -> Result<Tensor>| kiln::grad(|w: &Tensor| loss(w))(&w).unwrap();
+    let mapped = grad_w(&|w: &Tensor| {
+        let args = [vec![xs.clone(), labels.clone(), w.clone()], params[1..].to_vec()].concat();
+        kiln::vmap(one, vec![Some(0), Some(0), None, None, None, None], vec![0])(&args)?[0].mean(&[], false)
+    });
+    let by_hand = grad_w(&|w: &Tensor| {
+        let p = [vec![w.clone()], params[1..].to_vec()].concat();
+        let l = logits(&xs, &p)?.log_softmax(-1)?;
+        l.gather(1, &labels.unsqueeze(1)?)?.squeeze(1)?.neg()?.mean(&[], false)
+    });
+    assert_eq!(items(&mapped), items(&by_hand), "kernels of the gradient of the MLP's loss");
 }
 
 #[test]

@@ -492,6 +492,16 @@ impl<'a> Scheduler<'a> {
             if let Some(a) = self.matmul_with_epilogue(v, &mms, shape)? {
                 return Ok(a);
             }
+            // The product seen through a reshape (as `vmap` folds a batch of
+            // row vectors into one product): the epilogue at its own shape.
+            if let [mm] = &mms[..]
+                && mm.shape != shape
+                && numel(&mm.shape) == numel(shape)
+                && let Some(at_product) = apply_view(v, &View::Reshape(&mm.shape))
+                && let Some(a) = self.matmul_with_epilogue(&at_product, &mms, &mm.shape)?
+            {
+                return Ok(DeviceArray { layout: Layout::contiguous(shape), ..a });
+            }
             let v = self.force_matmuls(v)?;
             return self.materialize(&v, shape);
         }
@@ -584,9 +594,13 @@ impl<'a> Scheduler<'a> {
         let stages = row_stages(v);
         let s = stages[0].shape.clone();
         let len = *s.last().expect("stages have rank ≥ 1");
-        let per_row = shape != s.as_slice();
-        let body = if !per_row {
+        // One value per row (a reduction's result), or one per element.
+        let per_row = numel(shape) != numel(&s);
+        let body = if shape == s.as_slice() {
             Some(v.clone())
+        } else if !per_row {
+            // The rows' elements seen through a reshape (`vmap`'s unit axes).
+            apply_view(v, &View::Reshape(&s))
         } else if numel(shape) * len == numel(&s) {
             let mut keep = s[..s.len() - 1].to_vec();
             keep.push(1);
