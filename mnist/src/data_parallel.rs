@@ -138,8 +138,9 @@ impl DataParallelTrainer {
         collective.agree("the epochs", config.epochs as u64)?;
         collective.agree("the learning rate", config.lr.to_bits())?;
         collective.agree("the precision", fingerprint(config.precision.name()))?;
-        let images: Vec<u32> = data.train.images.iter().map(|v| v.to_bits()).collect();
-        collective.agree("the training set", fingerprint((&images, &data.train.labels)))?;
+        let mut images = DefaultHasher::new();
+        data.train.images.iter().for_each(|v| v.to_bits().hash(&mut images));
+        collective.agree("the training set", fingerprint((images.finish(), &data.train.labels)))?;
         collective.agree("the step", steps)?;
         // Each rank's gradient is unscaled, so only f32 steps split.
         if config.precision != DType::F32 {

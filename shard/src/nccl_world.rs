@@ -118,10 +118,14 @@ impl Collective for NcclWorld {
             gathered.push(stream.alloc_zeros::<f32>(len * self.world).map_err(driver_error("allocating"))?);
         }
         group_start().map_err(nccl_error("group start"))?;
-        for ((comm, send), out) in comms.0.iter().zip(&sends).zip(&mut gathered) {
-            comm.all_gather(send, out).map_err(nccl_error("all-gather"))?;
-        }
-        group_end().map_err(nccl_error("group end"))?;
+        // The group is closed whatever happens: an open one would hold this
+        // thread's later calls.
+        let queued =
+            comms.0.iter().zip(&sends).zip(&mut gathered).try_for_each(|((comm, send), out)| {
+                comm.all_gather(send, out).map(drop).map_err(nccl_error("all-gather"))
+            });
+        let closed = group_end().map(drop).map_err(nccl_error("group end"));
+        queued.and(closed)?;
         let all = comms.0[0].stream().clone_dtoh(&gathered[0]).map_err(driver_error("reading the gathered parts"))?;
         Ok(local.iter().enumerate().map(|(r, part)| all[r * len..r * len + part.len()].to_vec()).collect())
     }

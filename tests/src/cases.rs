@@ -441,6 +441,9 @@ fn reductions(s: &mut Suite) {
     s.add("prod", "zero-size axis [3, 0] → ones", Tol::EXACT, |d| {
         input(d, 67, &[3, 0], DType::F32, -1.0, 1.0)?.prod(&[1], false)
     });
+    s.add("sum", "zero rows [0, 5] over the last axis → [0]", Tol::EXACT, |d| {
+        input(d, 70, &[0, 5], DType::F32, -1.0, 1.0)?.sum(&[1], false)
+    });
     s.add("sum", "bool counts as i32", Tol::EXACT, |d| {
         input(d, 55, &[7, 1023], DType::Bool, 0.0, 1.0)?.sum(&[-1], false)
     });
@@ -547,6 +550,12 @@ fn softmax(s: &mut Suite) {
         });
         s.add(name, "f32 [33, 65] transposed, axis -1", tol, move |d| {
             f(transposed(d, 93, [33, 65], DType::F32, -5.0, 5.0)?, -1)
+        });
+        s.add(name, "f32 [0, 5] (no rows) axis -1", tol, move |d| f(input(d, 98, &[0, 5], DType::F32, -5.0, 5.0)?, -1));
+        // Per example a row vector, squeezed after (as `vmap` of a function
+        // of one example builds it): the row kernel seen through a reshape.
+        s.add(name, "f32 [7, 1, 65] axis -1, then squeezed", tol, move |d| {
+            f(input(d, 99, &[7, 1, 65], DType::F32, -5.0, 5.0)?, -1)?.squeeze(1)
         });
         for dtype in [DType::F16, DType::BF16] {
             s.add(name, format!("{dtype} [7, 1023] axis -1"), Tol { abs: 2e-3, rel: 1e-2 }, move |d| {

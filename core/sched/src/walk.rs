@@ -594,17 +594,17 @@ impl<'a> Scheduler<'a> {
         let stages = row_stages(v);
         let s = stages[0].shape.clone();
         let len = *s.last().expect("stages have rank ≥ 1");
-        // One value per row (a reduction's result), or one per element.
-        let per_row = numel(shape) != numel(&s);
+        // One value per row (a reduction's result), or one per element:
+        // the rows' own, or seen through a reshape (`vmap`'s unit axes).
+        let per_row = shape != s.as_slice() && numel(shape) * len == numel(&s);
         let body = if shape == s.as_slice() {
             Some(v.clone())
-        } else if !per_row {
-            // The rows' elements seen through a reshape (`vmap`'s unit axes).
-            apply_view(v, &View::Reshape(&s))
-        } else if numel(shape) * len == numel(&s) {
+        } else if per_row {
             let mut keep = s[..s.len() - 1].to_vec();
             keep.push(1);
             apply_view(v, &View::Reshape(&keep)).and_then(|k| apply_view(&k, &View::Expand(&s)))
+        } else if numel(shape) == numel(&s) {
+            apply_view(v, &View::Reshape(&s))
         } else {
             None
         };

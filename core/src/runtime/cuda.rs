@@ -15,7 +15,8 @@ impl Device {
         Device::cuda_on(0)
     }
 
-    /// The NVIDIA GPU numbered `ordinal` (as `nvidia-smi` numbers them), as
+    /// The NVIDIA GPU of CUDA ordinal `ordinal` (fastest first, unless
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` orders them as `nvidia-smi` does), as
     /// [`Device::cuda`] opens the first: one device per GPU of a mesh.
     pub fn cuda_on(ordinal: usize) -> Result<Device> {
         Ok(Device(Arc::new(Backend::Cuda(Box::new(CudaDevice::open(ordinal)?)))))
