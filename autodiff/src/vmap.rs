@@ -97,7 +97,7 @@ fn mapped<P: Tree, O: Tree>(
         }
         let mut example_shape = shape.clone();
         example_shape.remove(a);
-        let placeholder = Node::new(Prim::Input { shape: example_shape, dtype: t.dtype() }, vec![])?;
+        let placeholder = Node::placeholder(example_shape, t.dtype())?;
         batched.insert(placeholder.id(), move_axis(t.node(), a, 0)?);
         examples.push(Tensor::from_node(placeholder, t.device().clone()));
     }

@@ -464,10 +464,9 @@ impl Device {
     /// `vmap` may realize what it computes; its values exist only batched).
     pub async fn realize(&self, roots: &[Node]) -> Result<()> {
         let computable: Vec<Node>;
-        let roots = match Node::reads_placeholder(roots) {
+        let roots = match roots.iter().any(Node::reads_placeholder) {
             true => {
-                computable =
-                    roots.iter().filter(|n| !Node::reads_placeholder(std::slice::from_ref(n))).cloned().collect();
+                computable = roots.iter().filter(|n| !n.reads_placeholder()).cloned().collect();
                 &computable[..]
             }
             false => roots,
@@ -513,7 +512,7 @@ impl Device {
 
     /// Realize `node` and read it back as a contiguous host array.
     pub async fn read(&self, node: &Node) -> Result<HostArray> {
-        if Node::reads_placeholder(std::slice::from_ref(node)) {
+        if node.reads_placeholder() {
             return Err(KilnError::Invalid {
                 op: "read",
                 detail: format!(

@@ -25,6 +25,10 @@ struct NodeInner {
     realized: Mutex<Option<Realized>>,
     /// The live traces (grad, vjp) whose leaves this node depends on.
     traces: Vec<Arc<Trace>>,
+    /// Whether this node is, or depends on, a value-less input (`vmap`'s
+    /// per-example placeholder): known when built, so realizing and
+    /// reading need no walk of the graph to find out.
+    reads_placeholder: bool,
 }
 
 /// One run of a transform (grad, vjp) over a closure. While it is live,
@@ -79,7 +83,19 @@ impl Node {
         Node::with_traces(prim, inputs, traces)
     }
 
+    /// An input with no value of its own: `vmap`'s stand-in for one example
+    /// of a batch, whose values exist only as the batch. Everything computed
+    /// from it stays lazy when realized, and reading it is an error.
+    pub fn placeholder(shape: Vec<usize>, dtype: crate::DType) -> Result<Node> {
+        Node::build(Prim::Input { shape, dtype }, Vec::new(), Vec::new(), true)
+    }
+
     fn with_traces(prim: Prim, inputs: Vec<Node>, traces: Vec<Arc<Trace>>) -> Result<Node> {
+        let reads_placeholder = inputs.iter().any(|n| n.0.reads_placeholder);
+        Node::build(prim, inputs, traces, reads_placeholder)
+    }
+
+    fn build(prim: Prim, inputs: Vec<Node>, traces: Vec<Arc<Trace>>, reads_placeholder: bool) -> Result<Node> {
         let infos: Vec<&TypeInfo> = inputs.iter().map(|n| &n.0.info).collect();
         let info = infer(&prim, &infos)?;
         if info.shape.len() > MAX_RANK {
@@ -105,6 +121,7 @@ impl Node {
             inputs: Mutex::new(inputs),
             realized: Mutex::new(None),
             traces,
+            reads_placeholder,
         })))
     }
 
@@ -170,11 +187,10 @@ impl Node {
         Prim::Permute { perm: (0..self.shape().len()).collect() }
     }
 
-    /// Whether computing any of `roots` needs a value no device holds: an
-    /// input created without one (`vmap`'s per-example placeholder, whose
-    /// values exist only as the batch it stands for).
-    pub fn reads_placeholder(roots: &[Node]) -> bool {
-        Node::topo_unrealized(roots).iter().any(|n| matches!(n.prim(), Prim::Input { .. }))
+    /// Whether computing this node needs a value no device holds: it is,
+    /// or depends on, a [`Node::placeholder`].
+    pub fn reads_placeholder(&self) -> bool {
+        self.0.reads_placeholder
     }
 
     /// Nodes reachable from `roots` that still need computing, inputs first.
