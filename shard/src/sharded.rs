@@ -437,29 +437,79 @@ impl Sharded {
         self.along("log_softmax", axis, |t| t.log_softmax(axis))
     }
 
-    /// Mean cross-entropy of `logits [N, C]` against integer `labels [N]`,
-    /// both split along their rows: each rank's mean, weighted by its share
-    /// of the rows, is a partial sum of the global mean.
+    /// Mean cross-entropy of `logits [N, C]` against integer `labels [N]`
+    /// ([`kiln_nn::loss::cross_entropy`]), both split along their rows or
+    /// both replicated.
     pub fn cross_entropy(&self, labels: &Sharded) -> Result<Sharded> {
-        let op = "cross_entropy";
-        self.expect_same_mesh(op, &labels.mesh)?;
-        if self.sharding != Sharding::Split(0) || labels.sharding != Sharding::Split(0) {
-            return Err(sharding_err(
+        self.batch_mean_loss("cross_entropy", labels, kiln_nn::loss::cross_entropy)
+    }
+
+    /// Mean cross-entropy of `logits [N, C]` against target distributions
+    /// `[N, C]` ([`kiln_nn::loss::cross_entropy_one_hot`]).
+    pub fn cross_entropy_one_hot(&self, targets: &Sharded) -> Result<Sharded> {
+        self.batch_mean_loss("cross_entropy_one_hot", targets, kiln_nn::loss::cross_entropy_one_hot)
+    }
+
+    /// Mean squared error ([`kiln_nn::loss::mse`]).
+    pub fn mse(&self, targets: &Sharded) -> Result<Sharded> {
+        self.batch_mean_loss("mse", targets, kiln_nn::loss::mse)
+    }
+
+    /// Binary cross-entropy of logits
+    /// ([`kiln_nn::loss::binary_cross_entropy_with_logits`]).
+    pub fn binary_cross_entropy_with_logits(&self, targets: &Sharded) -> Result<Sharded> {
+        self.batch_mean_loss(
+            "binary_cross_entropy_with_logits",
+            targets,
+            kiln_nn::loss::binary_cross_entropy_with_logits,
+        )
+    }
+
+    /// A loss that is a mean over its operands' leading axis, per shard.
+    /// Split along that axis (both operands), each rank's mean weighted by
+    /// its share of the items is a partial sum of the global mean; both
+    /// replicated, every rank computes the whole loss.
+    fn batch_mean_loss(
+        &self,
+        op: &'static str,
+        targets: &Sharded,
+        loss: impl Fn(&Tensor, &Tensor) -> Result<Tensor>,
+    ) -> Result<Sharded> {
+        self.expect_same_mesh(op, &targets.mesh)?;
+        let sharding = match (self.sharding, targets.sharding) {
+            (Sharding::Split(0), Sharding::Split(0)) => Sharding::Partial,
+            (Sharding::Replicated, Sharding::Replicated) => Sharding::Replicated,
+            (a, b) => {
+                return Err(sharding_err(
+                    op,
+                    format!(
+                        "needs predictions {:?} and targets {:?} both split along axis 0 or both replicated, \
+                         got {a} and {b}",
+                        self.shape, targets.shape
+                    ),
+                ));
+            }
+        };
+        if sharding == Sharding::Partial && self.shape[0] != targets.shape[0] {
+            return Err(KilnError::Shape {
                 op,
-                format!(
-                    "needs logits and labels split along their rows, got {} and {}",
-                    self.sharding, labels.sharding
+                detail: format!(
+                    "predictions {:?} and targets {:?} have different numbers of items along the split axis 0",
+                    self.shape, targets.shape
                 ),
-            ));
+            });
         }
-        let n = self.shape[0] as f64;
+        let items = self.shape.first().copied().unwrap_or(1) as f64;
         let shards = self
             .shards
             .iter()
-            .zip(&labels.shards)
-            .map(|(x, y)| kiln_nn::loss::cross_entropy(x, y)?.mul_scalar(x.shape()[0] as f64 / n))
+            .zip(&targets.shards)
+            .map(|(x, y)| match sharding {
+                Sharding::Partial => loss(x, y)?.mul_scalar(x.shape()[0] as f64 / items),
+                _ => loss(x, y),
+            })
             .collect::<Result<Vec<_>>>()?;
-        Ok(self.with(Sharding::Partial, Vec::new(), shards))
+        Ok(self.with(sharding, Vec::new(), shards))
     }
 
     /// Compute every shard now (one realization per device, all submitted

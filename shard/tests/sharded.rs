@@ -194,3 +194,166 @@ fn what_has_no_sharded_form_is_an_error_naming_the_op() {
         assert!(e.contains("device 1 (") && e.contains("given twice"), "{e}");
     })
 }
+
+/// `got`, gathered, against `want` computed on one device.
+async fn same_as(got: &Sharded, want: &Tensor, tol: f64) {
+    assert_eq!(got.shape(), want.shape(), "shape");
+    close(&got.gather().await.unwrap().data, &want.to_vec::<f32>().await.unwrap(), tol);
+}
+
+#[test]
+fn batched_matmuls_follow_a_split_batch_or_rows() {
+    kiln::block_on(async {
+        let one = Device::cpu();
+        let m = mesh(2);
+        let x = Tensor::from_slice(&one, &values(3 * 4 * 5, 11), &[3, 4, 5]).unwrap();
+        let w = Tensor::from_slice(&one, &values(5 * 2, 12), &[5, 2]).unwrap();
+        let wb = Tensor::from_slice(&one, &values(3 * 5 * 2, 13), &[3, 5, 2]).unwrap();
+        let (ws, wbs) =
+            (w.shard(&m, Sharding::Replicated).await.unwrap(), wb.shard(&m, Sharding::Replicated).await.unwrap());
+        for axis in [0, 1] {
+            let xs = x.shard(&m, Sharding::Split(axis)).await.unwrap();
+            // A shared weight, and (split along the batch) a weight per batch
+            // item, which each rank slices to its own block.
+            for (right, right_sharded) in [(&w, &ws), (&wb, &wbs)] {
+                let got = xs.matmul(right_sharded).unwrap();
+                assert_eq!(got.sharding(), Sharding::Split(axis), "split {axis} × {:?}", right.shape());
+                same_as(&got, &x.matmul(right).unwrap(), 1e-6).await;
+            }
+        }
+        // The right side's columns split: the product's columns split.
+        let cols = wb.shard(&m, Sharding::Split(2)).await.unwrap();
+        let xr = x.shard(&m, Sharding::Replicated).await.unwrap();
+        let got = xr.matmul(&cols).unwrap();
+        assert_eq!(got.sharding(), Sharding::Split(2));
+        same_as(&got, &x.matmul(&wb).unwrap(), 1e-6).await;
+    })
+}
+
+#[test]
+fn means_and_row_ops_follow_the_split() {
+    kiln::block_on(async {
+        let one = Device::cpu();
+        let m = mesh(3);
+        let x = Tensor::from_slice(&one, &values(7 * 4, 21), &[7, 4]).unwrap();
+        let xs = x.shard(&m, Sharding::Split(0)).await.unwrap();
+        // Over the split axis: each rank's part of the global mean.
+        let over_rows = xs.mean(&[0], false).unwrap();
+        assert_eq!(over_rows.sharding(), Sharding::Partial);
+        same_as(&over_rows, &x.mean(&[0], false).unwrap(), 1e-6).await;
+        let whole = xs.mean(&[], true).unwrap();
+        assert_eq!((whole.sharding(), whole.shape()), (Sharding::Partial, &[1, 1][..]));
+        same_as(&whole, &x.mean(&[], true).unwrap(), 1e-6).await;
+        // Along the other axis: per row, still split.
+        let per_row = xs.mean(&[-1], true).unwrap();
+        assert_eq!((per_row.sharding(), per_row.shape()), (Sharding::Split(0), &[7, 1][..]));
+        same_as(&per_row, &x.mean(&[-1], true).unwrap(), 1e-6).await;
+        let log_p = xs.log_softmax(1).unwrap();
+        assert_eq!(log_p.sharding(), Sharding::Split(0));
+        same_as(&log_p, &x.log_softmax(1).unwrap(), 1e-6).await;
+        // Split along the columns, a reduction over the rows keeps the split
+        // axis (now axis 0 of the result).
+        let xc = x.shard(&m, Sharding::Split(1)).await.unwrap();
+        let col_means = xc.mean(&[0], false).unwrap();
+        assert_eq!(col_means.sharding(), Sharding::Split(0));
+        same_as(&col_means, &x.mean(&[0], false).unwrap(), 1e-6).await;
+    })
+}
+
+#[test]
+fn partial_sums_stay_partial_only_under_linear_ops() {
+    kiln::block_on(async {
+        let one = Device::cpu();
+        let m = mesh(2);
+        let x = Tensor::from_slice(&one, &values(5 * 3, 31), &[5, 3]).unwrap();
+        let r = Tensor::from_slice(&one, &values(3, 32).iter().map(|v| v + 2.0).collect::<Vec<_>>(), &[3]).unwrap();
+        let xs = x.shard(&m, Sharding::Split(0)).await.unwrap();
+        let rs = r.shard(&m, Sharding::Replicated).await.unwrap();
+        let p = xs.sum(&[0], false).unwrap();
+        let total = x.sum(&[0], false).unwrap();
+        let linear: [(&str, Sharded, Tensor); 5] = [
+            ("p + p", p.add(&p).unwrap(), total.add(&total).unwrap()),
+            ("p - p·r", p.sub(&p.mul(&rs).unwrap()).unwrap(), total.sub(&total.mul(&r).unwrap()).unwrap()),
+            ("p · r", p.mul(&rs).unwrap(), total.mul(&r).unwrap()),
+            ("r · p", rs.mul(&p).unwrap(), r.mul(&total).unwrap()),
+            ("p / r", p.div(&rs).unwrap(), total.div(&r).unwrap()),
+        ];
+        for (what, got, want) in linear {
+            assert_eq!(got.sharding(), Sharding::Partial, "{what}");
+            same_as(&got, &want, 1e-6).await;
+        }
+        // Each of these would count a replicated value once per rank, or
+        // apply a nonlinear op to a part.
+        let err = |r: Result<Sharded>| r.unwrap_err().to_string();
+        assert!(err(p.add(&rs)).starts_with("add: partial (awaiting all-reduce) and replicated"));
+        assert!(err(rs.div(&p)).starts_with("div: replicated and partial"));
+        assert!(err(p.zip_with("max", &p, Tensor::maximum)).starts_with("max: partial"));
+        assert!(err(p.map("exp", Tensor::exp)).contains("is a partial sum; all_reduce it first"));
+    })
+}
+
+#[test]
+fn losses_over_split_rows_equal_the_whole_batch_loss() {
+    kiln::block_on(async {
+        let one = Device::cpu();
+        let m = mesh(3);
+        let (n, c) = (8, 5);
+        let x = Tensor::from_slice(&one, &values(n * c, 41), &[n, c]).unwrap();
+        let soft = Tensor::from_slice(&one, &values(n * c, 42), &[n, c]).unwrap().softmax(-1).unwrap();
+        let unit = Tensor::from_slice(&one, &values(n * c, 43), &[n, c]).unwrap().sigmoid().unwrap();
+        let labels: Vec<i32> = (0..n as i32).map(|i| (i * 3) % c as i32).collect();
+        let y = Tensor::from_slice(&one, &labels, &[n]).unwrap();
+        type Loss = fn(&Sharded, &Sharded) -> Result<Sharded>;
+        type Want = fn(&Tensor, &Tensor) -> Result<Tensor>;
+        let cases: [(&str, Loss, Want, &Tensor); 4] = [
+            ("cross_entropy", Sharded::cross_entropy, kiln_nn::loss::cross_entropy, &y),
+            ("cross_entropy_one_hot", Sharded::cross_entropy_one_hot, kiln_nn::loss::cross_entropy_one_hot, &soft),
+            ("mse", Sharded::mse, kiln_nn::loss::mse, &soft),
+            ("bce", Sharded::binary_cross_entropy_with_logits, kiln_nn::loss::binary_cross_entropy_with_logits, &unit),
+        ];
+        for (name, sharded, whole, targets) in cases {
+            let want = whole(&x, targets).unwrap();
+            for (sharding, result) in
+                [(Sharding::Split(0), Sharding::Partial), (Sharding::Replicated, Sharding::Replicated)]
+            {
+                let (xs, ts) = (x.shard(&m, sharding).await.unwrap(), targets.shard(&m, sharding).await.unwrap());
+                let got = sharded(&xs, &ts).unwrap();
+                assert_eq!(got.sharding(), result, "{name} over {sharding}");
+                same_as(&got, &want, 1e-6).await;
+            }
+        }
+        let xs = x.shard(&m, Sharding::Split(0)).await.unwrap();
+        let e = xs.mse(&soft.shard(&m, Sharding::Replicated).await.unwrap()).unwrap_err().to_string();
+        assert!(e.starts_with("mse: needs predictions [8, 5] and targets [8, 5] both split along axis 0"), "{e}");
+        let short = Tensor::from_slice(&one, &labels[..6], &[6]).unwrap().shard(&m, Sharding::Split(0)).await.unwrap();
+        let e = xs.cross_entropy(&short).unwrap_err().to_string();
+        assert!(e.contains("predictions [8, 5] and targets [6] have different numbers of items"), "{e}");
+    })
+}
+
+#[test]
+fn a_sharded_regression_gradient_equals_the_whole_batch_gradient() {
+    kiln::block_on(async {
+        let one = Device::cpu();
+        let (n, d, k) = (10, 3, 2);
+        let p = Linear {
+            weight: Tensor::from_slice(&one, &values(d * k, 51), &[d, k]).unwrap(),
+            bias: Tensor::from_slice(&one, &values(k, 52), &[k]).unwrap(),
+        };
+        let x = Tensor::from_slice(&one, &values(n * d, 53), &[n, d]).unwrap();
+        let t = Tensor::from_slice(&one, &values(n * k, 54), &[n, k]).unwrap();
+        let forward = |p: &Linear, x: &Tensor| x.matmul(&p.weight)?.add(&p.bias);
+        let (want_loss, want) = value_and_grad(|p: &Linear| kiln_nn::loss::mse(&forward(p, &x)?, &t))(&p).unwrap();
+        let m = mesh(3);
+        let (xs, ts) = (x.shard(&m, Sharding::Split(0)).await.unwrap(), t.shard(&m, Sharding::Split(0)).await.unwrap());
+        let params = Replicas::new(&m, &p).await.unwrap();
+        let (loss, grads) =
+            kiln_shard::value_and_grad(&params, |p| xs.map_with(p, "forward", forward)?.mse(&ts)).await.unwrap();
+        close(&loss.gather().await.unwrap().data, &[want_loss.item::<f32>().await.unwrap()], 1e-6);
+        for tree in grads.trees() {
+            for (g, w) in tree.leaves().iter().zip(want.leaves()) {
+                close(&g.to_host().await.unwrap().data, &w.to_vec::<f32>().await.unwrap(), 1e-6);
+            }
+        }
+    })
+}
