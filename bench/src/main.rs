@@ -4,7 +4,8 @@
 //! (what a row kernel could reach), each the median of several
 //! repetitions after a warm-up with its min–max spread. Prints a table,
 //! writes JSON lines (`--json`; docs/benchmarks.jsonl on a full run) and
-//! regenerates docs/BENCHMARKS.md.
+//! regenerates docs/BENCHMARKS.md. `--from-json` renders another machine's
+//! lines (a GPU run of scripts/device-check) as a section of that page.
 
 mod ceilings;
 mod data_parallel;
@@ -37,6 +38,14 @@ struct Args {
     /// The page to regenerate (default docs/BENCHMARKS.md on a full run).
     #[arg(long)]
     docs: Option<std::path::PathBuf>,
+    /// Measure nothing: render these JSON lines (earlier runs' `--json`,
+    /// scripts/torch-yardstick.py's) as the `--section` table of `--docs`,
+    /// with the GPU goals each figure meets or not.
+    #[arg(long, num_args = 1..)]
+    from_json: Vec<std::path::PathBuf>,
+    /// The page's section `--from-json` writes (its own markers).
+    #[arg(long, default_value = "gpu")]
+    section: String,
     /// Internal: time to the first result in a fresh process on this adapter.
     #[arg(long, hide = true)]
     cold_start: Option<String>,
@@ -96,6 +105,9 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     if let Some(sel) = &args.cold_start {
         return Ok(cold_start(sel)?);
+    }
+    if !args.from_json.is_empty() {
+        return render_json(&args);
     }
     let reps = Reps(if args.quick { 3 } else { 7 });
     // The tuner chooses afresh in each run, under the run's own conditions,
@@ -190,12 +202,47 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
             reps.0
         );
         let page = std::fs::read_to_string(&path).unwrap_or_default();
-        std::fs::write(&path, report::splice(&page, &report::markdown(&records, &header)))?;
+        std::fs::write(&path, report::splice(&page, None, &report::markdown(&records, &header)))?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = fresh_cache {
         let _ = std::fs::remove_file(path); // absent when nothing was tuned
     }
+    Ok(())
+}
+
+/// `--from-json`: the records of earlier runs rendered as `--section` of
+/// `--docs`, in the order the files and their lines give.
+fn render_json(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let Some(path) = &args.docs else {
+        return Err("--from-json needs --docs PAGE, the page whose section it writes".into());
+    };
+    let mut records = Vec::new();
+    for file in &args.from_json {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("--from-json {}: {e}", file.display()))?;
+        for line in text.lines().filter(|l| l.trim_start().starts_with('{')) {
+            records.push(Record::from_json(line).map_err(|e| format!("--from-json {}: {e}", file.display()))?);
+        }
+    }
+    if records.is_empty() {
+        return Err(format!("--from-json: no figures in {:?}", args.from_json).into());
+    }
+    let names: Vec<String> = args.from_json.iter().map(|f| format!("`{}`", f.display())).collect();
+    let mut table = report::markdown(
+        &records,
+        &format!(
+            "Rendered {} UTC by `kiln-bench --from-json` from {} (figures measured on the machine that ran them, as in the table above: medians, min–max, and in bold the fraction of the adapter's own ceiling; on CUDA the ceilings are a copy kernel and cuBLAS sgemm).",
+            utc_now(),
+            names.join(", ")
+        ),
+    );
+    let goals = report::gpu_goals(&records);
+    if !goals.is_empty() {
+        table += &format!("\nThe CUDA backend's goals:\n\n{}\n", goals.join("\n"));
+    }
+    let page = std::fs::read_to_string(path).unwrap_or_default();
+    std::fs::write(path, report::splice(&page, Some(&args.section), &table))?;
+    println!("wrote section `{}` of {} ({} figures)", args.section, path.display(), records.len());
     Ok(())
 }
 

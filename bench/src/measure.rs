@@ -84,7 +84,7 @@ pub struct Record {
     pub bench: String,
     pub adapter: String,
     pub median: f64,
-    pub unit: &'static str,
+    pub unit: String,
     /// (low, high) in `unit`.
     pub spread: (f64, f64),
     pub ceiling_fraction: Option<f64>,
@@ -104,7 +104,7 @@ impl Record {
             bench: bench.into(),
             adapter: adapter.into(),
             median: work / t.median,
-            unit,
+            unit: unit.into(),
             spread: (work / t.max, work / t.min),
             ceiling_fraction: None,
             note: String::new(),
@@ -118,7 +118,7 @@ impl Record {
             bench: bench.into(),
             adapter: adapter.into(),
             median: t.median * scale,
-            unit,
+            unit: unit.into(),
             spread: (t.min * scale, t.max * scale),
             ceiling_fraction: None,
             note: String::new(),
@@ -146,16 +146,40 @@ impl Record {
         let num = |v: f64| if v.is_finite() { format!("{v:.6}") } else { "null".into() };
         let frac = self.ceiling_fraction.map_or("null".into(), num);
         format!(
-            "{{\"bench\":{},\"adapter\":{},\"median\":{},\"unit\":{},\"spread\":[{},{}],\"ceiling_fraction\":{},\"note\":{}}}",
+            "{{\"bench\":{},\"adapter\":{},\"median\":{},\"unit\":{},\"spread\":[{},{}],\"ceiling_fraction\":{},\"note\":{},\"note_on_page\":{}}}",
             quote(&self.bench),
             quote(&self.adapter),
             num(self.median),
-            quote(self.unit),
+            quote(&self.unit),
             num(self.spread.0),
             num(self.spread.1),
             frac,
-            quote(&self.note)
+            quote(&self.note),
+            self.note_on_page
         )
+    }
+
+    /// A record from one of [`Record::json`]'s lines (or another tool's in
+    /// the same form, such as scripts/torch-yardstick.py's).
+    pub fn from_json(line: &str) -> Result<Record, String> {
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("not JSON ({e}): {line}"))?;
+        let text = |key: &str| v[key].as_str().map(String::from).ok_or_else(|| format!("no string `{key}` in {line}"));
+        let number = |x: &serde_json::Value| x.as_f64().ok_or_else(|| format!("a figure of {line} is not a number"));
+        let median = number(&v["median"])?;
+        let spread = match v["spread"].as_array().map(Vec::as_slice) {
+            Some([low, high]) => (number(low)?, number(high)?),
+            _ => (median, median),
+        };
+        Ok(Record {
+            bench: text("bench")?,
+            adapter: text("adapter")?,
+            median,
+            unit: text("unit")?,
+            spread,
+            ceiling_fraction: v["ceiling_fraction"].as_f64(),
+            note: v["note"].as_str().unwrap_or_default().into(),
+            note_on_page: v["note_on_page"].as_bool().unwrap_or(false),
+        })
     }
 
     pub fn line(&self) -> String {
@@ -190,6 +214,19 @@ mod tests {
         assert_eq!(*calls.borrow(), ["cr", "cr", "rc", "cr", "rc"].concat());
         assert!(p.timing.min <= p.timing.median && p.timing.median <= p.timing.max);
         assert_eq!(p.fraction(2.0, 1.0), 2.0 * p.fraction(1.0, 1.0));
+    }
+
+    #[test]
+    fn records_come_back_from_their_json_lines() {
+        let t = Timing { median: 0.002, min: 0.001, max: 0.004 };
+        let r = Record::rate("softmax \"rows\"", "GPU (CUDA)", t, 8.0, "GB/s").fraction(0.5).page_note("3 kernels");
+        let back = Record::from_json(&r.json()).unwrap();
+        assert_eq!(back.json(), r.json());
+        let torch = r#"{"bench": "mlp train step (batch 64)", "adapter": "PyTorch", "median": 0.5, "unit": "ms"}"#;
+        let t = Record::from_json(torch).unwrap();
+        assert_eq!((t.spread, t.ceiling_fraction, t.note.as_str()), ((0.5, 0.5), None, ""));
+        let e = Record::from_json(r#"{"bench": "x", "adapter": "a", "unit": "ms"}"#).unwrap_err();
+        assert!(e.contains("is not a number"), "{e}");
     }
 
     #[test]
