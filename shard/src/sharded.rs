@@ -515,8 +515,7 @@ impl Sharded {
     /// Compute every shard now (one realization per device, all submitted
     /// before any is awaited).
     pub async fn realize(&self) -> Result<()> {
-        futures_util::future::try_join_all(self.shards.iter().map(Tensor::realize)).await?;
-        Ok(())
+        launch_all(&self.shards).await
     }
 
     /// A partial sum completed: the ranks' parts summed in rank order (in
@@ -541,6 +540,7 @@ impl Sharded {
         let Some(axis) = done.split_axis() else {
             return done.shards[0].to_host().await;
         };
+        done.realize().await?;
         let local = futures_util::future::try_join_all(done.shards.iter().map(Tensor::to_host)).await?;
         let parts = local.iter().map(|h| exact_f32(op, h)).collect::<Result<Vec<_>>>()?;
         let world = done.mesh.collective().all_gather(parts)?;
@@ -552,6 +552,14 @@ impl Sharded {
         }
         Ok(concat_host(&world, &shapes, axis, done.dtype(), &done.shape))
     }
+}
+
+/// Every device's work launched before any is read: a read that blocks
+/// its thread until its device is done (CUDA's) would otherwise keep the
+/// next device from starting, and the devices would run one after another.
+pub(crate) async fn launch_all(tensors: &[Tensor]) -> Result<()> {
+    futures_util::future::try_join_all(tensors.iter().map(Tensor::realize)).await?;
+    Ok(())
 }
 
 /// Every element of `host` as f32: floats rounded as a device stores them,
@@ -592,6 +600,7 @@ pub(crate) async fn all_reduce_tensors(
         }
     }
     let flats = per_rank.iter().map(|group| ravel(group)).collect::<Result<Vec<_>>>()?;
+    launch_all(&flats).await?;
     let local = futures_util::future::try_join_all(flats.iter().map(Tensor::to_vec::<f32>)).await?;
     let total = all_reduce_sum(mesh.collective(), local)?;
     mesh.devices()
