@@ -533,7 +533,7 @@ impl Device {
             }
             Backend::Gpu(g) => g.read(node).await,
             #[cfg(not(target_arch = "wasm32"))]
-            Backend::Cuda(c) => c.read(node),
+            Backend::Cuda(c) => c.read(node).await,
         }
     }
 }

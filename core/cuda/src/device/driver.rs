@@ -4,15 +4,18 @@
 //! on disk ([`super::ptx_cache`]).
 
 use super::blas::Gemm;
-use super::engine::{Engine, EngineInfo, Memory, Module};
+use super::engine::{Engine, EngineInfo, Memory, Module, PendingWords};
 use super::ptx_cache;
 use crate::nvrtc;
 use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result, sys};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, result,
+    sys,
+};
 use kiln_codegen::cuda::{CudaKernel, batch, entry_of};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 fn driver_error(what: &str) -> impl Fn(result::DriverError) -> KilnError + '_ {
     move |e| KilnError::Gpu(format!("CUDA driver: {what}: {e}"))
@@ -37,6 +40,7 @@ pub struct DriverEngine {
     info: EngineInfo,
     /// NVRTC's target: compute_{arch}.
     arch: u32,
+    staging: Staging,
 }
 
 impl DriverEngine {
@@ -68,11 +72,77 @@ impl DriverEngine {
             log::warn!("cuBLAS (libcublas.so.13) not found: matmuls run kiln's own kernels");
             None
         };
-        Ok(DriverEngine { stream, blas, info, arch: (major * 10 + minor) as u32 })
+        Ok(DriverEngine { stream, blas, info, arch: (major * 10 + minor) as u32, staging: Staging::default() })
     }
 
     fn bind(&self) -> Result<()> {
         self.stream.context().bind_to_thread().map_err(driver_error("binding the context"))
+    }
+}
+
+/// How many staging buffers are kept for later reads.
+const STAGING_KEPT: usize = 4;
+
+/// Page-locked host buffers that readbacks land in: a copy into pageable
+/// memory returns only once it is done, and allocating page-locked memory
+/// costs more than a small copy, so they are kept for the next read.
+#[derive(Clone, Default)]
+struct Staging(Arc<Mutex<Vec<PinnedHostSlice<u32>>>>);
+
+impl Staging {
+    /// The smallest kept buffer of at least `words`, or a new one.
+    fn take(&self, ctx: &Arc<CudaContext>, words: usize) -> Result<PinnedHostSlice<u32>> {
+        let mut kept = self.0.lock().unwrap();
+        let fit =
+            kept.iter().enumerate().filter(|(_, b)| b.len() >= words).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
+        if let Some(i) = fit {
+            return Ok(kept.swap_remove(i));
+        }
+        drop(kept);
+        // Not write-combined (cudarc's default): the host reads it.
+        // SAFETY: only the words a copy has written are read.
+        unsafe { ctx.alloc_pinned_with_flags::<u32>(words.next_power_of_two().max(1024), 0) }
+            .map_err(driver_error("page-locked staging memory"))
+    }
+
+    /// `buffer` kept for a later read; the smallest goes past the limit.
+    fn give_back(&self, buffer: PinnedHostSlice<u32>) {
+        let mut kept = self.0.lock().unwrap();
+        kept.push(buffer);
+        if kept.len() > STAGING_KEPT {
+            let smallest = (0..kept.len()).min_by_key(|&i| kept[i].len()).expect("not empty");
+            kept.swap_remove(smallest);
+        }
+    }
+}
+
+/// A readback in flight: its staging buffer and the event behind the copy.
+struct DriverCopy {
+    staging: Option<PinnedHostSlice<u32>>,
+    words: usize,
+    done: CudaEvent,
+    kept: Staging,
+}
+
+impl PendingWords for DriverCopy {
+    fn poll(&mut self) -> Result<Option<Vec<u32>>> {
+        if !self.done.try_is_complete().map_err(driver_error("readback"))? {
+            return Ok(None);
+        }
+        let staging = self.staging.as_ref().ok_or_else(|| KilnError::Readback("a readback polled again".into()))?;
+        let landed = staging.as_slice().map_err(driver_error("readback"))?;
+        Ok(Some(landed[..self.words].to_vec()))
+    }
+}
+
+impl Drop for DriverCopy {
+    fn drop(&mut self) {
+        if let Some(staging) = self.staging.take() {
+            // A read dropped unawaited may still be copying into it.
+            if self.done.synchronize().is_ok() {
+                self.kept.give_back(staging);
+            }
+        }
     }
 }
 
@@ -155,15 +225,17 @@ impl Engine for DriverEngine {
             .map_err(driver_error("upload"))
     }
 
-    fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Vec<u32>> {
+    fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Box<dyn PendingWords>> {
         self.bind()?;
-        let mut out = vec![0u32; words];
+        let mut staging = self.staging.take(self.stream.context(), words)?;
+        let to = &mut staging.as_mut_slice().map_err(driver_error("readback"))?[..words];
         // SAFETY: `from` holds the range (the device asks only for what a
-        // value spans); the stream is synchronized before `out` is read.
-        unsafe { result::memcpy_dtoh_async(&mut out, from.address() + offset, self.stream.cu_stream()) }
+        // value spans); the staging buffer outlives the copy, as
+        // `DriverCopy` waits for `done` before giving it back or freeing it.
+        unsafe { result::memcpy_dtoh_async(to, from.address() + offset, self.stream.cu_stream()) }
             .map_err(driver_error("readback"))?;
-        self.synchronize()?;
-        Ok(out)
+        let done = self.stream.record_event(None).map_err(driver_error("readback event"))?;
+        Ok(Box::new(DriverCopy { staging: Some(staging), words, done, kept: self.staging.clone() }))
     }
 
     fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>> {

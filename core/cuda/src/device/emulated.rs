@@ -4,7 +4,7 @@
 //! host's tools.
 
 use super::blas::{Gemm, host_gemm};
-use super::engine::{Engine, EngineInfo, Memory, Module};
+use super::engine::{Engine, EngineInfo, Landed, Memory, Module, PendingWords};
 use crate::host::HostLibraries;
 use kiln_codegen::cuda::CudaKernel;
 use kiln_ir::error::{KilnError, Result};
@@ -73,7 +73,7 @@ impl Engine for HostEngine {
         Ok(())
     }
 
-    fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Vec<u32>> {
+    fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Box<dyn PendingWords>> {
         let from = host(from)?;
         let first = (offset / 4) as usize;
         if !offset.is_multiple_of(4) || first + words > from.words() {
@@ -82,7 +82,7 @@ impl Engine for HostEngine {
         let mut out = vec![0u32; words];
         // SAFETY: in bounds (checked), and no kernel runs meanwhile.
         unsafe { std::ptr::copy_nonoverlapping((from.address() as *const u32).add(first), out.as_mut_ptr(), words) };
-        Ok(out)
+        Ok(Box::new(Landed(Some(out))))
     }
 
     fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>> {

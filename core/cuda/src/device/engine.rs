@@ -23,6 +23,22 @@ pub trait Module: Send + Sync {
     unsafe fn launch(&self, index: usize, pointers: &[u64], grid: [u32; 3], block: [u32; 3]) -> Result<()>;
 }
 
+/// Words on their way from device memory to the host.
+pub trait PendingWords: Send {
+    /// The words once the copy has landed, `None` while it is in flight.
+    /// Called until it gives them, not after.
+    fn poll(&mut self) -> Result<Option<Vec<u32>>>;
+}
+
+/// A copy that landed as it was enqueued (the host engine's).
+pub struct Landed(pub Option<Vec<u32>>);
+
+impl PendingWords for Landed {
+    fn poll(&mut self) -> Result<Option<Vec<u32>>> {
+        Ok(self.0.take())
+    }
+}
+
 /// What a device is, for `Device::info`.
 #[derive(Debug, Clone)]
 pub struct EngineInfo {
@@ -42,9 +58,9 @@ pub trait Engine: Send + Sync {
     fn alloc(&self, bytes: u64) -> Result<Box<dyn Memory>>;
     /// Write `words` at the start of `to`.
     fn write(&self, to: &dyn Memory, words: &[u32]) -> Result<()>;
-    /// `words` words from `offset` bytes into `from`, once all enqueued
-    /// work has run.
-    fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Vec<u32>>;
+    /// Start copying `words` words from `offset` bytes into `from` to the
+    /// host, behind all enqueued work; [`PendingWords::poll`] gives them.
+    fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Box<dyn PendingWords>>;
     /// `kernels` compiled and loaded as one module.
     fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>>;
     /// Wait for everything enqueued.

@@ -2,7 +2,9 @@
 //! realization gives its slots pooled buffers, binds its items' launches
 //! (`kiln_codegen::launch::bind`, as wgpu does), compiles the kernels it
 //! has not seen as one module, writes every launch's meta block with one
-//! copy and enqueues the launches in order; reading waits for the stream.
+//! copy and enqueues the launches in order. A read copies into page-locked
+//! memory behind the launches and awaits that copy, not the whole device,
+//! so other work (another device's) goes on meanwhile.
 //! The engine under it is the driver, or the host ([`CudaDevice::on_host`]).
 
 mod blas;
@@ -189,7 +191,7 @@ impl CudaDevice {
     }
 
     /// Realize `node` and read it back as a contiguous host array.
-    pub fn read(&self, node: &Node) -> Result<HostArray> {
+    pub async fn read(&self, node: &Node) -> Result<HostArray> {
         let mut scheduler = self.scheduler();
         let value = scheduler.readback(node)?;
         let slots = self.run(scheduler.finish())?;
@@ -199,8 +201,21 @@ impl CudaDevice {
         let data = if value.words == 0 {
             Vec::new()
         } else {
-            let _order = self.enqueue_lock.lock().unwrap();
-            let words = self.engine.read(buffer.memory(), value.first_word * 4, value.words as usize)?;
+            let mut copy = {
+                let _order = self.enqueue_lock.lock().unwrap();
+                self.engine.read(buffer.memory(), value.first_word * 4, value.words as usize)?
+            };
+            let words = std::future::poll_fn(|cx| match copy.poll() {
+                Ok(None) => {
+                    // The driver has no completion callback here: poll
+                    // again, letting other threads run in between.
+                    std::thread::yield_now();
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                }
+                done => std::task::Poll::Ready(done.map(|w| w.unwrap_or_default())),
+            })
+            .await?;
             unpack_words(dtype, &words, numel(&shape))
         };
         Ok(HostArray { dtype, shape, data })
