@@ -101,8 +101,7 @@ async fn batched(case: &Case, dev: &Device, share_rest: bool) -> Option<Outcome>
         (true, _) => 1,
         (false, all) => all,
     };
-    let tol = Tol { abs: 2.0 * case.tol.abs, rel: 2.0 * case.tol.rel };
-    Some(versus_stacked(&out, &inputs, batched, dev, tol).await)
+    Some(versus_stacked(&out, &inputs, batched, dev, case.tol.doubled()).await)
 }
 
 /// `vmap` of `out`'s replay with its first `batched` inputs batched (each

@@ -52,7 +52,7 @@ pub async fn check(case: &GradCase, dev: &Device) -> Outcome {
 
 fn doubled(check: Check) -> Check {
     match check {
-        Check::Elementwise(tol) => Check::Elementwise(crate::Tol { abs: 2.0 * tol.abs, rel: 2.0 * tol.rel }),
+        Check::Elementwise(tol) => Check::Elementwise(tol.doubled()),
         Check::MaxRelative(limit) => Check::MaxRelative(2.0 * limit),
     }
 }

@@ -58,6 +58,12 @@ impl Tol {
         }
     }
 
+    /// Twice as loose: a result compared against another that was computed
+    /// in different kernels, each within this of the truth.
+    pub fn doubled(self) -> Tol {
+        Tol { abs: 2.0 * self.abs, rel: 2.0 * self.rel }
+    }
+
     /// The looser of two tolerances, bound by bound.
     pub fn max(self, other: Tol) -> Tol {
         Tol { abs: self.abs.max(other.abs), rel: self.rel.max(other.rel) }
