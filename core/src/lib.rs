@@ -18,7 +18,7 @@ pub use kiln_codegen::{spirv, validate};
 pub use kiln_ir::{DType, Element, HostArray, KilnError, Node, Prim, QuantFormat, Realized, Result};
 pub use kiln_ir::{dtype, error, interp, ir, quant, shape};
 pub use kiln_sched as sched;
-pub use runtime::{kernels_for, schedule_for};
+pub use runtime::{cuda_kernels_for, kernels_for, schedule_for};
 
 /// Pins for the runtime's choices of kernel variant, for tests (feature `testing`).
 #[cfg(feature = "testing")]

@@ -1,12 +1,13 @@
 //! The kernels a CUDA device would run for the conformance suite, the
 //! gradient checks, the fusion tests and both MNIST training steps: each
-//! graph is built on the CPU reference and its schedule rendered for
-//! [`Caps::cuda`] with no GPU at hand. The CUDA checks compile these.
+//! graph is built on the CPU reference and its schedule rendered for a
+//! CUDA device (`cuda_kernels_for`) with no GPU at hand. The CUDA checks
+//! compile these.
 
 use crate::{cases, grad_cases};
+use kiln::core::codegen::KernelKey;
 use kiln::core::codegen::cuda::{self, CudaKernel};
-use kiln::core::codegen::{Caps, KernelKey};
-use kiln::core::kernels_for;
+use kiln::core::cuda_kernels_for;
 use kiln::prelude::*;
 use std::collections::BTreeMap;
 
@@ -25,7 +26,7 @@ impl Collected {
             // Cases that check an error are not scheduled at all.
             Err(_) => return,
         };
-        match kernels_for(&Caps::cuda(), &nodes) {
+        match cuda_kernels_for(&nodes) {
             Ok(keys) => {
                 for k in keys {
                     self.kernels.entry(k.wgsl()).or_insert_with(|| (k, case.clone()));

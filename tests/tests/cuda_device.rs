@@ -72,36 +72,46 @@ fn compiled_ptx_is_kept_on_disk() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Raw f32 and f16 matmuls (batched, transposed or broadcast operands too)
-/// go to cuBLAS (on the host engine, its products as loops), those with an
-/// epilogue or a pinned kiln config to kiln's kernels; each matches the
-/// reference.
+/// f32 and f16 matmuls (batched, transposed or broadcast operands too) go
+/// to cuBLAS (on the host engine, its products as loops), an epilogue to a
+/// pass after it, those with a pinned kiln config to kiln's kernels; each
+/// matches the reference.
 #[test]
 fn raw_matmuls_run_through_cublas_and_match_the_reference() {
     let (cpu, dev) = (Device::cpu(), Device::cuda_on_host());
     let input =
         |d: &Device, shape: &[usize], seed: u64| kiln_conformance::cases::input(d, seed, shape, DType::F32, -1.0, 1.0);
     type Product = fn(&Tensor, &Tensor) -> kiln::Result<Tensor>;
-    /// What it checks, A's and B's shapes, the product, its kernel's name.
-    type Case<'a> = (&'a str, &'a [usize], &'a [usize], Product, &'a str);
-    let products: [Case; 5] = [
-        ("plain", &[33, 20], &[20, 17], |a, b| a.matmul(b), "cublas_sgemm"),
+    /// What it checks, A's and B's shapes, the product, its kernels' names.
+    type Case<'a> = (&'a str, &'a [usize], &'a [usize], Product, &'a [&'a str]);
+    let products: [Case; 6] = [
+        ("plain", &[33, 20], &[20, 17], |a, b| a.matmul(b), &["cublas_sgemm"]),
         (
             "f16 operands",
             &[9, 16],
             &[16, 7],
             |a, b| a.cast(DType::F16)?.matmul(&b.cast(DType::F16)?),
-            "cublas_gemm_ex_f16",
+            &["cublas_gemm_ex_f16"],
         ),
-        ("batched, B transposed", &[3, 9, 8], &[3, 5, 8], |a, b| a.matmul(&b.transpose(-1, -2)?), "cublas_sgemm"),
-        ("broadcast B", &[4, 6, 8], &[8, 5], |a, b| a.matmul(b), "cublas_sgemm"),
-        ("with an epilogue", &[16, 8], &[8, 12], |a, b| a.matmul(b)?.relu(), "matmul"),
+        ("batched, B transposed", &[3, 9, 8], &[3, 5, 8], |a, b| a.matmul(&b.transpose(-1, -2)?), &["cublas_sgemm"]),
+        ("broadcast B", &[4, 6, 8], &[8, 5], |a, b| a.matmul(b), &["cublas_sgemm"]),
+        ("with an epilogue", &[16, 8], &[8, 12], |a, b| a.matmul(b)?.relu(), &["cublas_sgemm", "ew_"]),
+        (
+            "batched, with a broadcast bias",
+            &[3, 9, 8],
+            &[8, 5],
+            |a, b| a.matmul(b)?.add(&b.sum(&[0], false)?)?.tanh(),
+            &["cublas_sgemm", "ew_"],
+        ),
     ];
-    for (what, sa, sb, product, kernel) in products {
+    for (what, sa, sb, product, kernels) in products {
         let on = |d: &Device| product(&input(d, sa, 1).unwrap(), &input(d, sb, 2).unwrap()).unwrap();
         let (got, want) = (on(&dev), on(&cpu));
         let planned = dev.plan_kernels(&[got.node().clone()]).unwrap();
-        assert!(planned.iter().any(|k| k.name.starts_with(kernel)), "{what}: {planned:?}");
+        let names: Vec<&str> = planned.iter().map(|k| k.name.as_str()).collect();
+        let launched: Vec<&str> =
+            kernels.iter().map(|k| *names.iter().find(|n| n.starts_with(k)).unwrap_or(&"")).collect();
+        assert!(launched.iter().all(|n| !n.is_empty()), "{what}: {names:?}");
         let tol = if got.dtype() == DType::F16 { kiln_conformance::Tol::F16 } else { kiln_conformance::Tol::F32 };
         let got = kiln::block_on(dev.read(got.node())).unwrap().data;
         let want = kiln::block_on(cpu.read(want.node())).unwrap().data;
@@ -123,7 +133,7 @@ fn jit_replays_its_launch_list_on_the_cuda_runtime() {
     let dev = Device::cuda_on_host();
     let input =
         |shape: &[usize], seed| kiln_conformance::cases::input(&dev, seed, shape, DType::F32, -1.0, 1.0).unwrap();
-    // A matmul with an epilogue (kiln's kernel), a raw one (cuBLAS) and a reduction.
+    // A matmul with an epilogue (cuBLAS, then a pass), a raw one and a reduction.
     let f = |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1])?.relu()?.sum(&[-1], false)?, x[0].matmul(&x[1])?]);
     let step = kiln::jit(f);
     let w = input(&[8, 6], 9);

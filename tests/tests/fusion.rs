@@ -6,7 +6,7 @@
 
 use kiln::core::codegen::Caps;
 use kiln::core::codegen::launch::AttentionPlan;
-use kiln::core::{Node, Prim, kernels_for};
+use kiln::core::{Node, Prim, cuda_kernels_for, kernels_for};
 use kiln::prelude::*;
 use kiln_conformance::{cuda_kernels, golden};
 
@@ -69,7 +69,7 @@ fn check_golden(what: &str, root: &Node) {
 /// The graph's kernels for a CUDA device render as CUDA C++, which NVRTC
 /// and ptxas accept without a warning (where they are installed).
 fn check_cuda(what: &str, root: &Node) {
-    let keys = kernels_for(&Caps::cuda(), std::slice::from_ref(root)).unwrap();
+    let keys = cuda_kernels_for(std::slice::from_ref(root)).unwrap();
     let kernels: Vec<_> = keys.iter().map(|k| k.cuda().unwrap_or_else(|e| panic!("{what}: {e}"))).collect();
     if cuda_kernels::cuda_tools()
         && let Some(complaint) = cuda_kernels::compile(&kernels)

@@ -5,7 +5,7 @@
 //! is made without a device ([`crate::walk::Scheduler`]); a runtime gives
 //! each slot a buffer, renders and records each item, and submits once.
 
-use crate::lower::{Args, Sig};
+use crate::lower::{Access, Args, LeafDesc, Op, Sig};
 use kiln_ir::dtype::DType;
 use kiln_ir::ir::{ArgOp, DeviceArray, DeviceBuffer, Node, ReduceOp};
 use kiln_ir::quant::QuantFormat;
@@ -178,6 +178,31 @@ impl Item {
             | Item::Attention { args, .. }
             | Item::QuantMatmul { args, .. } => &args.buffers,
         }
+    }
+
+    /// A matmul's epilogue as an elementwise pass over its output that
+    /// reads the product from `product` (f32, contiguous, the item's
+    /// shape): what follows a product computed by a library call (cuBLAS)
+    /// that cannot run kiln's epilogue. `None` for any other item.
+    pub fn epilogue_pass(&self, product: Arc<dyn DeviceBuffer>) -> Option<Item> {
+        let Item::Matmul { shape, out, epilogue: Some(sig), args, .. } = self else { return None };
+        let (mut sig, mut args) = (sig.clone(), args.clone());
+        sig.buffers.push(DType::F32);
+        args.buffers.push(product);
+        sig.leaves.push(LeafDesc {
+            dtype: DType::F32,
+            buffer: Some(sig.buffers.len() - 1),
+            access: Access::Contiguous,
+        });
+        args.layouts.push(Layout::contiguous(shape));
+        let acc = sig.leaves.len() - 1;
+        for (op, _) in sig.bodies.iter_mut().flat_map(|b| b.ops.iter_mut()) {
+            if *op == Op::Acc {
+                *op = Op::Load(acc);
+            }
+        }
+        let outputs = vec![(DType::F32, out.clone())];
+        Some(Item::Elementwise { sig, args, shape: shape.clone(), outputs, region: None })
     }
 
     /// A short name of the item's kind, for tests and pictures.

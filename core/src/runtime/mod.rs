@@ -37,7 +37,7 @@ pub use jit::{PendingRead, Program};
 #[cfg(feature = "testing")]
 pub use overrides::TestHooks;
 pub use profile::KernelTiming;
-pub use realize::{PlannedKernel, kernels_for, schedule_for};
+pub use realize::{PlannedKernel, cuda_kernels_for, kernels_for, schedule_for};
 pub use tune::TuningStats;
 
 /// A realized GPU value: a pooled buffer (behind the IR's opaque handle)

@@ -93,6 +93,23 @@ pub fn kernels_for(caps: &Caps, roots: &[Node]) -> Result<Vec<KernelKey>> {
     Ok(keys)
 }
 
+/// Every kernel a CUDA device may launch for `roots`: [`kernels_for`] with
+/// [`Caps::cuda`], and for each matmul with an epilogue also the pass that
+/// runs it after cuBLAS's product ([`Item::epilogue_pass`]; kiln's own
+/// kernel runs where cuBLAS cannot read the operands or is missing).
+pub fn cuda_kernels_for(roots: &[Node]) -> Result<Vec<KernelKey>> {
+    let caps = Caps::cuda();
+    let (variants, config) = (Variants::of(&caps), |_, _| MatmulConfig::default_for(&caps));
+    let mut keys = Vec::new();
+    for k in schedule_for(&caps, roots)?.items {
+        keys.extend(launch::item_kernels(&caps, &variants, k.op, &k.item, config)?);
+        if let Some(pass) = k.item.epilogue_pass(k.item.writes()[0].clone()) {
+            keys.extend(launch::item_kernels(&caps, &variants, k.op, &pass, config)?);
+        }
+    }
+    Ok(keys)
+}
+
 /// `b`, or the buffer its slot was given.
 fn resolved(slot_buffers: &[Arc<dyn DeviceBuffer>], b: &Arc<dyn DeviceBuffer>) -> Arc<dyn DeviceBuffer> {
     slot_of(b).map_or_else(|| b.clone(), |s| slot_buffers[s].clone())

@@ -106,13 +106,22 @@ impl CudaDevice {
         let mut binder = CudaBinder { device: self, slots: &slots };
         let (mut launches, mut order) = (Vec::new(), Vec::new());
         for k in &schedule.items {
-            if let (Some(plan), Item::Matmul { out, args, .. }) = (self.gemm_plan(&k.item), &k.item) {
-                let buffers = [&args.buffers[0], &args.buffers[1], out].map(|b| binder.buffer(b));
-                order.push(Pending::Ready(Step::Gemm { plan, buffers }));
-                continue;
+            let mut item = &k.item;
+            let pass;
+            if let (Some(plan), Item::Matmul { out, args, shape, epilogue, .. }) = (self.gemm_plan(item), item) {
+                // With an epilogue, the product goes to scratch for its pass.
+                let product = match epilogue {
+                    None => binder.buffer(out),
+                    Some(_) => binder.scratch("matmul", DType::F32, shape)?,
+                };
+                let [a, b] = [&args.buffers[0], &args.buffers[1]].map(|b| binder.buffer(b));
+                order.push(Pending::Ready(Step::Gemm { plan, buffers: [a, b, product.clone()] }));
+                let Some(p) = item.epilogue_pass(product) else { continue };
+                pass = p;
+                item = &pass;
             }
             let config = |_, _| Ok(self.matmul_config());
-            for l in launch::bind(&self.caps, &variants, k.op, &k.item, config, &mut binder)? {
+            for l in launch::bind(&self.caps, &variants, k.op, item, config, &mut binder)? {
                 order.push(Pending::Launch(launches.len()));
                 launches.push(l);
             }

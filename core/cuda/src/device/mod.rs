@@ -179,11 +179,16 @@ impl CudaDevice {
         let variants = Variants::of(&self.caps);
         let mut planned = Vec::new();
         for k in scheduler.finish().items {
-            if let Some(gemm) = self.gemm_plan(&k.item) {
+            let mut item = &k.item;
+            let pass;
+            if let Some(gemm) = self.gemm_plan(item) {
                 planned.push(PlannedLaunch { name: gemm.name().into(), nodes: k.covers.clone() });
-                continue;
+                // Names only: the item's own output stands in for the product.
+                let Some(p) = item.epilogue_pass(item.writes()[0].clone()) else { continue };
+                pass = p;
+                item = &pass;
             }
-            for key in launch::item_kernels(&self.caps, &variants, k.op, &k.item, |_, _| self.matmul_config())? {
+            for key in launch::item_kernels(&self.caps, &variants, k.op, item, |_, _| self.matmul_config())? {
                 planned.push(PlannedLaunch { name: key.name(), nodes: k.covers.clone() });
             }
         }
@@ -239,11 +244,14 @@ impl CudaDevice {
         }
     }
 
-    /// `item` as one cuBLAS call where cuBLAS runs it: a raw f32 or f16
-    /// product, cuBLAS found, no kiln matmul config pinned by a test, and
-    /// operands that lie as cuBLAS reads them (`blas::plan`).
+    /// `item`'s product as one cuBLAS call where cuBLAS runs it: an f32,
+    /// f16 or bf16 product, cuBLAS found, no kiln matmul config pinned by a
+    /// test, and operands that lie as cuBLAS reads them (`blas::plan`). An
+    /// epilogue then runs as a pass of its own ([`Item::epilogue_pass`]):
+    /// one more read and write of the output, against a product in cuBLAS
+    /// rather than in kiln's kernel.
     fn gemm_plan(&self, item: &Item) -> Option<Gemm> {
-        let Item::Matmul { a, b, operands, shape, epilogue: None, .. } = item else { return None };
+        let Item::Matmul { a, b, operands, shape, .. } = item else { return None };
         if !self.engine.has_blas() || self.matmul.lock().unwrap().is_some() {
             return None;
         }
