@@ -9,7 +9,7 @@ use kiln::prelude::*;
 use kiln_nn::optim::*;
 
 /// A small parameter tree: a matrix and a vector.
-#[derive(Tree)]
+#[derive(Tree, Clone)]
 struct Params {
     w: Tensor,
     b: Tensor,
@@ -363,5 +363,24 @@ fn multi_steps_accumulates_across_replays_of_a_jit_step() {
             &want,
             tol,
         );
+    }
+}
+
+#[test]
+fn a_training_step_given_the_wrong_number_of_tensors_is_an_error() {
+    let dev = Device::cpu();
+    let p = params(&dev);
+    let opt = adam(0.1, 0.9, 0.999, 1e-8);
+    let s = opt.init(&p).unwrap();
+    let loss = |p: &Params, d: &[Tensor]| p.w.matmul(&d[0])?.add(&p.b.reshape(&[2, 1])?)?.sum(&[], false);
+    let step = training_step(&p, &s, opt, 1, loss);
+    let x = Tensor::ones(&dev, &[3, 1], DType::F32).unwrap();
+    let all = [vec![x.clone()], p.leaves(), s.leaves()].concat();
+    assert_eq!(step(&all).unwrap().len(), all.len());
+    for given in [&all[..0], &all[..2], &all[..all.len() - 1]] {
+        let e = step(given).unwrap_err().to_string();
+        let want =
+            format!("training_step: takes 1 data tensors, 2 parameter leaves and {} optimizer state", s.leaves().len());
+        assert!(e.starts_with(&want) && e.ends_with(&format!("got {} tensors", given.len())), "{e}");
     }
 }

@@ -50,10 +50,9 @@ impl MpiWorld {
         let world = universe.world();
         let (rank, size) = (world.rank() as usize, world.size() as usize);
         let timeout = match std::env::var("KILN_MPI_TIMEOUT") {
-            Ok(s) => Duration::from_secs_f64(s.parse().map_err(|_| KilnError::Invalid {
-                op: "KILN_MPI_TIMEOUT",
-                detail: format!("`{s}` is not a number of seconds"),
-            })?),
+            Ok(s) => s.parse().ok().and_then(|secs| Duration::try_from_secs_f64(secs).ok()).ok_or_else(|| {
+                KilnError::Invalid { op: "KILN_MPI_TIMEOUT", detail: format!("`{s}` is not a number of seconds") }
+            })?,
             Err(_) => DEFAULT_TIMEOUT,
         };
         Ok(MpiWorld { comm: Mutex::new(Comm { world, _universe: universe }), rank, size, timeout })
@@ -100,15 +99,27 @@ impl MpiWorld {
     }
 
     /// Every rank's `values`, in rank order.
-    fn gather<T: Equivalence + Copy + Default>(&self, what: &str, values: &[T]) -> Vec<Vec<T>> {
+    fn gather<T: Equivalence + Copy + Default>(&self, what: &str, values: &[T]) -> Result<Vec<Vec<T>>> {
+        // MPI counts in i32.
+        let count = [i32::try_from(values.len()).map_err(|_| KilnError::Invalid {
+            op: "mpi",
+            detail: format!("{what}: {} values in one exchange, over MPI's 2^31 - 1", values.len()),
+        })?];
         let comm = self.comm.lock().unwrap_or_else(|e| e.into_inner());
         let world = &comm.world;
         let mut counts = vec![0i32; self.size];
-        let count = [values.len() as i32];
         mpi::request::scope(|scope| {
             self.wait(what, world, world.immediate_all_gather_into(scope, &count[..], &mut counts[..]));
         });
-        let displs: Vec<i32> = counts.iter().scan(0, |at, &c| Some(std::mem::replace(at, *at + c))).collect();
+        let mut displs = Vec::with_capacity(self.size);
+        let mut at = 0i32;
+        for &c in &counts {
+            displs.push(at);
+            at = at.checked_add(c).ok_or_else(|| KilnError::Invalid {
+                op: "mpi",
+                detail: format!("{what}: the ranks' parts add up to over MPI's 2^31 - 1 values"),
+            })?;
+        }
         let mut all = vec![T::default(); counts.iter().map(|&c| c as usize).sum()];
         {
             let mut parts = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
@@ -117,14 +128,14 @@ impl MpiWorld {
             });
         }
         let mut at = 0;
-        counts
+        Ok(counts
             .iter()
             .map(|&c| {
                 let part = all[at..at + c as usize].to_vec();
                 at += c as usize;
                 part
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -139,11 +150,12 @@ impl Collective for MpiWorld {
 
     fn all_gather(&self, local: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
         expect_local_parts(self, local.len())?;
-        Ok(self.gather("all_gather", &local[0]))
+        self.gather("all_gather", &local[0])
     }
 
     fn agree(&self, what: &str, value: u64) -> Result<()> {
-        let all: Vec<u64> = self.gather(what, &[value]).into_iter().map(|v| v[0]).collect();
+        // A rank that sent nothing (it is in another exchange) differs too.
+        let all: Vec<Option<u64>> = self.gather(what, &[value])?.into_iter().map(|v| v.first().copied()).collect();
         let differ: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
         if differ.is_empty() {
             return Ok(());

@@ -9,7 +9,7 @@ use crate::ravel::{ravel, unravel};
 use crate::replicas::Replicas;
 use crate::sharding::{Sharding, block};
 use kiln::core::interp::HostArray;
-use kiln::core::shape::{Layout, SliceSpec, broadcast_shapes, normalize_axis};
+use kiln::core::shape::{Layout, SliceSpec, broadcast_shapes, checked_numel, normalize_axis, numel};
 use kiln::prelude::*;
 use kiln::{Element, KilnError};
 use std::future::Future;
@@ -59,6 +59,12 @@ impl Sharded {
     pub fn from_host(mesh: &Mesh, host: &HostArray, sharding: Sharding) -> Result<Sharded> {
         let op = "shard";
         let (shape, world) = (host.shape.clone(), mesh.world_size());
+        if checked_numel(&shape) != Some(host.data.len()) {
+            return Err(KilnError::Shape {
+                op,
+                detail: format!("{} values do not fill shape {shape:?}", host.data.len()),
+            });
+        }
         let sharding = match sharding {
             Sharding::Partial => {
                 return Err(sharding_err(op, "a whole value cannot be laid out as a partial sum".into()));
@@ -90,8 +96,7 @@ impl Sharded {
 
     /// `data` of `shape` laid out by `sharding` (see [`Sharded::from_host`]).
     pub fn from_slice<T: Element>(mesh: &Mesh, data: &[T], shape: &[usize], sharding: Sharding) -> Result<Sharded> {
-        let n: usize = shape.iter().product();
-        if data.len() != n {
+        if checked_numel(shape) != Some(data.len()) {
             return Err(KilnError::Shape {
                 op: "shard",
                 detail: format!("{} values do not fill shape {shape:?}", data.len()),
@@ -124,6 +129,27 @@ impl Sharded {
             Sharding::Split(axis) => Sharding::Split(normalize_axis(op, axis, shape.len())? as isize),
             other => other,
         };
+        for ((rank, _), s) in mesh.ranks().zip(&shards) {
+            let mut want = shape.clone();
+            if let Sharding::Split(a) = sharding {
+                want[a as usize] = block(shape[a as usize], mesh.world_size(), rank).1;
+            }
+            if s.shape() != want {
+                return Err(KilnError::Shape {
+                    op,
+                    detail: format!(
+                        "rank {rank}'s shard is {:?}, but {shape:?} {sharding} gives it {want:?}",
+                        s.shape()
+                    ),
+                });
+            }
+            if s.dtype() != shards[0].dtype() {
+                return Err(KilnError::DType {
+                    op,
+                    detail: format!("rank {rank}'s shard is {}, rank 0's {}", s.dtype(), shards[0].dtype()),
+                });
+            }
+        }
         Ok(Sharded { mesh: mesh.clone(), sharding, shape, shards })
     }
 
@@ -545,9 +571,20 @@ impl Sharded {
         let parts = local.iter().map(|h| exact_f32(op, h)).collect::<Result<Vec<_>>>()?;
         let world = done.mesh.collective().all_gather(parts)?;
         let mut shapes = Vec::with_capacity(world.len());
-        for rank in 0..world.len() {
+        for (rank, part) in world.iter().enumerate() {
             let mut s = done.shape.clone();
             s[axis] = block(done.shape[axis], world.len(), rank).1;
+            // Processes that disagree on the global shape send other blocks.
+            if part.len() != numel(&s) {
+                return Err(KilnError::Shape {
+                    op,
+                    detail: format!(
+                        "rank {rank} sent {} values for its block {s:?} of {:?}: do the processes agree on the shape?",
+                        part.len(),
+                        done.shape
+                    ),
+                });
+            }
             shapes.push(s);
         }
         Ok(concat_host(&world, &shapes, axis, done.dtype(), &done.shape))

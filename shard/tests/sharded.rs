@@ -357,3 +357,31 @@ fn a_sharded_regression_gradient_equals_the_whole_batch_gradient() {
         }
     })
 }
+
+#[test]
+fn shards_and_host_values_that_do_not_make_up_the_shape_are_errors() {
+    let m = mesh(2);
+    let on = |rank: usize, shape: &[usize], dtype: DType| Tensor::zeros(&m.devices()[rank], shape, dtype).unwrap();
+    let err = |shape: Vec<usize>, sharding, shards| {
+        Sharded::from_shards(&m, sharding, shape, shards).unwrap_err().to_string()
+    };
+    // 7 rows over 2 ranks: blocks of 4 and 3.
+    let ok = Sharded::from_shards(
+        &m,
+        Sharding::Split(0),
+        vec![7, 2],
+        vec![on(0, &[4, 2], DType::F32), on(1, &[3, 2], DType::F32)],
+    );
+    assert_eq!(ok.unwrap().shape(), [7, 2]);
+    let e = err(vec![8, 2], Sharding::Split(0), vec![on(0, &[3, 2], DType::F32), on(1, &[5, 2], DType::F32)]);
+    assert_eq!(e, "from_shards: rank 0's shard is [3, 2], but [8, 2] split along axis 0 gives it [4, 2]");
+    let e = err(vec![4, 2], Sharding::Replicated, vec![on(0, &[4, 2], DType::F32), on(1, &[4], DType::F32)]);
+    assert_eq!(e, "from_shards: rank 1's shard is [4], but [4, 2] replicated gives it [4, 2]");
+    let e = err(vec![2], Sharding::Partial, vec![on(0, &[2], DType::F32), on(1, &[2], DType::I32)]);
+    assert_eq!(e, "from_shards: rank 1's shard is i32, rank 0's f32");
+    let short = kiln::core::interp::HostArray::new(DType::F32, vec![4, 2], vec![0.0; 6]);
+    let e = Sharded::from_host(&m, &short, Sharding::Split(0)).unwrap_err().to_string();
+    assert_eq!(e, "shard: 6 values do not fill shape [4, 2]");
+    let e = Sharded::from_slice(&m, &[1.0f32], &[1 << 40, 1 << 40], Sharding::Split(0)).unwrap_err().to_string();
+    assert!(e.contains("1 values do not fill shape [1099511627776, 1099511627776]"), "{e}");
+}

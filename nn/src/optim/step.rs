@@ -29,7 +29,19 @@ where
 {
     let (template, state_template) = (params.clone(), state.clone());
     let n = template.leaves().len();
+    let state_leaves = state_template.leaves().len();
     Box::new(move |inputs: &[Tensor]| {
+        let want = data_inputs + n + state_leaves;
+        if inputs.len() != want {
+            return Err(kiln_core::KilnError::Invalid {
+                op: "training_step",
+                detail: format!(
+                    "takes {data_inputs} data tensors, {n} parameter leaves and {state_leaves} optimizer state \
+                     leaves ({want} in all), got {} tensors",
+                    inputs.len()
+                ),
+            });
+        }
         let (data, rest) = inputs.split_at(data_inputs);
         let p = template.unflatten(rest[..n].to_vec())?;
         let s = state_template.unflatten(rest[n..].to_vec())?;
