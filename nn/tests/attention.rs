@@ -140,3 +140,15 @@ fn cached_steps_match_the_whole_sequence() {
         }
     }
 }
+
+#[test]
+fn a_cache_of_the_wrong_shape_is_an_error() {
+    let dev = Device::cpu();
+    let a = layer(&dev, &weights(), true);
+    let x = Tensor::zeros(&dev, &[B, 1, C], DType::F32).unwrap();
+    let pos = Tensor::scalar(&dev, 0.0, DType::I32).unwrap();
+    let flat = Tensor::zeros(&dev, &[1, 64], DType::F32).unwrap();
+    let cache = KvCache { keys: flat.clone(), values: flat };
+    let e = a.forward_cached(&x, &cache, &pos).unwrap_err().to_string();
+    assert!(e.starts_with("CausalSelfAttention: a cached step takes") && e.ends_with("and [1, 64]"), "{e}");
+}

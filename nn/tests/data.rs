@@ -148,4 +148,7 @@ fn batches_follow_the_order_and_drop_or_keep_the_last() {
     let e = d.batches(vec![0, 5], 2, false).err().unwrap().to_string();
     assert!(e.contains("sample index 5 is out of range for a dataset of 5"), "{e}");
     assert!(d.batches(vec![0], 0, false).err().unwrap().to_string().contains("batch size must be at least 1"));
+    let by_hand = Dataset { images: vec![0.0; 6], ..d };
+    let e = by_hand.batches(vec![0], 2, false).err().unwrap().to_string();
+    assert_eq!(e, "batches: the dataset holds 6 pixel values for 5 labels of 1×2 images");
 }

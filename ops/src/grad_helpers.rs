@@ -31,6 +31,17 @@ impl Tensor {
         summed.reshape(&dims)
     }
 
+    /// An error naming `op` unless `shape` has this tensor's rank.
+    fn expect_rank_of(&self, op: &'static str, shape: &[usize]) -> Result<()> {
+        if shape.len() != self.rank() {
+            return Err(KilnError::Shape {
+                op,
+                detail: format!("a tensor of {:?} into the shape {shape:?} of another rank", self.shape()),
+            });
+        }
+        Ok(())
+    }
+
     /// Broadcast the result of a reduction over `axes` back to `shape`.
     pub fn unreduce(&self, axes: &[usize], keepdim: bool, shape: &[usize]) -> Result<Tensor> {
         let kept: Vec<isize> =
@@ -43,6 +54,13 @@ impl Tensor {
     /// `specs` took it from: one gather per sliced axis, whose out-of-range
     /// indices read 0 off the slice.
     pub fn unslice(&self, specs: &[SliceSpec], shape: &[usize]) -> Result<Tensor> {
+        self.expect_rank_of("unslice", shape)?;
+        if specs.len() != shape.len() || specs.iter().any(|s| s.step == 0) {
+            return Err(KilnError::Shape {
+                op: "unslice",
+                detail: format!("needs one slice of nonzero step per axis of {shape:?}, got {specs:?}"),
+            });
+        }
         let mut out = self.clone();
         for (d, (spec, &n)) in specs.iter().zip(shape).enumerate() {
             if spec.start == 0 && spec.len == n && spec.step == 1 {
@@ -86,6 +104,17 @@ impl Tensor {
     /// from. Deterministic (a compare and a fixed-order sum, no atomics);
     /// it costs `index.numel() · shape[axis]` elements of work.
     pub fn scatter_add(&self, axis: usize, index: &Tensor, shape: &[usize]) -> Result<Tensor> {
+        self.expect_rank_of("scatter_add", shape)?;
+        if axis >= shape.len() || index.shape() != self.shape() {
+            return Err(KilnError::Shape {
+                op: "scatter_add",
+                detail: format!(
+                    "needs an axis of {shape:?} and an index shaped as the values {:?}, got axis {axis} and index {:?}",
+                    self.shape(),
+                    index.shape()
+                ),
+            });
+        }
         let n = shape[axis];
         if let Some(rows) = Self::selected_rows(axis, index).filter(|r| r.numel() * n <= MATMUL_SCATTER_MAX) {
             return self.scatter_rows(axis, &rows, n)?.pad_to(shape);
@@ -126,6 +155,7 @@ impl Tensor {
 
     /// Pad with zeros at the end of each axis up to `shape`.
     pub fn pad_to(&self, shape: &[usize]) -> Result<Tensor> {
+        self.expect_rank_of("pad_to", shape)?;
         let mut out = self.clone();
         for (d, &n) in shape.iter().enumerate() {
             let have = out.shape()[d];

@@ -265,3 +265,27 @@ fn a_format_of_no_bits_is_refused_by_every_weight_op() {
         bits(message(t(&[rows, 64]).quant_matmul(&codes, &scales, none)), "quant_matmul");
     }
 }
+
+#[test]
+fn gradient_helpers_given_shapes_of_another_rank_are_errors() {
+    use kiln_core::shape::SliceSpec;
+    let m = message(t(&[3]).pad_to(&[5, 2]));
+    assert_eq!(m, "pad_to: a tensor of [3] into the shape [5, 2] of another rank");
+    let index = Tensor::zeros(&cpu(), &[2, 3], DType::I32).unwrap();
+    let m = message(t(&[2, 3]).scatter_add(3, &index, &[4, 3]));
+    assert!(m.starts_with("scatter_add: needs an axis of [4, 3]") && m.ends_with("got axis 3 and index [2, 3]"), "{m}");
+    let m = message(t(&[2, 3]).scatter_add(0, &index, &[4, 3, 1]));
+    assert!(m.starts_with("scatter_add: a tensor of [2, 3] into the shape [4, 3, 1]"), "{m}");
+    let m = message(t(&[2]).unslice(&[SliceSpec { start: 0, len: 2, step: 0 }], &[4]));
+    assert!(m.starts_with("unslice: needs one slice of nonzero step per axis of [4]"), "{m}");
+    let ok = t(&[2]).unslice(&[SliceSpec { start: 1, len: 2, step: 1 }], &[4]).unwrap();
+    assert_eq!(ok.shape(), [4]);
+}
+
+#[test]
+fn an_upload_whose_values_do_not_fill_its_shape_is_an_error() {
+    let m = cpu().upload(DType::F32, &[2, 2], &[1.0, 2.0]).unwrap_err().to_string();
+    assert_eq!(m, "upload: 2 values do not fill shape [2, 2]");
+    let m = cpu().upload(DType::F32, &[1 << 40, 1 << 40], &[1.0]).unwrap_err().to_string();
+    assert_eq!(m, "upload: 1 values do not fill shape [1099511627776, 1099511627776]");
+}

@@ -119,6 +119,9 @@ fn raw_matmuls_run_through_cublas_and_match_the_reference() {
         assert!(outcome.passed, "{what}: {:?}", outcome.failure);
     }
     let default = kiln::core::codegen::matmul::MatmulConfig::default_for(&dev.info().caps());
+    let odd = kiln::core::codegen::matmul::MatmulConfig { wx: 0, ..default };
+    let e = dev.set_matmul_config(Some(odd)).unwrap_err().to_string();
+    assert!(e.ends_with("is not a member of kiln's matmul family (MatmulConfig::CANDIDATES)"), "{e}");
     dev.set_matmul_config(Some(default)).unwrap();
     let pinned = input(&dev, &[8, 8], 3).unwrap().matmul(&input(&dev, &[8, 8], 4).unwrap()).unwrap();
     let planned = dev.plan_kernels(&[pinned.node().clone()]).unwrap();

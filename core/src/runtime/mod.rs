@@ -448,6 +448,12 @@ impl Device {
 
     /// Put host data on this device as a realized input node.
     pub fn upload(&self, dtype: DType, shape: &[usize], values: &[f64]) -> Result<Node> {
+        if crate::shape::checked_numel(shape) != Some(values.len()) {
+            return Err(KilnError::Shape {
+                op: "upload",
+                detail: format!("{} values do not fill shape {shape:?}", values.len()),
+            });
+        }
         let prim = crate::ir::Prim::Input { shape: shape.to_vec(), dtype };
         let value = match &*self.0 {
             Backend::Cpu => Realized::Host(Arc::new(HostArray::new(dtype, shape.to_vec(), values.to_vec()))),

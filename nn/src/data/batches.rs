@@ -65,6 +65,16 @@ impl Dataset {
         if batch_size == 0 {
             return Err(err("batch size must be at least 1".into()));
         }
+        // The fields are public: a dataset built by hand may not add up.
+        if self.images.len() != self.len() * self.pixels() {
+            return Err(err(format!(
+                "the dataset holds {} pixel values for {} labels of {}×{} images",
+                self.images.len(),
+                self.len(),
+                self.rows,
+                self.cols
+            )));
+        }
         if let Some(i) = order.iter().find(|&&i| i >= self.len()) {
             return Err(err(format!("sample index {i} is out of range for a dataset of {}", self.len())));
         }

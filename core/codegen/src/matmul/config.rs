@@ -130,12 +130,18 @@ impl MatmulConfig {
     }
 
     /// Why kiln does not run this config on a device with `caps`, if it does
-    /// not: subgroup sharing needs subgroups, and staged configs workgroup
-    /// memory ([`crate::Caps::workgroup_memory`]).
+    /// not: it is no member of the family, or shares through subgroups the
+    /// device lacks, or stages in workgroup memory kiln leaves off there
+    /// ([`crate::Caps::workgroup_memory`]).
     pub fn refusal(&self, caps: &crate::Caps) -> Option<String> {
         let (adapter, backend) = (&caps.adapter, &caps.backend);
         let name = self.name();
-        if self.staged && !caps.workgroup_memory {
+        // The fields are public; kernels exist for the family's members
+        // (with or without operand textures) only.
+        let member = Self::CANDIDATES.iter().any(|c| MatmulConfig { tex: self.tex, ..*c } == *self);
+        if !member && *self != Self::DEFAULT_CPU && *self != Self::DEFAULT_GPU {
+            Some(format!("{name} is not a member of kiln's matmul family (MatmulConfig::CANDIDATES)"))
+        } else if self.staged && !caps.workgroup_memory {
             Some(format!(
                 "{name} stages operands in workgroup memory, which kiln leaves off {adapter} ({backend}: no passthrough shaders)"
             ))
