@@ -8,7 +8,7 @@
 //! im2col is the default: it measured faster on every adapter
 //! (docs/BENCHMARKS.md, `conv2d` rows).
 
-use super::{bad_input, out_len};
+use super::{bad_input, out_len, weight_dims};
 use crate::init;
 use kiln::prelude::*;
 
@@ -146,8 +146,8 @@ impl Conv2d {
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let algorithm = self.config.algorithm;
-        let w = self.weight.shape();
-        convolve("Conv2d", x, [w[0], w[1], w[2], w[3]], &self.config, self.bias.as_ref(), |g, patches| {
+        let w = weight_dims("Conv2d", &self.weight)?;
+        convolve("Conv2d", x, w, &self.config, self.bias.as_ref(), |g, patches| {
             let [n, cg, kh, kw, oh, ow] = patches.shape()[..] else { unreachable!("patches have rank 6") };
             let og = w[0] / self.config.groups;
             let wg = if self.config.groups == 1 { self.weight.clone() } else { self.weight.narrow(0, g * og, og)? };

@@ -1,6 +1,6 @@
 //! Linear and Embedding.
 
-use super::bad_input;
+use super::{bad_input, weight_dims};
 use crate::init;
 use kiln::prelude::*;
 
@@ -19,11 +19,11 @@ impl Linear {
     }
 
     pub fn inputs(&self) -> usize {
-        self.weight.shape()[0]
+        self.weight.shape().first().copied().unwrap_or(0)
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let n = self.inputs();
+        let [n, _] = weight_dims("Linear", &self.weight)?;
         if x.rank() == 0 || x.shape()[x.rank() - 1] != n {
             return bad_input("Linear", format!("[.., {n}]"), x.shape());
         }
@@ -55,17 +55,17 @@ impl Embedding {
                 detail: format!("ids must be i32 or u32, got {} of shape {:?}", ids.dtype(), ids.shape()),
             });
         }
-        let dim = self.weight.shape()[1] as isize;
+        let [_, dim] = weight_dims("Embedding", &self.weight)?;
         let rows = self.weight.index_select(0, &ids.reshape(&[-1])?)?;
         let mut shape: Vec<isize> = ids.shape().iter().map(|&s| s as isize).collect();
-        shape.push(dim);
+        shape.push(dim as isize);
         rows.reshape(&shape)
     }
 
     /// `x @ weightᵀ`: `[.., dim]` → `[.., vocab]`, the table reused as the
     /// output projection (weight tying, as GPT-2; its gradient sums both uses).
     pub fn attend(&self, x: &Tensor) -> Result<Tensor> {
-        let dim = self.weight.shape()[1];
+        let [_, dim] = weight_dims("Embedding::attend", &self.weight)?;
         if x.rank() == 0 || x.shape()[x.rank() - 1] != dim {
             return bad_input("Embedding::attend", format!("[.., {dim}]"), x.shape());
         }

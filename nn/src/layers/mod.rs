@@ -21,11 +21,20 @@ pub use quantized::{Dense, QuantizedConv2d, QuantizedLinear, QuantizedTree, code
 pub use sequential::{Layer, Sequential, mlp};
 pub use transformer::{Block, GeluMlp};
 
-use kiln::{KilnError, Result};
+use kiln::{KilnError, Result, Tensor};
 
 /// The error of a layer given an input it cannot take.
 pub(crate) fn bad_input<T>(layer: &'static str, expects: String, got: &[usize]) -> Result<T> {
     Err(KilnError::Shape { op: layer, detail: format!("expects input {expects}, got shape {got:?}") })
+}
+
+/// A weight's dims, or an error naming the layer where it is not of rank
+/// `N` (the layers' fields are public, so a layer built by hand may hold any).
+pub(crate) fn weight_dims<const N: usize>(layer: &'static str, weight: &Tensor) -> Result<[usize; N]> {
+    weight.shape().try_into().map_err(|_| KilnError::Shape {
+        op: layer,
+        detail: format!("its weight must have rank {N}, got shape {:?}", weight.shape()),
+    })
 }
 
 /// Output length of a windowed axis (conv, pool), or `None` when the

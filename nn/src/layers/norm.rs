@@ -1,6 +1,6 @@
 //! Layer normalization over the last axis.
 
-use super::bad_input;
+use super::{bad_input, weight_dims};
 use kiln::prelude::*;
 
 #[derive(Tree, Clone, Debug)]
@@ -22,7 +22,7 @@ impl LayerNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let d = self.weight.shape()[0];
+        let [d] = weight_dims("LayerNorm", &self.weight)?;
         if x.rank() == 0 || x.shape()[x.rank() - 1] != d {
             return bad_input("LayerNorm", format!("[.., {d}]"), x.shape());
         }
@@ -48,7 +48,7 @@ impl RmsNorm {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let d = self.weight.shape()[0];
+        let [d] = weight_dims("RmsNorm", &self.weight)?;
         if x.rank() == 0 || x.shape()[x.rank() - 1] != d {
             return bad_input("RmsNorm", format!("[.., {d}]"), x.shape());
         }

@@ -1,0 +1,26 @@
+//! Layers whose public fields were filled by hand with weights of the wrong
+//! rank give errors naming the layer, not panics.
+
+use kiln::prelude::*;
+use kiln_nn::{Conv2d, Conv2dConfig, Embedding, LayerNorm, Linear, RmsNorm};
+
+#[test]
+fn a_weight_of_the_wrong_rank_is_an_error_naming_the_layer() {
+    let dev = Device::cpu();
+    let t = |shape: &[usize]| Tensor::zeros(&dev, shape, DType::F32).unwrap();
+    let x = t(&[2, 3]);
+    let flat = t(&[3]);
+    let err = |r: Result<Tensor>| r.unwrap_err().to_string();
+    let linear = Linear { weight: flat.clone(), bias: None };
+    assert_eq!(err(linear.forward(&x)), "Linear: its weight must have rank 2, got shape [3]");
+    let table = Embedding { weight: flat.clone() };
+    let ids = Tensor::zeros(&dev, &[2], DType::I32).unwrap();
+    assert_eq!(err(table.forward(&ids)), "Embedding: its weight must have rank 2, got shape [3]");
+    assert_eq!(err(table.attend(&x)), "Embedding::attend: its weight must have rank 2, got shape [3]");
+    let norm = LayerNorm { weight: t(&[3, 1]), bias: flat.clone(), eps: 1e-5 };
+    assert_eq!(err(norm.forward(&x)), "LayerNorm: its weight must have rank 1, got shape [3, 1]");
+    let rms = RmsNorm { weight: t(&[3, 1]), eps: 1e-6 };
+    assert_eq!(err(rms.forward(&x)), "RmsNorm: its weight must have rank 1, got shape [3, 1]");
+    let conv = Conv2d { weight: t(&[8, 3]), bias: None, config: Conv2dConfig::default() };
+    assert_eq!(err(conv.forward(&t(&[1, 3, 5, 5]))), "Conv2d: its weight must have rank 4, got shape [8, 3]");
+}
