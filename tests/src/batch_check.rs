@@ -60,10 +60,6 @@ pub(crate) fn reversed(x: &Node) -> Result<Node> {
     Node::new(Prim::Reshape { shape: x.shape().to_vec() }, vec![back])
 }
 
-pub(crate) fn failed(msg: String) -> Outcome {
-    Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) }
-}
-
 /// The case batched on `dev`: `vmap` of its replay against the replays
 /// stacked (`None` for a case without inputs), first with every input
 /// batched, then (for cases of several inputs) with only the first batched
@@ -93,7 +89,7 @@ pub async fn check(case: &Case, dev: &Device) -> Option<Outcome> {
 async fn batched(case: &Case, dev: &Device, share_rest: bool) -> Option<Outcome> {
     let out = match (case.build)(dev) {
         Ok(t) => t,
-        Err(e) => return Some(failed(e.to_string())),
+        Err(e) => return Some(Outcome::failed(e.to_string())),
     };
     let inputs = inputs_of(out.node());
     let batched = match (share_rest, inputs.len()) {
@@ -131,14 +127,15 @@ async fn versus_stacked(out: &Tensor, inputs: &[Node], batched: usize, dev: &Dev
     };
     let (got, want) = match pair() {
         Ok(p) => p,
-        Err(e) => return failed(e.to_string()),
+        Err(e) => return Outcome::failed(e.to_string()),
     };
     let host = |t: Tensor| async move { t.to_host().await };
     match (host(got).await, host(want).await) {
-        (Err(e), _) | (_, Err(e)) => failed(e.to_string()),
-        (Ok(g), Ok(w)) if g.shape != w.shape || g.dtype != w.dtype => {
-            failed(format!("vmap gave {} {:?}, the stacked replays {} {:?}", g.dtype, g.shape, w.dtype, w.shape))
-        }
+        (Err(e), _) | (_, Err(e)) => Outcome::failed(e.to_string()),
+        (Ok(g), Ok(w)) if g.shape != w.shape || g.dtype != w.dtype => Outcome::failed(format!(
+            "vmap gave {} {:?}, the stacked replays {} {:?}",
+            g.dtype, g.shape, w.dtype, w.shape
+        )),
         (Ok(g), Ok(w)) => compare(&g.data, &w.data, tol),
     }
 }

@@ -6,7 +6,7 @@
 //! backward rule and that rule's batching.
 
 use crate::Outcome;
-use crate::batch_check::{BatchRow, failed, reversed};
+use crate::batch_check::{BatchRow, reversed};
 use crate::grad_cases::{Check, GradCase};
 use crate::grad_check::{self, vjp_of};
 use kiln::prelude::*;
@@ -32,14 +32,17 @@ pub async fn check(case: &GradCase, dev: &Device) -> Outcome {
     };
     let (got, want) = match pair() {
         Ok(p) => p,
-        Err(e) => return failed(e.to_string()),
+        Err(e) => return Outcome::failed(e.to_string()),
     };
     let (mut got_host, mut want_host) = (Vec::new(), Vec::new());
     for (g, w) in got.iter().zip(&want) {
         match (g.to_host().await, w.to_host().await) {
-            (Err(e), _) | (_, Err(e)) => return failed(e.to_string()),
+            (Err(e), _) | (_, Err(e)) => return Outcome::failed(e.to_string()),
             (Ok(g), Ok(w)) if g.shape != w.shape => {
-                return failed(format!("vmap gave a gradient of {:?}, the stacked vjps {:?}", g.shape, w.shape));
+                return Outcome::failed(format!(
+                    "vmap gave a gradient of {:?}, the stacked vjps {:?}",
+                    g.shape, w.shape
+                ));
             }
             (Ok(g), Ok(w)) => {
                 got_host.push(g);

@@ -71,10 +71,6 @@ pub async fn finite_differences(case: &GradCase, cpu: &Device) -> Result<Vec<Vec
     Ok(out)
 }
 
-fn failed(msg: String) -> Outcome {
-    Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(msg) }
-}
-
 /// Compare per leaf; the outcome is the worst leaf's.
 pub fn check(got: &[HostArray], want: &[Vec<f64>], how: Check) -> Outcome {
     let mut worst = Outcome { max_abs_err: 0.0, passed: true, failure: None };
@@ -107,8 +103,8 @@ pub async fn reference(case: &GradCase, cpu: &Device) -> Result<Vec<Vec<f64>>> {
 /// One case's gradients on `device` against the reference's.
 pub async fn check_device(case: &GradCase, want: &Result<Vec<Vec<f64>>>, device: &Device) -> Outcome {
     match (want, gradients(case, device).await) {
-        (Err(e), _) => failed(format!("reference failed: {e}")),
-        (_, Err(e)) => failed(e.to_string()),
+        (Err(e), _) => Outcome::failed(format!("reference failed: {e}")),
+        (_, Err(e)) => Outcome::failed(e.to_string()),
         (Ok(w), Ok(g)) => check(&g, w, case.check),
     }
 }
@@ -124,7 +120,7 @@ pub async fn run(found: &[crate::adapters::Found], filter: Option<&str>) -> Vec<
         let want = reference(case, &cpu).await;
         fds.push(match (&want, case.fd) {
             (_, false) => None,
-            (Err(e), true) => Some(failed(format!("reference failed: {e}"))),
+            (Err(e), true) => Some(Outcome::failed(format!("reference failed: {e}"))),
             (Ok(w), true) => Some(match finite_differences(case, &cpu).await {
                 Ok(fd) => {
                     let as_host: Vec<HostArray> = w
@@ -133,7 +129,7 @@ pub async fn run(found: &[crate::adapters::Found], filter: Option<&str>) -> Vec<
                         .collect();
                     check(&as_host, &fd, Check::Elementwise(FD_TOL))
                 }
-                Err(e) => failed(format!("finite differences failed: {e}")),
+                Err(e) => Outcome::failed(format!("finite differences failed: {e}")),
             }),
         });
         wants.push(want);

@@ -24,6 +24,7 @@ pub mod report;
 pub mod rng;
 pub mod transformer_cases;
 pub mod validation;
+pub mod vmap_checks;
 pub mod workgroup_reductions;
 
 use kiln::prelude::*;
@@ -90,6 +91,13 @@ pub struct Outcome {
     pub passed: bool,
     /// Why it failed (an error, a shape or dtype mismatch, or the worst element).
     pub failure: Option<String>,
+}
+
+impl Outcome {
+    /// A check that could not compare: why (an error, a shape mismatch).
+    pub fn failed(why: String) -> Outcome {
+        Outcome { max_abs_err: f64::NAN, passed: false, failure: Some(why) }
+    }
 }
 
 /// Elementwise comparison; NaN must meet NaN, infinities must match exactly.

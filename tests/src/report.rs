@@ -1,10 +1,10 @@
 //! Running the whole suite and writing docs/CONFORMANCE.md.
 
 use crate::batch_check::{self, BatchRow};
-use crate::batch_grad_check;
 use crate::browser::Browser;
 use crate::grad_check::{self, GradRow};
 use crate::{Case, Outcome, Tol, compare};
+use crate::{batch_grad_check, vmap_checks};
 use kiln::core::interp::HostArray;
 use kiln::prelude::*;
 
@@ -21,6 +21,9 @@ pub struct Run {
     /// Every gradient case under vmap (per-example gradients): the CPU
     /// reference, then each adapter.
     pub batched_grads: Vec<BatchRow>,
+    /// `vmap` against a loop and composed with the other transforms: the
+    /// CPU reference, then each adapter.
+    pub compositions: Vec<BatchRow>,
     /// Validation-layer messages, by adapter.
     pub messages: Vec<(String, Vec<String>)>,
     /// Every WGSL source compiled on any adapter.
@@ -42,6 +45,7 @@ impl Run {
         out.extend(grad_check::failures(&self.grads, &self.adapter_labels()));
         out.extend(batch_check::failures("vmap", &self.batching, &self.batching_columns()));
         out.extend(batch_check::failures("vmap(grad)", &self.batched_grads, &self.batching_columns()));
+        out.extend(batch_check::failures("vmap composition", &self.compositions, &self.batching_columns()));
         out
     }
 
@@ -128,6 +132,10 @@ pub async fn run(filter: Option<&str>) -> Run {
     // cases and gradients.
     let batching = batch_check::run(&found, filter).await;
     let batched_grads = batch_grad_check::run(&found, filter).await;
+    let compositions = match filter {
+        None => vmap_checks::run(&found),
+        Some(_) => Vec::new(),
+    };
     let messages = crate::validation::take_messages();
     Run {
         validation,
@@ -137,6 +145,7 @@ pub async fn run(filter: Option<&str>) -> Run {
         grads,
         batching,
         batched_grads,
+        compositions,
         messages: if messages.is_empty() { vec![] } else { vec![("any adapter".into(), messages)] },
         sources,
         sources_by_adapter,
@@ -264,6 +273,7 @@ pub fn markdown(run: &Run, browser: Option<&Browser>, command: &str) -> String {
     s += &grad_check::markdown(&run.grads, &run.adapter_labels(), browser);
     s += &batch_check::markdown(&run.batching, &run.batching_columns(), browser);
     s += &batch_grad_check::markdown(&run.batched_grads, &run.batching_columns(), browser);
+    s += &vmap_checks::markdown(&run.compositions, &run.batching_columns(), browser);
     let failures = run.failures();
     if !failures.is_empty() {
         s += "\n## Failures\n\n";

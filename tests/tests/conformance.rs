@@ -192,6 +192,8 @@ fn main() {
     println!(
         "per-example gradient checks (vmap of grad, CPU reference and adapters): {vg_passed} passed, {vg_failed} failed"
     );
+    let (vc_passed, vc_failed) = kiln_conformance::batch_check::counts(&run.compositions);
+    println!("vmap compositions (CPU reference and adapters): {vc_passed} passed, {vc_failed} failed");
     let extra = failures.len() - run.failures().len();
     println!("{} passed, {} failed", passed + grad_passed, failed + grad_failed + extra);
     if !failures.is_empty() {

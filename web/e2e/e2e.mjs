@@ -175,6 +175,8 @@ async function main() {
     check(vmapped.length > 0 && vmapped.every((c) => c.passed), `batching checks (vmap) in the browser: ${vmapped.filter((c) => c.passed).length} of ${vmapped.length} match the stacked examples (${summary.skipped.length} cases without inputs skipped)`);
     const perExample = summary.cases.filter((c) => c.op.startsWith('vmap(grad): '));
     check(perExample.length > 0 && perExample.every((c) => c.passed), `per-example gradients (vmap of grad) in the browser: ${perExample.filter((c) => c.passed).length} of ${perExample.length} match the stacked vjps`);
+    const composed = summary.cases.filter((c) => c.op.startsWith('vmap composition: '));
+    check(composed.length > 0 && composed.every((c) => c.passed), `vmap against a loop and composed with grad, jit and itself in the browser: ${composed.filter((c) => c.passed).length} of ${composed.length} pass`);
     check(summary.failed === 0 && summary.passed > 0, `conformance in the browser: ${summary.passed} passed, ${summary.failed} failed (${summary.pipelines} kernels compiled by Dawn) in ${((Date.now() - tc) / 1000).toFixed(1)} s`);
     check(problems.length === 0, `no GPU, WGSL or console errors${problems.length ? ':\n' + problems.join('\n') : ''}`);
   } finally {

@@ -4,7 +4,9 @@
 use js_sys::Promise;
 use kiln::{Device, DeviceOptions, KilnError, QuantFormat};
 use kiln_conformance::grad_cases::{self, GradCase};
-use kiln_conformance::{Case, Outcome, batch_check, batch_grad_check, cases, grad_check, matmul_family, report};
+use kiln_conformance::{
+    Case, Outcome, batch_check, batch_grad_check, cases, grad_check, matmul_family, report, vmap_checks,
+};
 use kiln_mnist::{Config, ModelKind};
 use kiln_nn::data::Mnist;
 use std::cell::{Cell, RefCell};
@@ -320,11 +322,14 @@ fn mean(values: &[f32]) -> f32 {
 /// WebGPU device against the CPU reference compiled to wasm, then every op
 /// case's batching check (named "vmap: op"), `vmap` against the stacked
 /// examples on the WebGPU device, then every gradient case's (named
-/// "vmap(grad): op"), per-example gradients against the stacked vjps.
+/// "vmap(grad): op"), per-example gradients against the stacked vjps, then
+/// `vmap` against a loop and composed with `grad`, `jit` and itself
+/// (named "vmap composition: op").
 #[wasm_bindgen]
 pub struct Conformance {
     cases: Rc<Vec<Case>>,
     grads: Rc<Vec<GradCase>>,
+    compositions: Rc<Vec<vmap_checks::Check>>,
     gpu: Device,
 }
 
@@ -335,6 +340,7 @@ enum Entry {
     Gradient(usize),
     Batching(usize),
     BatchedGradient(usize),
+    Composition(usize),
 }
 
 /// One case's outcome as JSON.
@@ -348,12 +354,17 @@ fn outcome_json(o: &Outcome) -> String {
 impl Conformance {
     #[wasm_bindgen(constructor)]
     pub fn new(gpu: &Gpu) -> Conformance {
-        Conformance { cases: Rc::new(cases::all()), grads: Rc::new(grad_cases::all()), gpu: gpu.device.clone() }
+        Conformance {
+            cases: Rc::new(cases::all()),
+            grads: Rc::new(grad_cases::all()),
+            compositions: Rc::new(vmap_checks::all()),
+            gpu: gpu.device.clone(),
+        }
     }
 
     #[wasm_bindgen(getter)]
     pub fn len(&self) -> usize {
-        2 * (self.cases.len() + self.grads.len())
+        2 * (self.cases.len() + self.grads.len()) + self.compositions.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -368,18 +379,20 @@ impl Conformance {
             _ if i < n + g => Some(Entry::Gradient(i - n)),
             _ if i < 2 * n + g => Some(Entry::Batching(i - n - g)),
             _ if i < 2 * (n + g) => Some(Entry::BatchedGradient(i - 2 * n - g)),
+            _ if i < self.len() => Some(Entry::Composition(i - 2 * (n + g))),
             _ => None,
         }
     }
 
-    /// The op of case `i` ("gradient: op", "vmap: op" and "vmap(grad): op"
-    /// for the gradient and batching checks).
+    /// The op of case `i` ("gradient: op", "vmap: op", "vmap(grad): op" and
+    /// "vmap composition: op" for the gradient and batching checks).
     pub fn op(&self, i: usize) -> String {
         match self.locate(i) {
             Some(Entry::Op(k)) => self.cases[k].op.to_string(),
             Some(Entry::Gradient(k)) => format!("gradient: {}", self.grads[k].op),
             Some(Entry::Batching(k)) => batch_check::browser_op(self.cases[k].op),
             Some(Entry::BatchedGradient(k)) => format!("{}{}", batch_grad_check::BROWSER_PREFIX, self.grads[k].op),
+            Some(Entry::Composition(k)) => format!("{}{}", vmap_checks::BROWSER_PREFIX, self.compositions[k].op),
             None => String::new(),
         }
     }
@@ -388,6 +401,7 @@ impl Conformance {
         match self.locate(i) {
             Some(Entry::Op(k) | Entry::Batching(k)) => self.cases[k].detail.clone(),
             Some(Entry::Gradient(k) | Entry::BatchedGradient(k)) => self.grads[k].detail.clone(),
+            Some(Entry::Composition(k)) => self.compositions[k].detail.clone(),
             None => String::new(),
         }
     }
@@ -397,6 +411,7 @@ impl Conformance {
     /// case without inputs.
     pub fn run(&self, i: usize) -> Promise {
         let (cases, grads, gpu) = (self.cases.clone(), self.grads.clone(), self.gpu.clone());
+        let compositions = self.compositions.clone();
         let entry = self.locate(i);
         future_to_promise(async move {
             let cpu = Device::cpu();
@@ -406,6 +421,7 @@ impl Conformance {
                     grad_check::check_device(&grads[k], &grad_check::reference(&grads[k], &cpu).await, &gpu).await
                 }
                 Entry::BatchedGradient(k) => batch_grad_check::check(&grads[k], &gpu).await,
+                Entry::Composition(k) => compositions[k].run(&gpu).await,
                 Entry::Batching(k) => match batch_check::check(&cases[k], &gpu).await {
                     Some(outcome) => outcome,
                     None => return Ok("{\"skipped\":\"no input to batch\"}".into()),

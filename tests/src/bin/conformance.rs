@@ -61,8 +61,11 @@ fn main() {
     println!("batching: {batch_passed} passed, {batch_failed} failed");
     let (vg_passed, vg_failed) = kiln_conformance::batch_check::counts(&run.batched_grads);
     println!("per-example gradients (vmap of grad): {vg_passed} passed, {vg_failed} failed");
+    let (vc_passed, vc_failed) = kiln_conformance::batch_check::counts(&run.compositions);
+    println!("vmap compositions: {vc_passed} passed, {vc_failed} failed");
     println!("{passed} passed, {failed} failed");
-    if failed > 0 || grad_failed > 0 || batch_failed > 0 || vg_failed > 0 || !run.messages.is_empty() {
+    let any_failed = failed > 0 || grad_failed > 0 || batch_failed > 0 || vg_failed > 0 || vc_failed > 0;
+    if any_failed || !run.messages.is_empty() {
         std::process::exit(1);
     }
 }
