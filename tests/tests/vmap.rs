@@ -91,8 +91,8 @@ fn bad_axes_are_errors_naming_the_leaf_and_its_shape() {
 }
 
 /// Inside the mapped function a value computed from its inputs may be
-/// realized (it stays lazy: its values exist only batched), but reading it
-/// is an error naming the value, not a panic.
+/// realized (it stays lazy: its values exist only batched), but reading or
+/// capturing it is an error naming the value, not a panic.
 #[test]
 fn inside_vmap_realizing_is_allowed_and_reading_is_an_error() {
     let adapters = kiln_conformance::adapters::shared();
@@ -112,6 +112,13 @@ fn inside_vmap_realizing_is_allowed_and_reading_is_an_error() {
         };
         let e = kiln::vmap(reads, vec![Some(0)], vec![0])(&vec![x.clone()]).unwrap_err().to_string();
         assert!(e.contains("read") && e.contains("[3]") && e.contains("vmap input"), "{label}: {e}");
+        let captures = |x: &Vec<Tensor>| {
+            let y = x[0].exp()?;
+            y.device().capture(&[], &[y.node().clone()])?;
+            Ok(vec![y])
+        };
+        let e = kiln::vmap(captures, vec![Some(0)], vec![0])(&vec![x.clone()]).unwrap_err().to_string();
+        assert!(e.starts_with("jit: an output of f32 [3] is computed from a vmap input"), "{label}: {e}");
     }
 }
 

@@ -86,6 +86,17 @@ impl Device {
     /// as a [`Program`] to replay on other inputs of the same shapes,
     /// dtypes and layouts. `None` on the CPU reference (nothing to record).
     pub fn capture(&self, inputs: &[Node], outputs: &[Node]) -> Result<Option<Program>> {
+        if let Some(n) = outputs.iter().find(|n| n.reads_placeholder()) {
+            return Err(KilnError::Invalid {
+                op: "jit",
+                detail: format!(
+                    "an output of {} {:?} is computed from a vmap input inside the mapped function, whose values \
+                     exist only batched: capture the mapped function instead",
+                    n.dtype(),
+                    n.shape()
+                ),
+            });
+        }
         if self.is_cpu() {
             return crate::interp::realize(outputs).map(|()| None);
         }
