@@ -100,17 +100,21 @@ impl MpiWorld {
 
     /// Every rank's `values`, in rank order.
     fn gather<T: Equivalence + Copy + Default>(&self, what: &str, values: &[T]) -> Result<Vec<Vec<T>>> {
-        // MPI counts in i32.
-        let count = [i32::try_from(values.len()).map_err(|_| KilnError::Invalid {
-            op: "mpi",
-            detail: format!("{what}: {} values in one exchange, over MPI's 2^31 - 1", values.len()),
-        })?];
+        // MPI counts in i32; a part past that is sent as -1, so that every
+        // rank stops with the error rather than waiting for this one.
+        let count = [i32::try_from(values.len()).unwrap_or(-1)];
         let comm = self.comm.lock().unwrap_or_else(|e| e.into_inner());
         let world = &comm.world;
         let mut counts = vec![0i32; self.size];
         mpi::request::scope(|scope| {
             self.wait(what, world, world.immediate_all_gather_into(scope, &count[..], &mut counts[..]));
         });
+        if let Some(rank) = counts.iter().position(|&c| c < 0) {
+            return Err(KilnError::Invalid {
+                op: "mpi",
+                detail: format!("{what}: rank {rank}'s part is over MPI's 2^31 - 1 values in one exchange"),
+            });
+        }
         let mut displs = Vec::with_capacity(self.size);
         let mut at = 0i32;
         for &c in &counts {
@@ -154,7 +158,7 @@ impl Collective for MpiWorld {
     }
 
     fn agree(&self, what: &str, value: u64) -> Result<()> {
-        // A rank that sent nothing (it is in another exchange) differs too.
+        // Every rank sends one value; `first` spares an index should one not.
         let all: Vec<Option<u64>> = self.gather(what, &[value])?.into_iter().map(|v| v.first().copied()).collect();
         let differ: Vec<usize> = (0..all.len()).filter(|&r| all[r] != all[0]).collect();
         if differ.is_empty() {

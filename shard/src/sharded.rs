@@ -531,6 +531,9 @@ impl Sharded {
             .iter()
             .zip(&targets.shards)
             .map(|(x, y)| match sharding {
+                // A rank with no rows (fewer rows than ranks) adds nothing;
+                // its mean over no rows would be 0/0.
+                Sharding::Partial if x.shape()[0] == 0 => Tensor::zeros(x.device(), &[], x.dtype()),
                 Sharding::Partial => loss(x, y)?.mul_scalar(x.shape()[0] as f64 / items),
                 _ => loss(x, y),
             })

@@ -385,3 +385,27 @@ fn shards_and_host_values_that_do_not_make_up_the_shape_are_errors() {
     let e = Sharded::from_slice(&m, &[1.0f32], &[1 << 40, 1 << 40], Sharding::Split(0)).unwrap_err().to_string();
     assert!(e.contains("1 values do not fill shape [1099511627776, 1099511627776]"), "{e}");
 }
+
+#[test]
+fn a_rank_with_no_rows_adds_nothing_to_a_loss() {
+    kiln::block_on(async {
+        let m = mesh(2);
+        let one = Device::cpu();
+        let (x, t) = (values(3, 61), values(3, 62));
+        let want = kiln_nn::loss::mse(
+            &Tensor::from_slice(&one, &x, &[1, 3]).unwrap(),
+            &Tensor::from_slice(&one, &t, &[1, 3]).unwrap(),
+        )
+        .unwrap();
+        // One row over two ranks: rank 1's block is empty.
+        let on =
+            |rank: usize, data: &[f32], rows: usize| Tensor::from_slice(&m.devices()[rank], data, &[rows, 3]).unwrap();
+        let split = |data: &[f32]| {
+            Sharded::from_shards(&m, Sharding::Split(0), vec![1, 3], vec![on(0, data, 1), on(1, &[], 0)]).unwrap()
+        };
+        let loss = split(&x).mse(&split(&t)).unwrap();
+        let got = loss.gather().await.unwrap().data;
+        assert!(got[0].is_finite(), "{got:?}");
+        close(&got, &[want.item::<f32>().await.unwrap()], 1e-6);
+    })
+}

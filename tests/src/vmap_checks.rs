@@ -173,6 +173,7 @@ impl Check {
             Kind::PerExampleGradients => {
                 let (w, bias, xs, ys) = (rng(&[4, 3], 1), rng(&[3], 2), rng(&[8, 4], 3), rng(&[8, 3], 4));
                 let grads = per_example_gradients(&w, &bias, &xs, &ys)?;
+                v.expect("gradients", grads.len() == 2, format!("{} gradients for 2 leaves", grads.len()));
                 for i in 0..8 {
                     let (x, y) = (xs.narrow(0, i, 1)?.squeeze(0)?, ys.narrow(0, i, 1)?.squeeze(0)?);
                     let want = kiln::grad(|p: &Vec<Tensor>| loss(p, &x, &y))(&vec![w.clone(), bias.clone()])?;
@@ -190,17 +191,24 @@ impl Check {
                 };
                 let g = kiln::grad(total)(&vec![w.clone(), bias.clone()])?;
                 let each = per_example_gradients(&w, &bias, &xs, &ys)?;
+                v.expect("gradients", g.len() == 2 && each.len() == 2, format!("{} and {}", g.len(), each.len()));
                 for (k, (summed, each)) in g.iter().zip(&each).enumerate() {
                     v.close(&format!("leaf {k}"), summed, &each.sum(&[0], false)?).await?;
                 }
                 Ok(())
             }
             Kind::NestedScalar => {
+                // Each column's values squared plus one, plus the column's
+                // sum: mapping along rows instead would add the rows' sums.
                 let inner = |x: &Vec<Tensor>| Ok(vec![x[0].mul(&x[0])?.add_scalar(1.0)?]);
                 let grid = rng(&[3, 5], 5);
-                let outer = |x: &Vec<Tensor>| kiln::vmap(inner, vec![Some(0)], vec![0])(x);
+                let outer = |x: &Vec<Tensor>| {
+                    let squares = kiln::vmap(inner, vec![Some(0)], vec![0])(x)?;
+                    Ok(vec![squares[0].add(&x[0].sum(&[], false)?)?])
+                };
                 let twice = kiln::vmap(outer, vec![Some(1)], vec![1])(&vec![grid.clone()])?;
-                v.close("grid", &twice[0], &grid.mul(&grid)?.add_scalar(1.0)?).await
+                let want = grid.mul(&grid)?.add_scalar(1.0)?.add(&grid.sum(&[0], true)?)?;
+                v.close("grid", &twice[0], &want).await
             }
             Kind::NestedMatmul => {
                 let (rows, shared) = (rng(&[3, 5, 4], 6), rng(&[4, 2], 7));
@@ -274,7 +282,7 @@ async fn against_the_loop(c: &Looped, dev: &Device, v: &mut Verdict) -> Result<(
         .find_map(|(s, a)| a.map(|a| s[a.rem_euclid(s.len() as isize) as usize]))
         .expect("a batched input");
     let mapped = kiln::vmap(c.f, c.in_axes.to_vec(), vec![c.out_axis])(&xs)?;
-    let mut per = Vec::with_capacity(b);
+    let mut per: Vec<Vec<Tensor>> = Vec::with_capacity(b);
     for i in 0..b {
         let example = xs
             .iter()
@@ -286,7 +294,9 @@ async fn against_the_loop(c: &Looped, dev: &Device, v: &mut Verdict) -> Result<(
             .collect::<Result<Vec<_>>>()?;
         per.push((c.f)(&example)?);
     }
-    for (k, got) in mapped.iter().enumerate() {
+    let outputs = per[0].len();
+    v.expect("outputs", mapped.len() == outputs, format!("vmap gave {} outputs, the loop {outputs}", mapped.len()));
+    for (k, got) in mapped.iter().enumerate().take(outputs) {
         let want = Tensor::stack(&per.iter().map(|o| &o[k]).collect::<Vec<_>>(), c.out_axis)?;
         v.close(&format!("output {k}"), got, &want).await?;
     }
@@ -358,11 +368,12 @@ impl Verdict {
         }
     }
 
-    /// `got` within [`TOL`] of `want`, of the same shape.
+    /// `got` within [`TOL`] of `want`, of the same shape and dtype.
     async fn close(&mut self, what: &str, got: &Tensor, want: &Tensor) -> Result<()> {
         let (g, w) = (values(got).await?, values(want).await?);
-        if got.shape() != want.shape() {
-            self.expect(what, false, format!("shape {:?}, the loop's {:?}", got.shape(), want.shape()));
+        if got.shape() != want.shape() || got.dtype() != want.dtype() {
+            let (gs, ws) = (got.shape(), want.shape());
+            self.expect(what, false, format!("{} {gs:?}, the loop's {} {ws:?}", got.dtype(), want.dtype()));
             return Ok(());
         }
         let o = compare(&g, &w, TOL);

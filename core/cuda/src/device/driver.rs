@@ -4,7 +4,7 @@
 //! on disk ([`super::ptx_cache`]).
 
 use super::blas::Gemm;
-use super::engine::{Engine, EngineInfo, Memory, Module, PendingWords};
+use super::engine::{Engine, EngineInfo, Landed, Memory, Module, PendingWords};
 use super::ptx_cache;
 use crate::nvrtc;
 use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
@@ -83,15 +83,73 @@ impl DriverEngine {
 /// How many staging buffers are kept for later reads.
 const STAGING_KEPT: usize = 4;
 
-/// Page-locked host buffers that readbacks land in: a copy into pageable
-/// memory returns only once it is done, and allocating page-locked memory
-/// costs more than a small copy, so they are kept for the next read.
+/// Readbacks up to this size land in kept staging buffers; a larger one in
+/// a buffer of its own, freed after: page-locked memory is scarce.
+const STAGING_KEPT_MAX_BYTES: usize = 64 << 20;
+
+/// Page-locked host memory a readback lands in, zeroed when allocated so
+/// that slices over it are of initialized words.
+struct Pinned {
+    memory: PinnedHostSlice<u32>,
+    /// Its start, taken once: cudarc's accessors wait on an event of its
+    /// own and bind the context, which a copy behind kiln's event needs
+    /// neither of (and a stale error from another call could fail).
+    at: *mut u32,
+}
+
+// SAFETY: `at` points into `memory`, which moves with it.
+unsafe impl Send for Pinned {}
+
+impl Pinned {
+    fn new(ctx: &Arc<CudaContext>, words: usize) -> Result<Pinned> {
+        let pinned = driver_error("page-locked staging memory");
+        // Not write-combined (cudarc's default): the host reads it.
+        // SAFETY: zeroed below before anything reads it.
+        let mut memory = unsafe { ctx.alloc_pinned_with_flags::<u32>(words, 0) }.map_err(&pinned)?;
+        // Its own event was never recorded: no wait.
+        let at = memory.as_mut_ptr().map_err(&pinned)?;
+        // SAFETY: `at` starts `words` words just allocated.
+        unsafe { std::ptr::write_bytes(at, 0, words) };
+        Ok(Pinned { memory, at })
+    }
+
+    fn len(&self) -> usize {
+        self.memory.len()
+    }
+
+    fn kept(&self) -> bool {
+        self.len() * 4 <= STAGING_KEPT_MAX_BYTES
+    }
+
+    /// The first `n` words.
+    ///
+    /// # Safety
+    /// No copy into them may be in flight.
+    unsafe fn words(&self, n: usize) -> &[u32] {
+        // SAFETY: in bounds and initialized; the caller rules out writers.
+        unsafe { std::slice::from_raw_parts(self.at, n.min(self.len())) }
+    }
+
+    /// The first `n` words, for a copy to land in.
+    fn words_mut(&mut self, n: usize) -> &mut [u32] {
+        // SAFETY: in bounds and initialized; `&mut self` is the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.at, n.min(self.len())) }
+    }
+}
+
+/// Staging buffers for readbacks, kept for the next read: a copy into
+/// pageable memory returns only once it is done, and allocating
+/// page-locked memory costs more than a small copy.
 #[derive(Clone, Default)]
-struct Staging(Arc<Mutex<Vec<PinnedHostSlice<u32>>>>);
+struct Staging(Arc<Mutex<Vec<Pinned>>>);
 
 impl Staging {
-    /// The smallest kept buffer of at least `words`, or a new one.
-    fn take(&self, ctx: &Arc<CudaContext>, words: usize) -> Result<PinnedHostSlice<u32>> {
+    /// The smallest kept buffer of at least `words`, or a new one (of its
+    /// own size past [`STAGING_KEPT_MAX_BYTES`]).
+    fn take(&self, ctx: &Arc<CudaContext>, words: usize) -> Result<Pinned> {
+        if words * 4 > STAGING_KEPT_MAX_BYTES {
+            return Pinned::new(ctx, words);
+        }
         let mut kept = self.0.lock().unwrap();
         let fit =
             kept.iter().enumerate().filter(|(_, b)| b.len() >= words).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
@@ -99,26 +157,27 @@ impl Staging {
             return Ok(kept.swap_remove(i));
         }
         drop(kept);
-        // Not write-combined (cudarc's default): the host reads it.
-        // SAFETY: only the words a copy has written are read.
-        unsafe { ctx.alloc_pinned_with_flags::<u32>(words.next_power_of_two().max(1024), 0) }
-            .map_err(driver_error("page-locked staging memory"))
+        Pinned::new(ctx, words.next_power_of_two().max(1024))
     }
 
-    /// `buffer` kept for a later read; the smallest goes past the limit.
-    fn give_back(&self, buffer: PinnedHostSlice<u32>) {
+    /// `buffer`, no copy into it in flight, kept for a later read (the
+    /// largest goes past the limit) or freed.
+    fn give_back(&self, buffer: Pinned) {
+        if !buffer.kept() {
+            return;
+        }
         let mut kept = self.0.lock().unwrap();
         kept.push(buffer);
         if kept.len() > STAGING_KEPT {
-            let smallest = (0..kept.len()).min_by_key(|&i| kept[i].len()).expect("not empty");
-            kept.swap_remove(smallest);
+            let largest = (0..kept.len()).max_by_key(|&i| kept[i].len()).expect("not empty");
+            kept.swap_remove(largest);
         }
     }
 }
 
 /// A readback in flight: its staging buffer and the event behind the copy.
 struct DriverCopy {
-    staging: Option<PinnedHostSlice<u32>>,
+    staging: Option<Pinned>,
     words: usize,
     done: CudaEvent,
     kept: Staging,
@@ -130,17 +189,21 @@ impl PendingWords for DriverCopy {
             return Ok(None);
         }
         let staging = self.staging.as_ref().ok_or_else(|| KilnError::Readback("a readback polled again".into()))?;
-        let landed = staging.as_slice().map_err(driver_error("readback"))?;
-        Ok(Some(landed[..self.words].to_vec()))
+        // SAFETY: the event behind the copy has passed.
+        Ok(Some(unsafe { staging.words(self.words) }.to_vec()))
     }
 }
 
 impl Drop for DriverCopy {
     fn drop(&mut self) {
         if let Some(staging) = self.staging.take() {
-            // A read dropped unawaited may still be copying into it.
-            if self.done.synchronize().is_ok() {
-                self.kept.give_back(staging);
+            // A read dropped unawaited may still be copying into it. The
+            // first wait may fail on an error another call left recorded
+            // (binding returns it once); a buffer that may still be
+            // written is leaked, not freed.
+            match self.done.synchronize().or_else(|_| self.done.synchronize()) {
+                Ok(()) => self.kept.give_back(staging),
+                Err(_) => std::mem::forget(staging),
             }
         }
     }
@@ -227,14 +290,33 @@ impl Engine for DriverEngine {
 
     fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Box<dyn PendingWords>> {
         self.bind()?;
-        let mut staging = self.staging.take(self.stream.context(), words)?;
-        let to = &mut staging.as_mut_slice().map_err(driver_error("readback"))?[..words];
+        let Ok(mut staging) = self.staging.take(self.stream.context(), words) else {
+            // No page-locked memory to be had: a copy into pageable memory,
+            // which returns once it is done.
+            let mut out = vec![0u32; words];
+            // SAFETY: `from` holds the range; the copy is done on return.
+            unsafe { result::memcpy_dtoh_async(&mut out, from.address() + offset, self.stream.cu_stream()) }
+                .map_err(driver_error("readback"))?;
+            self.synchronize()?;
+            return Ok(Box::new(Landed(Some(out))));
+        };
         // SAFETY: `from` holds the range (the device asks only for what a
         // value spans); the staging buffer outlives the copy, as
         // `DriverCopy` waits for `done` before giving it back or freeing it.
-        unsafe { result::memcpy_dtoh_async(to, from.address() + offset, self.stream.cu_stream()) }
-            .map_err(driver_error("readback"))?;
-        let done = self.stream.record_event(None).map_err(driver_error("readback event"))?;
+        unsafe {
+            result::memcpy_dtoh_async(staging.words_mut(words), from.address() + offset, self.stream.cu_stream())
+        }
+        .map_err(driver_error("readback"))?;
+        let done = match self.stream.record_event(None) {
+            Ok(done) => done,
+            Err(e) => {
+                // The copy is enqueued: its buffer must outlive it.
+                if self.synchronize().is_err() {
+                    std::mem::forget(staging);
+                }
+                return Err(driver_error("readback event")(e));
+            }
+        };
         Ok(Box::new(DriverCopy { staging: Some(staging), words, done, kept: self.staging.clone() }))
     }
 
