@@ -96,12 +96,7 @@ impl Sharded {
 
     /// `data` of `shape` laid out by `sharding` (see [`Sharded::from_host`]).
     pub fn from_slice<T: Element>(mesh: &Mesh, data: &[T], shape: &[usize], sharding: Sharding) -> Result<Sharded> {
-        if checked_numel(shape) != Some(data.len()) {
-            return Err(KilnError::Shape {
-                op: "shard",
-                detail: format!("{} values do not fill shape {shape:?}", data.len()),
-            });
-        }
+        // `from_host` checks that the values fill the shape.
         let host = HostArray::new(T::DTYPE, shape.to_vec(), data.iter().map(|v| v.to_f64()).collect());
         Sharded::from_host(mesh, &host, sharding)
     }

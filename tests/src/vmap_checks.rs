@@ -370,13 +370,12 @@ impl Verdict {
 
     /// `got` within [`TOL`] of `want`, of the same shape and dtype.
     async fn close(&mut self, what: &str, got: &Tensor, want: &Tensor) -> Result<()> {
-        let (g, w) = (values(got).await?, values(want).await?);
         if got.shape() != want.shape() || got.dtype() != want.dtype() {
             let (gs, ws) = (got.shape(), want.shape());
             self.expect(what, false, format!("{} {gs:?}, the loop's {} {ws:?}", got.dtype(), want.dtype()));
             return Ok(());
         }
-        let o = compare(&g, &w, TOL);
+        let o = compare(&values(got).await?, &values(want).await?, TOL);
         self.max_abs_err = self.max_abs_err.max(o.max_abs_err);
         self.expect(what, o.passed, o.failure.unwrap_or_default());
         Ok(())

@@ -84,13 +84,7 @@ pub fn schedule_for(caps: &Caps, roots: &[Node]) -> Result<Schedule> {
 /// schedule rendered with no device at hand. `KernelKey::wgsl` gives each
 /// one's source.
 pub fn kernels_for(caps: &Caps, roots: &[Node]) -> Result<Vec<KernelKey>> {
-    let variants = Variants::of(caps);
-    let config = |_, _| MatmulConfig::default_for(caps);
-    let mut keys = Vec::new();
-    for k in schedule_for(caps, roots)?.items {
-        keys.extend(launch::item_kernels(caps, &variants, k.op, &k.item, config)?);
-    }
-    Ok(keys)
+    keys_with(caps, roots, |_| None)
 }
 
 /// Every kernel a CUDA device may launch for `roots`: [`kernels_for`] with
@@ -98,13 +92,19 @@ pub fn kernels_for(caps: &Caps, roots: &[Node]) -> Result<Vec<KernelKey>> {
 /// runs it after cuBLAS's product ([`Item::epilogue_pass`]; kiln's own
 /// kernel runs where cuBLAS cannot read the operands or is missing).
 pub fn cuda_kernels_for(roots: &[Node]) -> Result<Vec<KernelKey>> {
-    let caps = Caps::cuda();
-    let (variants, config) = (Variants::of(&caps), |_, _| MatmulConfig::default_for(&caps));
+    // Names only: the item's own output stands in for the product.
+    keys_with(&Caps::cuda(), roots, |item| item.epilogue_pass(item.writes()[0].clone()))
+}
+
+/// The kernels of each item of `roots`' schedule, then those of the item
+/// `also` gives for it, if any.
+fn keys_with(caps: &Caps, roots: &[Node], also: impl Fn(&Item) -> Option<Item>) -> Result<Vec<KernelKey>> {
+    let (variants, config) = (Variants::of(caps), |_, _| MatmulConfig::default_for(caps));
     let mut keys = Vec::new();
-    for k in schedule_for(&caps, roots)?.items {
-        keys.extend(launch::item_kernels(&caps, &variants, k.op, &k.item, config)?);
-        if let Some(pass) = k.item.epilogue_pass(k.item.writes()[0].clone()) {
-            keys.extend(launch::item_kernels(&caps, &variants, k.op, &pass, config)?);
+    for k in schedule_for(caps, roots)?.items {
+        keys.extend(launch::item_kernels(caps, &variants, k.op, &k.item, config)?);
+        if let Some(extra) = also(&k.item) {
+            keys.extend(launch::item_kernels(caps, &variants, k.op, &extra, config)?);
         }
     }
     Ok(keys)
