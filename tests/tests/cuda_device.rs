@@ -160,6 +160,49 @@ fn jit_replays_its_launch_list_on_the_cuda_runtime() {
     assert_eq!(step.captures(), 1);
 }
 
+/// A training loop's replays come back to the same buffers (each step's
+/// output is the next one's input, and the pool hands freed buffers back),
+/// so they run as CUDA graphs, captured the second time their addresses
+/// are seen; the values stay those of the function run as traced, step
+/// after step. A replay over other addresses enqueues its calls.
+#[test]
+fn jit_replays_run_as_cuda_graphs_where_their_buffers_recur() {
+    let dev = Device::cuda_on_host();
+    let input =
+        |shape: &[usize], seed| kiln_conformance::cases::input(&dev, seed, shape, DType::F32, -1.0, 1.0).unwrap();
+    let f = |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1])?.tanh()?.add(&x[0])?]);
+    let step = kiln::jit(f);
+    let w = input(&[8, 8], 1);
+    let read = |t: &Tensor| kiln::block_on(dev.read(t.node())).unwrap().data;
+    // The loop alone first (so that nothing else takes its freed buffers).
+    let mut state = input(&[4, 8], 2);
+    let mut states = Vec::new();
+    for _ in 0..8 {
+        state = kiln::block_on(step.call(&[state.clone(), w.clone()])).unwrap().remove(0);
+        states.push(read(&state));
+    }
+    let graphs = dev.stats().graphs_launched;
+    // The replays alternate between two sets of buffers once the first
+    // input is gone: each set is seen once, then captured and replayed.
+    assert!(graphs >= 4, "7 replays over recurring buffers launched {graphs} graphs");
+    let mut traced = input(&[4, 8], 2);
+    for (call, got) in states.iter().enumerate() {
+        traced = f(&[traced, w.clone()]).unwrap().remove(0);
+        let outcome = kiln_conformance::compare(got, &read(&traced), kiln_conformance::Tol::F32);
+        assert!(outcome.passed, "step {call}: {:?}", outcome.failure);
+    }
+    // Every output kept: fresh addresses each call, no graph.
+    let mut kept = Vec::new();
+    for seed in 0..4 {
+        let x = input(&[4, 8], 10 + seed);
+        let got = kiln::block_on(step.call(&[x.clone(), w.clone()])).unwrap().remove(0);
+        let want = f(&[x.clone(), w.clone()]).unwrap().remove(0);
+        assert!(kiln_conformance::compare(&read(&got), &read(&want), kiln_conformance::Tol::F32).passed);
+        kept.extend([x, got]);
+    }
+    assert_eq!(dev.stats().graphs_launched, graphs, "fresh addresses each call");
+}
+
 /// TF32 is an opt-in: off, cuBLAS's products are exact f32; on, operands
 /// round to 10-bit mantissas (the host engine does as tensor cores do), so
 /// the product moves off the exact one by about TF32's precision. Other

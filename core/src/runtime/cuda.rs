@@ -59,6 +59,7 @@ pub(super) fn stats(device: &CudaDevice) -> DeviceStats {
     DeviceStats {
         kernels_launched: s.kernels_launched,
         submits: s.submits,
+        graphs_launched: s.graphs_launched,
         pipelines_compiled: s.kernels_compiled,
         pool: s.pool,
         tuning: Default::default(),

@@ -114,6 +114,8 @@ impl DeviceInfo {
 pub struct DeviceStats {
     pub kernels_launched: u64,
     pub submits: u64,
+    /// jit replays enqueued as one CUDA graph (CUDA only).
+    pub graphs_launched: u64,
     pub pipelines_compiled: u64,
     pub pool: PoolStats,
     pub tuning: TuningStats,
@@ -426,6 +428,7 @@ impl Device {
             Backend::Gpu(g) => DeviceStats {
                 kernels_launched: g.kernels_launched.load(Ordering::Relaxed),
                 submits: g.submits.load(Ordering::Relaxed),
+                graphs_launched: 0,
                 pipelines_compiled: g.resources.pipelines.len() as u64,
                 pool: g.resources.pool.stats(),
                 tuning: g.tuner.stats(),

@@ -4,13 +4,13 @@
 //! on disk ([`super::ptx_cache`]).
 
 use super::blas::Gemm;
-use super::engine::{Engine, EngineInfo, Landed, Memory, Module, PendingWords};
+use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords};
 use super::ptx_cache;
 use crate::nvrtc;
 use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, result,
-    sys,
+    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice,
+    PushKernelArg, result, sys,
 };
 use kiln_codegen::cuda::{CudaKernel, batch, entry_of};
 use kiln_ir::dtype::DType;
@@ -41,6 +41,9 @@ pub struct DriverEngine {
     /// NVRTC's target: compute_{arch}.
     arch: u32,
     staging: Staging,
+    /// Held while a graph is captured and while memory is allocated: an
+    /// allocation on the stream from another thread would join the graph.
+    capturing: Mutex<()>,
 }
 
 impl DriverEngine {
@@ -72,7 +75,7 @@ impl DriverEngine {
             log::warn!("cuBLAS (libcublas.so.13) not found: matmuls run kiln's own kernels");
             None
         };
-        Ok(DriverEngine { stream, blas, info, arch: (major * 10 + minor) as u32, staging: Staging::default() })
+        Ok(DriverEngine { stream, blas, info, arch: (major * 10 + minor) as u32, staging: Staging::default(), capturing: Mutex::new(()) })
     }
 
     fn bind(&self) -> Result<()> {
@@ -273,6 +276,7 @@ impl Engine for DriverEngine {
     }
 
     fn alloc(&self, bytes: u64) -> Result<Box<dyn Memory>> {
+        let _no_capture = self.capturing.lock().unwrap();
         self.bind()?;
         // SAFETY: a fresh allocation on this engine's stream.
         let address = unsafe { result::malloc_async(self.stream.cu_stream(), bytes.max(16) as usize) }
@@ -334,6 +338,8 @@ impl Engine for DriverEngine {
     }
 
     fn synchronize(&self) -> Result<()> {
+        // Waiting on a stream that is being captured would end the capture.
+        let _no_capture = self.capturing.lock().unwrap();
         self.stream.synchronize().map_err(driver_error("synchronize"))
     }
 
@@ -421,5 +427,32 @@ impl Engine for DriverEngine {
             }
         }
         .map_err(|e| KilnError::Gpu(format!("{}: {e}", g.name())))
+    }
+
+    unsafe fn capture(&self, calls: &[Call]) -> Result<Box<dyn Graph>> {
+        let _capturing = self.capturing.lock().unwrap();
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        self.stream.begin_capture(mode).map_err(driver_error("starting a graph capture"))?;
+        // SAFETY: the caller's promise; captured, nothing runs now.
+        let enqueued = unsafe { self.enqueue(calls) };
+        // Ended whatever happened, so that the stream leaves capture mode.
+        let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        enqueued?;
+        let graph = graph.map_err(driver_error("capturing a graph"))?;
+        let graph = graph.ok_or_else(|| KilnError::Gpu("CUDA driver: a capture gave no graph".into()))?;
+        Ok(Box::new(DriverGraph(graph)))
+    }
+}
+
+/// A captured, instantiated CUDA graph.
+struct DriverGraph(CudaGraph);
+
+// SAFETY: a graph may be used from any thread, one at a time; the runtime
+// keeps each in a mutex.
+unsafe impl Send for DriverGraph {}
+
+impl Graph for DriverGraph {
+    unsafe fn launch(&self) -> Result<()> {
+        self.0.launch().map_err(driver_error("launching a graph"))
     }
 }

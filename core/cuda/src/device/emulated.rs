@@ -4,7 +4,7 @@
 //! host's tools.
 
 use super::blas::{Gemm, host_gemm};
-use super::engine::{Engine, EngineInfo, Landed, Memory, Module, PendingWords};
+use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords};
 use crate::host::HostLibraries;
 use kiln_codegen::cuda::CudaKernel;
 use kiln_ir::error::{KilnError, Result};
@@ -103,5 +103,20 @@ impl Engine for HostEngine {
         // SAFETY: the caller's promise, passed on.
         unsafe { host_gemm(g) };
         Ok(())
+    }
+
+    /// The calls kept, to run again at each launch: how a graph replays,
+    /// so that the runtime's use of graphs is tested here too.
+    unsafe fn capture(&self, calls: &[Call]) -> Result<Box<dyn Graph>> {
+        Ok(Box::new(HostGraph(calls.to_vec())))
+    }
+}
+
+struct HostGraph(Vec<Call>);
+
+impl Graph for HostGraph {
+    unsafe fn launch(&self) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { HostEngine.enqueue(&self.0) }
     }
 }

@@ -6,6 +6,7 @@
 use super::blas::Gemm;
 use kiln_codegen::cuda::CudaKernel;
 use kiln_ir::error::Result;
+use std::sync::Arc;
 
 /// An allocation, by the address kernels see it at.
 pub trait Memory: std::any::Any + Send + Sync + std::fmt::Debug {
@@ -21,6 +22,37 @@ pub trait Module: Send + Sync {
     /// Each pointer must address memory holding every element the kernel
     /// reads or writes there, alive until the launch has run.
     unsafe fn launch(&self, index: usize, pointers: &[u64], grid: [u32; 3], block: [u32; 3]) -> Result<()>;
+}
+
+/// One call on a stream, at the addresses it binds.
+#[derive(Clone)]
+pub enum Call {
+    /// Kernel `index` of `module` over `grid` blocks of `block` threads,
+    /// its `Globals` holding `pointers`.
+    Launch { module: Arc<dyn Module>, index: usize, pointers: Vec<u64>, grid: [u32; 3], block: [u32; 3] },
+    Gemm(Gemm),
+}
+
+impl Call {
+    /// Every address the call binds, in order: calls of one launch list
+    /// with equal addresses are the same calls.
+    pub fn addresses(&self) -> impl Iterator<Item = u64> + '_ {
+        let (pointers, gemm): (&[u64], _) = match self {
+            Call::Launch { pointers, .. } => (pointers, None),
+            Call::Gemm(g) => (&[], Some([g.a, g.b, g.c])),
+        };
+        pointers.iter().copied().chain(gemm.into_iter().flatten())
+    }
+}
+
+/// Calls captured once (a CUDA graph), enqueued whole by one launch.
+pub trait Graph: Send {
+    /// Enqueue the captured calls.
+    ///
+    /// # Safety
+    /// The addresses they were captured with must still hold every
+    /// element they read and write, alive until the launch has run.
+    unsafe fn launch(&self) -> Result<()>;
 }
 
 /// Words on their way from device memory to the host.
@@ -72,4 +104,30 @@ pub trait Engine: Send + Sync {
     /// # Safety
     /// The addresses must hold every element `g` reads and writes.
     unsafe fn gemm(&self, g: &Gemm) -> Result<()>;
+
+    /// Enqueue `calls` in order.
+    ///
+    /// # Safety
+    /// Every address must hold every element its call reads and writes,
+    /// alive until the call has run.
+    unsafe fn enqueue(&self, calls: &[Call]) -> Result<()> {
+        for call in calls {
+            // SAFETY: the caller's promise, passed on.
+            match call {
+                Call::Launch { module, index, pointers, grid, block } => unsafe {
+                    module.launch(*index, pointers, *grid, *block)?
+                },
+                Call::Gemm(g) => unsafe { self.gemm(g)? },
+            }
+        }
+        Ok(())
+    }
+
+    /// `calls` captured as one graph, enqueuing nothing now. The caller
+    /// holds the device's enqueue order meanwhile, so that nothing else
+    /// joins the capture.
+    ///
+    /// # Safety
+    /// As [`Engine::enqueue`], for every launch of the graph.
+    unsafe fn capture(&self, calls: &[Call]) -> Result<Box<dyn Graph>>;
 }

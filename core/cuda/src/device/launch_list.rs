@@ -4,6 +4,7 @@
 //! replay enqueues the same list over other buffers (`program.rs`).
 
 use super::blas::Gemm;
+use super::engine::Call;
 use super::kernels::Loaded;
 use super::{CudaDevice, resolved};
 use kiln_codegen::launch::{self, Binder, Variants};
@@ -153,17 +154,14 @@ impl CudaDevice {
         Ok((LaunchList { steps, meta }, slots))
     }
 
-    /// Enqueue `list`, each binding at the address `address` gives.
-    pub(super) fn enqueue<B>(&self, list: &LaunchList<B>, address: impl Fn(&B) -> Result<u64>) -> Result<()> {
+    /// `list`'s calls, each binding at the address `address` gives.
+    pub(super) fn calls<B>(&self, list: &LaunchList<B>, address: impl Fn(&B) -> Result<u64>) -> Result<Vec<Call>> {
         let meta = list.meta.as_ref().map(|m| self.own(m).map(|m| m.address())).transpose()?;
-        let _order = self.enqueue_lock.lock().unwrap();
-        for step in &list.steps {
-            match step {
+        list.steps
+            .iter()
+            .map(|step| match step {
                 Step::Gemm { plan, buffers: [a, b, out] } => {
-                    let g = plan.located(address(a)?, address(b)?, address(out)?);
-                    // SAFETY: `blas::plan` sized the product from the layouts
-                    // of the operands and the output, which their buffers hold.
-                    unsafe { self.engine.gemm(&g)? }
+                    Ok(Call::Gemm(plan.located(address(a)?, address(b)?, address(out)?)))
                 }
                 Step::Launch { kernel, bindings, meta_slot, groups } => {
                     let meta = meta.expect("launches have a meta block") + (meta_slot * META_WORDS * 4) as u64;
@@ -176,19 +174,36 @@ impl CudaDevice {
                             n => address(&bindings[n as usize - 1]),
                         })
                         .collect::<Result<Vec<u64>>>()?;
-                    // SAFETY: every buffer is as large as its slot (or
-                    // scratch) asks, which is what the kernel was generated
-                    // to index; the list holds its buffers until these
-                    // launches are enqueued, and any later use of one is
-                    // enqueued behind them.
-                    unsafe { kernel.module.launch(kernel.index, &pointers, *groups, kernel.kernel.workgroup_size)? };
+                    Ok(Call::Launch {
+                        module: kernel.module.clone(),
+                        index: kernel.index,
+                        pointers,
+                        grid: *groups,
+                        block: kernel.kernel.workgroup_size,
+                    })
                 }
-            }
-        }
-        if !list.steps.is_empty() {
-            self.submits.fetch_add(1, Ordering::Relaxed);
-            self.kernels_launched.fetch_add(list.steps.len() as u64, Ordering::Relaxed);
-        }
+            })
+            .collect()
+    }
+
+    /// Enqueue `list`, each binding at the address `address` gives.
+    pub(super) fn enqueue<B>(&self, list: &LaunchList<B>, address: impl Fn(&B) -> Result<u64>) -> Result<()> {
+        let calls = self.calls(list, address)?;
+        let _order = self.enqueue_lock.lock().unwrap();
+        // SAFETY: every buffer is as large as its slot (or scratch) asks,
+        // which is what each kernel was generated to index and each cuBLAS
+        // plan sized from; the list holds its buffers until these calls are
+        // enqueued, and any later use of one is enqueued behind them.
+        unsafe { self.engine.enqueue(&calls)? };
+        self.count_submit(calls.len());
         Ok(())
+    }
+
+    /// One launch list of `calls` calls enqueued.
+    pub(super) fn count_submit(&self, calls: usize) {
+        if calls > 0 {
+            self.submits.fetch_add(1, Ordering::Relaxed);
+            self.kernels_launched.fetch_add(calls as u64, Ordering::Relaxed);
+        }
     }
 }

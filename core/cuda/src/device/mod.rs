@@ -11,6 +11,7 @@ mod blas;
 mod driver;
 mod emulated;
 mod engine;
+mod graphs;
 mod kernels;
 mod launch_list;
 pub mod pool;
@@ -45,6 +46,8 @@ pub struct CudaStats {
     pub kernels_launched: u64,
     /// Realizations that launched something (each one launch list).
     pub submits: u64,
+    /// jit replays enqueued as one CUDA graph.
+    pub graphs_launched: u64,
     pub kernels_compiled: u64,
     pub pool: PoolStats,
 }
@@ -71,6 +74,7 @@ pub struct CudaDevice {
     tf32: AtomicBool,
     kernels_launched: AtomicU64,
     submits: AtomicU64,
+    graphs_launched: AtomicU64,
 }
 
 impl CudaDevice {
@@ -100,6 +104,7 @@ impl CudaDevice {
             tf32: AtomicBool::new(false),
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
+            graphs_launched: AtomicU64::new(0),
         }
     }
 
@@ -115,6 +120,7 @@ impl CudaDevice {
         CudaStats {
             kernels_launched: self.kernels_launched.load(Ordering::Relaxed),
             submits: self.submits.load(Ordering::Relaxed),
+            graphs_launched: self.graphs_launched.load(Ordering::Relaxed),
             kernels_compiled: self.kernels.len() as u64,
             pool: self.pool.stats(),
         }

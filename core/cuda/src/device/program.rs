@@ -1,13 +1,16 @@
 //! jit on CUDA: a realization's launch list kept with each binding as an
 //! input, an output or a fixed buffer (an intermediate, or a tensor read
 //! from outside the inputs, as at capture), and enqueued again over other
-//! inputs and fresh outputs: no tracing, scheduling or compiling.
+//! inputs and fresh outputs: no tracing, scheduling or compiling; where
+//! the addresses recur, as one CUDA graph ([`super::graphs`]).
 
+use super::graphs::{Enqueued, Graphs};
 use super::launch_list::LaunchList;
 use super::{CudaDevice, resolved, store};
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, Role, Roles};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 #[derive(Clone)]
 enum Slot {
@@ -30,6 +33,7 @@ pub struct CudaProgram {
     /// The bytes of each output buffer.
     output_sizes: Vec<u64>,
     outputs: Vec<OutputSpec>,
+    graphs: Mutex<Graphs>,
 }
 
 impl CudaProgram {
@@ -67,7 +71,7 @@ impl CudaDevice {
         let list = list.map(&mut slot_of);
         let outputs = arrays.iter().map(|a| OutputSpec { slot: slot_of(&a.buffer), array: a.clone() }).collect();
         let output_sizes = roles.written.iter().map(|b| self.own(b).map(|b| b.size())).collect::<Result<_>>()?;
-        Ok(CudaProgram { list, inputs: inputs.len(), output_sizes, outputs })
+        Ok(CudaProgram { list, inputs: inputs.len(), output_sizes, outputs, graphs: Mutex::new(Graphs::new()) })
     }
 
     /// Enqueue `program` over `inputs` (shaped and laid out as at capture)
@@ -89,7 +93,17 @@ impl CudaDevice {
             Slot::Output(j) => fresh[*j].clone(),
             Slot::Fixed(b) => b.clone(),
         };
-        self.enqueue(&program.list, |s| Ok(self.own(&buffer(s))?.address()))?;
+        let calls = self.calls(&program.list, |s| Ok(self.own(&buffer(s))?.address()))?;
+        let _order = self.enqueue_lock.lock().unwrap();
+        // SAFETY: the buffers are those of the capture or as large (inputs
+        // of the same shapes and layouts, outputs of the same sizes); the
+        // fixed ones live as long as the program, and graphs are captured
+        // and launched only with the addresses of this replay's buffers.
+        let enqueued = unsafe { program.graphs.lock().unwrap().enqueue(&*self.engine, &calls)? };
+        if enqueued == Enqueued::Graph {
+            self.graphs_launched.fetch_add(1, Ordering::Relaxed);
+        }
+        self.count_submit(calls.len());
         Ok(program.outputs.iter().map(|o| DeviceArray { buffer: buffer(&o.slot), ..o.array.clone() }).collect())
     }
 }
