@@ -183,7 +183,8 @@ fn predict_gives_probabilities_and_rejects_a_wrong_size() {
 
 /// The demo's training loop through the CUDA runtime, its kernels run on
 /// the host (`Device::cuda_on_host`): the same losses as a GPU adapter,
-/// and no allocation once the first steps have filled the pool.
+/// no allocation once the first steps have filled the pool, and the steps
+/// replayed as CUDA graphs.
 #[test]
 fn the_cuda_runtime_trains_as_the_adapters_do() {
     let (_, gpu) = first_gpu(&lock_adapters());
@@ -193,9 +194,15 @@ fn the_cuda_runtime_trains_as_the_adapters_do() {
     let created = cuda.stats().pool.buffers_created;
     let rest = losses(&mut t, 7);
     assert_eq!(cuda.stats().pool.buffers_created, created, "steps 4 to 10 allocated");
+    // The step's buffers recur, so its replays run as CUDA graphs.
+    let graphs = cuda.stats().graphs_launched;
+    assert!(graphs >= 3, "10 training steps launched {graphs} CUDA graphs");
     let want = losses(&mut Trainer::new(&gpu, data(), config(ModelKind::Mlp)).unwrap(), 10);
     let got = [first, rest].concat();
     let worst = got.iter().zip(&want).map(|(x, y)| (x - y).abs() / y.abs().max(1e-6)).fold(0.0f32, f32::max);
-    eprintln!("CUDA runtime (host) vs {}: largest relative loss difference over 10 steps {worst:e}", gpu.info().name);
+    eprintln!(
+        "CUDA runtime (host) vs {}: largest relative loss difference over 10 steps {worst:e}; {graphs} CUDA graphs",
+        gpu.info().name
+    );
     assert!(worst <= 1e-3, "{got:?} vs {want:?}");
 }

@@ -164,39 +164,50 @@ fn jit_replays_its_launch_list_on_the_cuda_runtime() {
 /// output is the next one's input, and the pool hands freed buffers back),
 /// so they run as CUDA graphs, captured the second time their addresses
 /// are seen; the values stay those of the function run as traced, step
-/// after step. A replay over other addresses enqueues its calls.
+/// after step, the kept small outputs too (they land in the program's own
+/// buffer, then a copy). A replay over other addresses enqueues its calls.
 #[test]
 fn jit_replays_run_as_cuda_graphs_where_their_buffers_recur() {
     let dev = Device::cuda_on_host();
     let input =
         |shape: &[usize], seed| kiln_conformance::cases::input(&dev, seed, shape, DType::F32, -1.0, 1.0).unwrap();
-    let f = |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1])?.tanh()?.add(&x[0])?]);
+    // The next state, and a loss-like sum that the loop keeps.
+    let f = |x: &[Tensor]| {
+        let next = x[0].matmul(&x[1])?.tanh()?.add(&x[0])?;
+        Ok(vec![next.sum(&[0, 1], false)?, next])
+    };
     let step = kiln::jit(f);
     let w = input(&[8, 8], 1);
     let read = |t: &Tensor| kiln::block_on(dev.read(t.node())).unwrap().data;
     // The loop alone first (so that nothing else takes its freed buffers).
     let mut state = input(&[4, 8], 2);
-    let mut states = Vec::new();
+    let (mut states, mut sums) = (Vec::new(), Vec::new());
     for _ in 0..8 {
-        state = kiln::block_on(step.call(&[state.clone(), w.clone()])).unwrap().remove(0);
+        let mut out = kiln::block_on(step.call(&[state.clone(), w.clone()])).unwrap();
+        state = out.remove(1);
         states.push(read(&state));
+        sums.push(out.remove(0));
     }
     let graphs = dev.stats().graphs_launched;
-    // The replays alternate between two sets of buffers once the first
-    // input is gone: each set is seen once, then captured and replayed.
-    assert!(graphs >= 4, "7 replays over recurring buffers launched {graphs} graphs");
+    // From the third replay on, each output takes back the buffer it had
+    // two replays before, so the replays alternate between two sets of
+    // addresses: each set is seen once, then captured and replayed.
+    assert!(graphs >= 3, "7 replays over recurring buffers launched {graphs} graphs");
     let mut traced = input(&[4, 8], 2);
-    for (call, got) in states.iter().enumerate() {
-        traced = f(&[traced, w.clone()]).unwrap().remove(0);
+    for (call, (got, sum)) in states.iter().zip(&sums).enumerate() {
+        let mut out = f(&[traced, w.clone()]).unwrap();
+        traced = out.remove(1);
         let outcome = kiln_conformance::compare(got, &read(&traced), kiln_conformance::Tol::F32);
         assert!(outcome.passed, "step {call}: {:?}", outcome.failure);
+        let outcome = kiln_conformance::compare(&read(sum), &read(&out[0]), kiln_conformance::Tol::F32);
+        assert!(outcome.passed, "step {call}'s sum, kept: {:?}", outcome.failure);
     }
     // Every output kept: fresh addresses each call, no graph.
     let mut kept = Vec::new();
     for seed in 0..4 {
         let x = input(&[4, 8], 10 + seed);
-        let got = kiln::block_on(step.call(&[x.clone(), w.clone()])).unwrap().remove(0);
-        let want = f(&[x.clone(), w.clone()]).unwrap().remove(0);
+        let got = kiln::block_on(step.call(&[x.clone(), w.clone()])).unwrap().remove(1);
+        let want = f(&[x.clone(), w.clone()]).unwrap().remove(1);
         assert!(kiln_conformance::compare(&read(&got), &read(&want), kiln_conformance::Tol::F32).passed);
         kept.extend([x, got]);
     }

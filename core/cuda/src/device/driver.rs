@@ -75,7 +75,14 @@ impl DriverEngine {
             log::warn!("cuBLAS (libcublas.so.13) not found: matmuls run kiln's own kernels");
             None
         };
-        Ok(DriverEngine { stream, blas, info, arch: (major * 10 + minor) as u32, staging: Staging::default(), capturing: Mutex::new(()) })
+        Ok(DriverEngine {
+            stream,
+            blas,
+            info,
+            arch: (major * 10 + minor) as u32,
+            staging: Staging::default(),
+            capturing: Mutex::new(()),
+        })
     }
 
     fn bind(&self) -> Result<()> {
@@ -290,6 +297,13 @@ impl Engine for DriverEngine {
         // driver stages pageable memory before returning.
         unsafe { result::memcpy_htod_async(to.address(), words, self.stream.cu_stream()) }
             .map_err(driver_error("upload"))
+    }
+
+    fn copy(&self, from: &dyn Memory, to: &dyn Memory, bytes: u64) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the device asks only for what both allocations hold.
+        unsafe { result::memcpy_dtod_async(to.address(), from.address(), bytes as usize, self.stream.cu_stream()) }
+            .map_err(driver_error("device copy"))
     }
 
     fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Box<dyn PendingWords>> {

@@ -73,6 +73,21 @@ impl Engine for HostEngine {
         Ok(())
     }
 
+    fn copy(&self, from: &dyn Memory, to: &dyn Memory, bytes: u64) -> Result<()> {
+        let (from, to) = (host(from)?, host(to)?);
+        let words = bytes.div_ceil(4) as usize;
+        if words > from.words() || words > to.words() {
+            return Err(KilnError::Gpu(format!(
+                "a copy of {bytes} bytes from {} into {}",
+                from.words() * 4,
+                to.words() * 4
+            )));
+        }
+        // SAFETY: in bounds (checked), two allocations, and no kernel runs meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(from.address() as *const u32, to.address() as *mut u32, words) };
+        Ok(())
+    }
+
     fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Box<dyn PendingWords>> {
         let from = host(from)?;
         let first = (offset / 4) as usize;

@@ -29,7 +29,13 @@ pub trait Module: Send + Sync {
 pub enum Call {
     /// Kernel `index` of `module` over `grid` blocks of `block` threads,
     /// its `Globals` holding `pointers`.
-    Launch { module: Arc<dyn Module>, index: usize, pointers: Vec<u64>, grid: [u32; 3], block: [u32; 3] },
+    Launch {
+        module: Arc<dyn Module>,
+        index: usize,
+        pointers: Vec<u64>,
+        grid: [u32; 3],
+        block: [u32; 3],
+    },
     Gemm(Gemm),
 }
 
@@ -90,6 +96,8 @@ pub trait Engine: Send + Sync {
     fn alloc(&self, bytes: u64) -> Result<Box<dyn Memory>>;
     /// Write `words` at the start of `to`.
     fn write(&self, to: &dyn Memory, words: &[u32]) -> Result<()>;
+    /// Copy the first `bytes` of `from` to the start of `to`, in order.
+    fn copy(&self, from: &dyn Memory, to: &dyn Memory, bytes: u64) -> Result<()>;
     /// Start copying `words` words from `offset` bytes into `from` to the
     /// host, behind all enqueued work; [`PendingWords::poll`] gives them.
     fn read(&self, from: &dyn Memory, offset: u64, words: usize) -> Result<Box<dyn PendingWords>>;

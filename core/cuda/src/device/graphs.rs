@@ -1,10 +1,11 @@
 //! A jit program's replays as CUDA graphs: one launch enqueues a whole
 //! step rather than one call per kernel. A graph holds the addresses it
 //! was captured with, so one is kept per set of addresses the replays
-//! bind. The pool hands buffers back, so a training loop's replays come
-//! back to the same few sets (a step's outputs are the next one's inputs);
-//! a set is captured the second time it is seen, and replayed from then
-//! on. `KILN_CUDA_GRAPHS=0` turns graphs off.
+//! bind. Each output of a program takes back the buffer it had two
+//! replays before (`program.rs`), so a training loop's replays alternate
+//! between two sets (a step's outputs are the next one's inputs); a set is
+//! captured the second time it is seen, and replayed from then on.
+//! `KILN_CUDA_GRAPHS=0` turns graphs off.
 
 use super::engine::{Call, Engine, Graph};
 use kiln_ir::error::Result;
@@ -35,6 +36,11 @@ impl Graphs {
     /// None yet; off where env `KILN_CUDA_GRAPHS` is `0`.
     pub fn new() -> Graphs {
         Graphs { entries: Vec::new(), off: std::env::var("KILN_CUDA_GRAPHS").is_ok_and(|v| v == "0") }
+    }
+
+    /// Whether replays may run as graphs.
+    pub fn on(&self) -> bool {
+        !self.off
     }
 
     /// Enqueue `calls` on `engine`: through the graph captured for their

@@ -21,7 +21,8 @@ pub struct Pool {
     state: Arc<Mutex<State>>,
 }
 
-/// A buffer on loan from a CUDA device's pool; back there when dropped.
+/// A buffer on loan from a CUDA device's pool; back there when dropped,
+/// or to the [`Park`] it was taken for.
 #[derive(Debug)]
 pub struct CudaBuffer {
     memory: Option<Box<dyn Memory>>,
@@ -29,6 +30,27 @@ pub struct CudaBuffer {
     /// The device that made it (`CudaDevice::id`).
     pub(super) owner: usize,
     pool: Weak<Mutex<State>>,
+    park: Weak<Mutex<Option<Box<dyn Memory>>>>,
+}
+
+/// One free buffer kept for one use, such as one output of a jit program:
+/// the buffer taken for it comes back here when dropped (if the park is
+/// empty), and the next buffer for that use is taken from here. A training
+/// loop's replays then bind the same two buffers per output, step after
+/// step, whatever else the pool hands out in between, so their addresses
+/// recur (as CUDA graphs need). Its buffer goes back to the pool with it.
+#[derive(Debug)]
+pub struct Park {
+    kept: Arc<Mutex<Option<Box<dyn Memory>>>>,
+    pool: Weak<Mutex<State>>,
+    class: u64,
+}
+
+impl Drop for Park {
+    fn drop(&mut self) {
+        let (Some(memory), Some(state)) = (self.kept.lock().unwrap().take(), self.pool.upgrade()) else { return };
+        state.lock().unwrap().free.entry(self.class).or_default().push(memory);
+    }
 }
 
 impl DeviceBuffer for CudaBuffer {}
@@ -51,6 +73,13 @@ impl Drop for CudaBuffer {
         let mut state = state.lock().unwrap();
         state.stats.bytes_in_use -= self.class;
         state.stats.bytes_free += self.class;
+        if let Some(park) = self.park.upgrade() {
+            let mut kept = park.lock().unwrap();
+            if kept.is_none() {
+                *kept = Some(memory);
+                return;
+            }
+        }
         state.free.entry(self.class).or_default().push(memory);
     }
 }
@@ -58,10 +87,26 @@ impl Drop for CudaBuffer {
 impl Pool {
     /// A buffer of at least `bytes`, for the device numbered `owner`.
     pub fn get(&self, engine: &dyn Engine, bytes: u64, owner: usize) -> Result<Arc<CudaBuffer>> {
-        let class = size_class(bytes);
+        self.take(engine, size_class(bytes), owner, None)
+    }
+
+    /// An empty park for buffers of at least `bytes`.
+    pub fn park(&self, bytes: u64) -> Park {
+        Park { kept: Arc::default(), pool: Arc::downgrade(&self.state), class: size_class(bytes) }
+    }
+
+    /// A buffer for `park`'s use, which comes back to `park` when dropped,
+    /// and whether it is the one kept there (else it is from the pool).
+    pub fn get_parked(&self, engine: &dyn Engine, park: &Park, owner: usize) -> Result<(Arc<CudaBuffer>, bool)> {
+        let parked = park.kept.lock().unwrap().is_some();
+        Ok((self.take(engine, park.class, owner, Some(park))?, parked))
+    }
+
+    fn take(&self, engine: &dyn Engine, class: u64, owner: usize, park: Option<&Park>) -> Result<Arc<CudaBuffer>> {
         let reused = {
             let mut state = self.state.lock().unwrap();
-            let reused = state.free.get_mut(&class).and_then(Vec::pop);
+            let parked = park.and_then(|p| p.kept.lock().unwrap().take());
+            let reused = parked.or_else(|| state.free.get_mut(&class).and_then(Vec::pop));
             if reused.is_some() {
                 state.stats.bytes_free -= class;
             }
@@ -76,10 +121,48 @@ impl Pool {
             }
         };
         self.state.lock().unwrap().stats.bytes_in_use += class;
-        Ok(Arc::new(CudaBuffer { memory: Some(memory), class, owner, pool: Arc::downgrade(&self.state) }))
+        let park = park.map_or_else(Weak::new, |p| Arc::downgrade(&p.kept));
+        Ok(Arc::new(CudaBuffer { memory: Some(memory), class, owner, pool: Arc::downgrade(&self.state), park }))
     }
 
     pub fn stats(&self) -> PoolStats {
         self.state.lock().unwrap().stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::emulated::HostEngine;
+
+    /// A parked use gets back its own buffer whatever the pool handed out
+    /// meanwhile; a second buffer for it goes to the pool; the park's
+    /// buffer returns to the pool with the park, nothing allocated anew.
+    #[test]
+    fn a_park_keeps_one_buffer_for_its_use() {
+        let (pool, engine) = (Pool::default(), HostEngine);
+        let park = pool.park(1000);
+        let (first, parked) = pool.get_parked(&engine, &park, 0).unwrap();
+        assert!(!parked);
+        let (address, other) = (first.address(), pool.get(&engine, 1000, 0).unwrap());
+        let other_address = other.address();
+        drop(first);
+        drop(other);
+        // The pool would hand out `other`'s buffer (freed last) first.
+        assert_eq!(pool.get(&engine, 1000, 0).unwrap().address(), other_address);
+        let (again, parked) = pool.get_parked(&engine, &park, 0).unwrap();
+        assert!(parked);
+        assert_eq!(again.address(), address, "the parked buffer");
+        let (second, parked) = pool.get_parked(&engine, &park, 0).unwrap();
+        assert!(!parked);
+        drop(again);
+        drop(second);
+        assert_eq!(pool.stats().buffers_created, 2);
+        drop(park);
+        let held: Vec<_> = (0..2).map(|_| pool.get(&engine, 1000, 0).unwrap()).collect();
+        assert_eq!(pool.stats().buffers_created, 2, "the park's buffer went back to the pool");
+        assert_eq!(pool.stats().bytes_free, 0);
+        assert_eq!(pool.stats().bytes_in_use, 2 * size_class(1000));
+        drop(held);
     }
 }

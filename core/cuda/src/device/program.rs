@@ -6,6 +6,7 @@
 
 use super::graphs::{Enqueued, Graphs};
 use super::launch_list::LaunchList;
+use super::pool::Park;
 use super::{CudaDevice, resolved, store};
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, Role, Roles};
@@ -34,6 +35,23 @@ pub struct CudaProgram {
     output_sizes: Vec<u64>,
     outputs: Vec<OutputSpec>,
     graphs: Mutex<Graphs>,
+    /// Per output buffer where graphs are on: where its buffers come from,
+    /// so that a replay's addresses recur.
+    recurring: Vec<RecurringOutput>,
+}
+
+/// Outputs up to this size land in the program's own buffer when kept.
+const LANDING_MAX_BYTES: u64 = 64 << 10;
+
+/// An output buffer's sources: its park (the buffer it had two replays
+/// ago, if that has been dropped since), and for a small output (a loss,
+/// a metric) a buffer of the program's. A small output whose last buffer is
+/// still held (a loop keeps its losses) is written there, then copied to a
+/// fresh buffer, so its fresh address does not keep the others from
+/// recurring.
+struct RecurringOutput {
+    park: Park,
+    landing: Option<Arc<dyn DeviceBuffer>>,
 }
 
 impl CudaProgram {
@@ -70,8 +88,22 @@ impl CudaDevice {
         };
         let list = list.map(&mut slot_of);
         let outputs = arrays.iter().map(|a| OutputSpec { slot: slot_of(&a.buffer), array: a.clone() }).collect();
-        let output_sizes = roles.written.iter().map(|b| self.own(b).map(|b| b.size())).collect::<Result<_>>()?;
-        Ok(CudaProgram { list, inputs: inputs.len(), output_sizes, outputs, graphs: Mutex::new(Graphs::new()) })
+        let output_sizes: Vec<u64> =
+            roles.written.iter().map(|b| self.own(b).map(|b| b.size())).collect::<Result<_>>()?;
+        let graphs = Graphs::new();
+        let recurring = match graphs.on() {
+            true => output_sizes.iter().map(|&bytes| self.recurring_output(bytes)).collect::<Result<_>>()?,
+            false => Vec::new(),
+        };
+        Ok(CudaProgram { list, inputs: inputs.len(), output_sizes, outputs, graphs: Mutex::new(graphs), recurring })
+    }
+
+    fn recurring_output(&self, bytes: u64) -> Result<RecurringOutput> {
+        let landing = match bytes <= LANDING_MAX_BYTES {
+            true => Some(self.pool.get(&*self.engine, bytes, self.id)? as Arc<dyn DeviceBuffer>),
+            false => None,
+        };
+        Ok(RecurringOutput { park: self.pool.park(bytes), landing })
     }
 
     /// Enqueue `program` over `inputs` (shaped and laid out as at capture)
@@ -83,17 +115,33 @@ impl CudaDevice {
                 detail: format!("a replay with {} inputs of a program captured with {}", inputs.len(), program.inputs),
             });
         }
-        let fresh = program
-            .output_sizes
-            .iter()
-            .map(|&bytes| Ok(self.pool.get(&*self.engine, bytes, self.id)? as Arc<dyn DeviceBuffer>))
-            .collect::<Result<Vec<_>>>()?;
+        // Each output's fresh buffer, and where its launches write it.
+        let (fresh, written): (Vec<_>, Vec<_>) = (0..program.output_sizes.len())
+            .map(|j| {
+                let Some(r) = program.recurring.get(j) else {
+                    let b = self.pool.get(&*self.engine, program.output_sizes[j], self.id)? as Arc<dyn DeviceBuffer>;
+                    return Ok((b.clone(), b));
+                };
+                let (b, parked) = self.pool.get_parked(&*self.engine, &r.park, self.id)?;
+                let b = b as Arc<dyn DeviceBuffer>;
+                Ok(match (&r.landing, parked) {
+                    (Some(landing), false) => (b, landing.clone()),
+                    _ => (b.clone(), b),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
         let buffer = |s: &Slot| match s {
             Slot::Input(k) => inputs[*k].buffer.clone(),
             Slot::Output(j) => fresh[*j].clone(),
             Slot::Fixed(b) => b.clone(),
         };
-        let calls = self.calls(&program.list, |s| Ok(self.own(&buffer(s))?.address()))?;
+        let bound = |s: &Slot| match s {
+            Slot::Output(j) => written[*j].clone(),
+            other => buffer(other),
+        };
+        let calls = self.calls(&program.list, |s| Ok(self.own(&bound(s))?.address()))?;
         let _order = self.enqueue_lock.lock().unwrap();
         // SAFETY: the buffers are those of the capture or as large (inputs
         // of the same shapes and layouts, outputs of the same sizes); the
@@ -102,6 +150,11 @@ impl CudaDevice {
         let enqueued = unsafe { program.graphs.lock().unwrap().enqueue(&*self.engine, &calls)? };
         if enqueued == Enqueued::Graph {
             self.graphs_launched.fetch_add(1, Ordering::Relaxed);
+        }
+        for ((written, out), &bytes) in written.iter().zip(&fresh).zip(&program.output_sizes) {
+            if !Arc::ptr_eq(written, out) {
+                self.engine.copy(self.own(written)?.memory(), self.own(out)?.memory(), bytes)?;
+            }
         }
         self.count_submit(calls.len());
         Ok(program.outputs.iter().map(|o| DeviceArray { buffer: buffer(&o.slot), ..o.array.clone() }).collect())
