@@ -1,7 +1,7 @@
 //! `Device` on CUDA (native only): the runtime is `kiln_cuda::device`; this
 //! module opens it and describes it as a `Device` does.
 
-use super::{Backend, Device, DeviceInfo, DeviceStats};
+use super::{Backend, Device, DeviceInfo, DeviceStats, KernelTiming};
 use crate::error::Result;
 use kiln_cuda::device::CudaDevice;
 use std::sync::Arc;
@@ -64,4 +64,11 @@ pub(super) fn stats(device: &CudaDevice) -> DeviceStats {
         pool: s.pool,
         tuning: Default::default(),
     }
+}
+
+/// The CUDA device's call timings as kernel timings (a cuBLAS call's grid
+/// is one block: cuBLAS picks its own).
+pub(super) fn kernel_profile(device: &CudaDevice) -> Result<Vec<KernelTiming>> {
+    let timings = device.kernel_profile()?;
+    Ok(timings.into_iter().map(|t| KernelTiming { name: t.name, groups: t.grid, nanos: t.nanos }).collect())
 }

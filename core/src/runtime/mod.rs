@@ -340,9 +340,10 @@ impl Device {
 
     /// Time every kernel launch on the device's own clock from now on
     /// (`false`: stop), for [`Device::kernel_profile`]. Each launch then
-    /// runs in a compute pass of its own. An error on the CPU device and
-    /// on adapters without timestamp queries (browsers that do not grant
-    /// `timestamp-query`, for one).
+    /// runs in a compute pass of its own (on CUDA: between two events,
+    /// cuBLAS calls too, and jit replays without graphs). An error on the
+    /// CPU device and on adapters without timestamp queries (browsers that
+    /// do not grant `timestamp-query`, for one).
     pub fn set_kernel_profiling(&self, on: bool) -> Result<()> {
         match &*self.0 {
             Backend::Cpu => Err(KilnError::Invalid {
@@ -351,10 +352,10 @@ impl Device {
             }),
             Backend::Gpu(g) => g.profiler.set(&g.ctx, on),
             #[cfg(not(target_arch = "wasm32"))]
-            Backend::Cuda(_) => Err(KilnError::Invalid {
-                op: "set_kernel_profiling",
-                detail: "kernel timing is not on the CUDA backend yet (use Nsight Systems)".into(),
-            }),
+            Backend::Cuda(c) => {
+                c.set_kernel_profiling(on);
+                Ok(())
+            }
         }
     }
 
@@ -364,7 +365,9 @@ impl Device {
     pub async fn kernel_profile(&self) -> Result<Vec<KernelTiming>> {
         match &*self.0 {
             Backend::Gpu(g) => g.profiler.take(&g.ctx).await,
-            _ => Ok(Vec::new()),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Cuda(c) => cuda::kernel_profile(c),
+            Backend::Cpu => Ok(Vec::new()),
         }
     }
 

@@ -4,7 +4,7 @@
 //! on disk ([`super::ptx_cache`]).
 
 use super::blas::Gemm;
-use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords};
+use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords, Stamp};
 use super::ptx_cache;
 use crate::nvrtc;
 use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
@@ -357,6 +357,12 @@ impl Engine for DriverEngine {
         self.stream.synchronize().map_err(driver_error("synchronize"))
     }
 
+    fn stamp(&self) -> Result<Box<dyn Stamp>> {
+        // Timing on (cudarc's default event has it off).
+        let timed = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+        Ok(Box::new(DriverStamp(self.stream.record_event(timed).map_err(driver_error("timing event"))?)))
+    }
+
     fn has_blas(&self) -> bool {
         self.blas.is_some()
     }
@@ -455,6 +461,19 @@ impl Engine for DriverEngine {
         let graph = graph.map_err(driver_error("capturing a graph"))?;
         let graph = graph.ok_or_else(|| KilnError::Gpu("CUDA driver: a capture gave no graph".into()))?;
         Ok(Box::new(DriverGraph(graph)))
+    }
+}
+
+/// A timing event, recorded on the engine's stream.
+struct DriverStamp(CudaEvent);
+
+impl Stamp for DriverStamp {
+    fn nanos_since(&self, earlier: &dyn Stamp) -> Result<f64> {
+        let earlier: &DriverStamp = (earlier as &dyn std::any::Any)
+            .downcast_ref()
+            .ok_or_else(|| KilnError::Gpu("a CUDA event compared with another engine's stamp".into()))?;
+        let millis = earlier.0.elapsed_ms(&self.0).map_err(driver_error("kernel timing"))?;
+        Ok(f64::from(millis) * 1e6)
     }
 }
 

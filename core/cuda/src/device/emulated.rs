@@ -4,11 +4,12 @@
 //! host's tools.
 
 use super::blas::{Gemm, host_gemm};
-use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords};
+use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords, Stamp};
 use crate::host::HostLibraries;
 use kiln_codegen::cuda::CudaKernel;
 use kiln_ir::error::{KilnError, Result};
 use std::cell::UnsafeCell;
+use std::time::Instant;
 
 /// Host memory in whole words (vec4-aligned, as kernels load it).
 #[derive(Debug)]
@@ -108,6 +109,11 @@ impl Engine for HostEngine {
         Ok(())
     }
 
+    /// The host's clock: calls run as they are enqueued.
+    fn stamp(&self) -> Result<Box<dyn Stamp>> {
+        Ok(Box::new(HostStamp(Instant::now())))
+    }
+
     /// cuBLAS's sgemm as a plain loop, so that the runtime routes raw
     /// matmuls here as it does on a GPU.
     fn has_blas(&self) -> bool {
@@ -124,6 +130,17 @@ impl Engine for HostEngine {
     /// so that the runtime's use of graphs is tested here too.
     unsafe fn capture(&self, calls: &[Call]) -> Result<Box<dyn Graph>> {
         Ok(Box::new(HostGraph(calls.to_vec())))
+    }
+}
+
+struct HostStamp(Instant);
+
+impl Stamp for HostStamp {
+    fn nanos_since(&self, earlier: &dyn Stamp) -> Result<f64> {
+        let earlier: &HostStamp = (earlier as &dyn std::any::Any)
+            .downcast_ref()
+            .ok_or_else(|| KilnError::Gpu("a host stamp compared with another engine's".into()))?;
+        Ok(self.0.saturating_duration_since(earlier.0).as_nanos() as f64)
     }
 }
 

@@ -4,6 +4,7 @@
 //! runtime above it is tested on machines without an NVIDIA GPU.
 
 use super::blas::Gemm;
+use super::kernels::Loaded;
 use kiln_codegen::cuda::CudaKernel;
 use kiln_ir::error::Result;
 use std::sync::Arc;
@@ -27,19 +28,32 @@ pub trait Module: Send + Sync {
 /// One call on a stream, at the addresses it binds.
 #[derive(Clone)]
 pub enum Call {
-    /// Kernel `index` of `module` over `grid` blocks of `block` threads,
-    /// its `Globals` holding `pointers`.
+    /// `kernel` over `grid` blocks, its `Globals` holding `pointers`.
     Launch {
-        module: Arc<dyn Module>,
-        index: usize,
+        kernel: Arc<Loaded>,
         pointers: Vec<u64>,
         grid: [u32; 3],
-        block: [u32; 3],
     },
     Gemm(Gemm),
 }
 
 impl Call {
+    /// The kernel's name, or the cuBLAS routine's.
+    pub fn name(&self) -> &str {
+        match self {
+            Call::Launch { kernel, .. } => &kernel.name,
+            Call::Gemm(g) => g.name(),
+        }
+    }
+
+    /// Blocks launched (a cuBLAS call's own grid is cuBLAS's: one).
+    pub fn grid(&self) -> [u32; 3] {
+        match self {
+            Call::Launch { grid, .. } => *grid,
+            Call::Gemm(_) => [1, 1, 1],
+        }
+    }
+
     /// Every address the call binds, in order: calls of one launch list
     /// with equal addresses are the same calls.
     pub fn addresses(&self) -> impl Iterator<Item = u64> + '_ {
@@ -59,6 +73,14 @@ pub trait Graph: Send {
     /// The addresses they were captured with must still hold every
     /// element they read and write, alive until the launch has run.
     unsafe fn launch(&self) -> Result<()>;
+}
+
+/// A point in a stream's order, passed once the work enqueued before it
+/// has run: kernel timing's clock.
+pub trait Stamp: std::any::Any + Send {
+    /// Nanoseconds from `earlier` (a stamp of the same engine) to this
+    /// one, once both have passed (waiting for them).
+    fn nanos_since(&self, earlier: &dyn Stamp) -> Result<f64>;
 }
 
 /// Words on their way from device memory to the host.
@@ -113,6 +135,9 @@ pub trait Engine: Send + Sync {
     /// The addresses must hold every element `g` reads and writes.
     unsafe fn gemm(&self, g: &Gemm) -> Result<()>;
 
+    /// A stamp behind everything enqueued so far.
+    fn stamp(&self) -> Result<Box<dyn Stamp>>;
+
     /// Enqueue `calls` in order.
     ///
     /// # Safety
@@ -122,8 +147,8 @@ pub trait Engine: Send + Sync {
         for call in calls {
             // SAFETY: the caller's promise, passed on.
             match call {
-                Call::Launch { module, index, pointers, grid, block } => unsafe {
-                    module.launch(*index, pointers, *grid, *block)?
+                Call::Launch { kernel, pointers, grid } => unsafe {
+                    kernel.module.launch(kernel.index, pointers, *grid, kernel.kernel.workgroup_size)?
                 },
                 Call::Gemm(g) => unsafe { self.gemm(g)? },
             }

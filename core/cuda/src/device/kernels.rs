@@ -16,6 +16,8 @@ pub struct Loaded {
     pub module: Arc<dyn Module>,
     pub index: usize,
     pub kernel: CudaKernel,
+    /// As `KILN_DUMP_CUDA` and kernel timings name it.
+    pub name: String,
 }
 
 #[derive(Default)]
@@ -44,7 +46,8 @@ impl Kernels {
                 .collect::<Result<Vec<_>>>()?;
             let module: Arc<dyn Module> = Arc::from(engine.load(&kernels)?);
             for (index, (key, kernel)) in new.into_iter().zip(kernels).enumerate() {
-                cache.insert(key, Arc::new(Loaded { module: module.clone(), index, kernel }));
+                let name = key.name();
+                cache.insert(key, Arc::new(Loaded { module: module.clone(), index, kernel, name }));
             }
         }
         Ok(keys.iter().map(|key| cache[*key].clone()).collect())

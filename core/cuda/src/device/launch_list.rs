@@ -5,6 +5,7 @@
 
 use super::blas::Gemm;
 use super::engine::Call;
+use super::graphs::{Enqueued, Graphs};
 use super::kernels::Loaded;
 use super::{CudaDevice, resolved};
 use kiln_codegen::launch::{self, Binder, Variants};
@@ -14,8 +15,8 @@ use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::DeviceBuffer;
 use kiln_sched::schedule::{Item, Schedule};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
 pub(super) enum Step<B> {
     Launch {
@@ -174,13 +175,7 @@ impl CudaDevice {
                             n => address(&bindings[n as usize - 1]),
                         })
                         .collect::<Result<Vec<u64>>>()?;
-                    Ok(Call::Launch {
-                        module: kernel.module.clone(),
-                        index: kernel.index,
-                        pointers,
-                        grid: *groups,
-                        block: kernel.kernel.workgroup_size,
-                    })
+                    Ok(Call::Launch { kernel: kernel.clone(), pointers, grid: *groups })
                 }
             })
             .collect()
@@ -194,16 +189,31 @@ impl CudaDevice {
         // which is what each kernel was generated to index and each cuBLAS
         // plan sized from; the list holds its buffers until these calls are
         // enqueued, and any later use of one is enqueued behind them.
-        unsafe { self.engine.enqueue(&calls)? };
-        self.count_submit(calls.len());
-        Ok(())
+        unsafe { self.enqueue_calls(&calls, None) }.map(drop)
     }
 
-    /// One launch list of `calls` calls enqueued.
-    pub(super) fn count_submit(&self, calls: usize) {
-        if calls > 0 {
-            self.submits.fetch_add(1, Ordering::Relaxed);
-            self.kernels_launched.fetch_add(calls as u64, Ordering::Relaxed);
+    /// Enqueue `calls` as one launch list: timed one by one while
+    /// profiling, else through `graphs` where given, else in order. The
+    /// caller holds the enqueue lock.
+    ///
+    /// # Safety
+    /// As [`Engine::enqueue`](super::engine::Engine::enqueue).
+    pub(super) unsafe fn enqueue_calls(&self, calls: &[Call], graphs: Option<&Mutex<Graphs>>) -> Result<Enqueued> {
+        // SAFETY: the caller's promise, passed on.
+        let enqueued = unsafe {
+            match graphs {
+                _ if self.profiler.on() => self.profiler.enqueue(&*self.engine, calls).map(|()| Enqueued::Calls)?,
+                Some(graphs) => graphs.lock().unwrap().enqueue(&*self.engine, calls)?,
+                None => self.engine.enqueue(calls).map(|()| Enqueued::Calls)?,
+            }
+        };
+        if enqueued == Enqueued::Graph {
+            self.graphs_launched.fetch_add(1, Ordering::Relaxed);
         }
+        if !calls.is_empty() {
+            self.submits.fetch_add(1, Ordering::Relaxed);
+            self.kernels_launched.fetch_add(calls.len() as u64, Ordering::Relaxed);
+        }
+        Ok(enqueued)
     }
 }

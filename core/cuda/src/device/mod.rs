@@ -15,11 +15,13 @@ mod graphs;
 mod kernels;
 mod launch_list;
 pub mod pool;
+mod profile;
 mod program;
 pub mod ptx_cache;
 
 pub use driver::available as driver_available;
 pub use engine::EngineInfo;
+pub use profile::CallTiming;
 pub use program::CudaProgram;
 
 use blas::Gemm;
@@ -75,6 +77,7 @@ pub struct CudaDevice {
     kernels_launched: AtomicU64,
     submits: AtomicU64,
     graphs_launched: AtomicU64,
+    profiler: profile::Profiler,
 }
 
 impl CudaDevice {
@@ -105,6 +108,7 @@ impl CudaDevice {
             kernels_launched: AtomicU64::new(0),
             submits: AtomicU64::new(0),
             graphs_launched: AtomicU64::new(0),
+            profiler: profile::Profiler::default(),
         }
     }
 
@@ -230,6 +234,19 @@ impl CudaDevice {
             unpack_words(dtype, &words, numel(&shape))
         };
         Ok(HostArray { dtype, shape, data })
+    }
+
+    /// Time every call (kernel launch or cuBLAS call) from now on on the
+    /// device's own clock (`false`: stop), for [`CudaDevice::kernel_profile`].
+    /// jit replays then enqueue their calls one by one, not as graphs.
+    pub fn set_kernel_profiling(&self, on: bool) {
+        self.profiler.set(on);
+    }
+
+    /// The calls timed since profiling began or since the last call, in
+    /// enqueue order; waits for them to run.
+    pub fn kernel_profile(&self) -> Result<Vec<CallTiming>> {
+        self.profiler.take()
     }
 
     /// Wait for everything enqueued so far.

@@ -4,13 +4,12 @@
 //! inputs and fresh outputs: no tracing, scheduling or compiling; where
 //! the addresses recur, as one CUDA graph ([`super::graphs`]).
 
-use super::graphs::{Enqueued, Graphs};
+use super::graphs::Graphs;
 use super::launch_list::LaunchList;
 use super::pool::Park;
 use super::{CudaDevice, resolved, store};
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, Role, Roles};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone)]
@@ -147,16 +146,12 @@ impl CudaDevice {
         // of the same shapes and layouts, outputs of the same sizes); the
         // fixed ones live as long as the program, and graphs are captured
         // and launched only with the addresses of this replay's buffers.
-        let enqueued = unsafe { program.graphs.lock().unwrap().enqueue(&*self.engine, &calls)? };
-        if enqueued == Enqueued::Graph {
-            self.graphs_launched.fetch_add(1, Ordering::Relaxed);
-        }
+        unsafe { self.enqueue_calls(&calls, Some(&program.graphs))? };
         for ((written, out), &bytes) in written.iter().zip(&fresh).zip(&program.output_sizes) {
             if !Arc::ptr_eq(written, out) {
                 self.engine.copy(self.own(written)?.memory(), self.own(out)?.memory(), bytes)?;
             }
         }
-        self.count_submit(calls.len());
         Ok(program.outputs.iter().map(|o| DeviceArray { buffer: buffer(&o.slot), ..o.array.clone() }).collect())
     }
 }
