@@ -151,7 +151,15 @@ impl Pinned {
 /// pageable memory returns only once it is done, and allocating
 /// page-locked memory costs more than a small copy.
 #[derive(Clone, Default)]
-struct Staging(Arc<Mutex<Vec<Pinned>>>);
+struct Staging(Arc<Mutex<StagingState>>);
+
+#[derive(Default)]
+struct StagingState {
+    kept: Vec<Pinned>,
+    /// Buffers of reads dropped while their copy was in flight, each with
+    /// the event behind its copy: kept once that has passed.
+    abandoned: Vec<(CudaEvent, Pinned)>,
+}
 
 impl Staging {
     /// The smallest kept buffer of at least `words`, or a new one (of its
@@ -160,45 +168,79 @@ impl Staging {
         if words * 4 > STAGING_KEPT_MAX_BYTES {
             return Pinned::new(ctx, words);
         }
-        let mut kept = self.0.lock().unwrap();
+        let mut state = self.0.lock().unwrap();
+        state.reclaim();
+        let kept = &mut state.kept;
         let fit =
             kept.iter().enumerate().filter(|(_, b)| b.len() >= words).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
         if let Some(i) = fit {
             return Ok(kept.swap_remove(i));
         }
-        drop(kept);
+        drop(state);
         Pinned::new(ctx, words.next_power_of_two().max(1024))
     }
 
-    /// `buffer`, no copy into it in flight, kept for a later read (the
-    /// largest goes past the limit) or freed.
+    /// `buffer`, no copy into it in flight, kept for a later read or freed.
     fn give_back(&self, buffer: Pinned) {
+        self.0.lock().unwrap().keep(buffer);
+    }
+
+    /// `buffer`, which the copy behind `done` may still be writing.
+    fn abandon(&self, done: CudaEvent, buffer: Pinned) {
+        self.0.lock().unwrap().abandoned.push((done, buffer));
+    }
+}
+
+impl StagingState {
+    /// Keep `buffer` for a later read (the largest goes past the limit), or
+    /// free it.
+    fn keep(&mut self, buffer: Pinned) {
         if !buffer.kept() {
             return;
         }
-        let mut kept = self.0.lock().unwrap();
-        kept.push(buffer);
-        if kept.len() > STAGING_KEPT {
-            let largest = (0..kept.len()).max_by_key(|&i| kept[i].len()).expect("not empty");
-            kept.swap_remove(largest);
+        self.kept.push(buffer);
+        if self.kept.len() > STAGING_KEPT {
+            let largest = (0..self.kept.len()).max_by_key(|&i| self.kept[i].len()).expect("not empty");
+            self.kept.swap_remove(largest);
+        }
+    }
+
+    /// Keep the abandoned buffers whose copies have landed.
+    fn reclaim(&mut self) {
+        let (landed, flying) = std::mem::take(&mut self.abandoned)
+            .into_iter()
+            .partition::<Vec<_>, _>(|(done, _)| matches!(done.try_is_complete(), Ok(true)));
+        self.abandoned = flying;
+        landed.into_iter().for_each(|(_, buffer)| self.keep(buffer));
+    }
+}
+
+impl Drop for StagingState {
+    fn drop(&mut self) {
+        // The engine is going: wait for abandoned copies before freeing
+        // their buffers; one whose wait fails is leaked, not freed.
+        for (done, buffer) in self.abandoned.drain(..) {
+            if done.synchronize().is_err() {
+                std::mem::forget(buffer);
+            }
         }
     }
 }
 
-/// A readback in flight: its staging buffer and the event behind the copy.
+/// A readback in flight: the event behind the copy and its staging buffer.
 struct DriverCopy {
-    staging: Option<Pinned>,
+    copy: Option<(CudaEvent, Pinned)>,
     words: usize,
-    done: CudaEvent,
     kept: Staging,
 }
 
 impl PendingWords for DriverCopy {
     fn poll(&mut self) -> Result<Option<Vec<u32>>> {
-        if !self.done.try_is_complete().map_err(driver_error("readback"))? {
+        let (done, staging) =
+            self.copy.as_ref().ok_or_else(|| KilnError::Readback("a readback polled again".into()))?;
+        if !done.try_is_complete().map_err(driver_error("readback"))? {
             return Ok(None);
         }
-        let staging = self.staging.as_ref().ok_or_else(|| KilnError::Readback("a readback polled again".into()))?;
         // SAFETY: the event behind the copy has passed.
         Ok(Some(unsafe { staging.words(self.words) }.to_vec()))
     }
@@ -206,14 +248,12 @@ impl PendingWords for DriverCopy {
 
 impl Drop for DriverCopy {
     fn drop(&mut self) {
-        if let Some(staging) = self.staging.take() {
-            // A read dropped unawaited may still be copying into it. The
-            // first wait may fail on an error another call left recorded
-            // (binding returns it once); a buffer that may still be
-            // written is leaked, not freed.
-            match self.done.synchronize().or_else(|_| self.done.synchronize()) {
-                Ok(()) => self.kept.give_back(staging),
-                Err(_) => std::mem::forget(staging),
+        // Never waits: a read dropped unawaited leaves its buffer to be
+        // kept once its copy has landed.
+        if let Some((done, staging)) = self.copy.take() {
+            match done.try_is_complete() {
+                Ok(true) => self.kept.give_back(staging),
+                _ => self.kept.abandon(done, staging),
             }
         }
     }
@@ -319,8 +359,8 @@ impl Engine for DriverEngine {
             return Ok(Box::new(Landed(Some(out))));
         };
         // SAFETY: `from` holds the range (the device asks only for what a
-        // value spans); the staging buffer outlives the copy, as
-        // `DriverCopy` waits for `done` before giving it back or freeing it.
+        // value spans); the staging buffer outlives the copy: neither
+        // `DriverCopy` nor `Staging` reuses or frees it before `done` passes.
         unsafe {
             result::memcpy_dtoh_async(staging.words_mut(words), from.address() + offset, self.stream.cu_stream())
         }
@@ -335,7 +375,7 @@ impl Engine for DriverEngine {
                 return Err(driver_error("readback event")(e));
             }
         };
-        Ok(Box::new(DriverCopy { staging: Some(staging), words, done, kept: self.staging.clone() }))
+        Ok(Box::new(DriverCopy { copy: Some((done, staging)), words, kept: self.staging.clone() }))
     }
 
     fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>> {
