@@ -9,13 +9,13 @@ use super::ptx_cache;
 use crate::nvrtc;
 use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice,
-    PushKernelArg, result, sys,
+    CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, result,
+    sys,
 };
 use kiln_codegen::cuda::{CudaKernel, batch, entry_of};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 fn driver_error(what: &str) -> impl Fn(result::DriverError) -> KilnError + '_ {
     move |e| KilnError::Gpu(format!("CUDA driver: {what}: {e}"))
@@ -35,15 +35,18 @@ pub fn available() -> Result<()> {
 
 pub struct DriverEngine {
     stream: Arc<CudaStream>,
-    /// cuBLAS on the stream, where the library is found.
+    /// cuBLAS on the stream, where the library is found, and its
+    /// workspace (after it: freed once the handle is gone).
     blas: Option<CudaBlas>,
+    _blas_workspace: Option<DeviceMemory>,
     info: EngineInfo,
     /// NVRTC's target: compute_{arch}.
     arch: u32,
     staging: Staging,
-    /// Held while a graph is captured and while memory is allocated: an
-    /// allocation on the stream from another thread would join the graph.
-    capturing: Mutex<()>,
+    /// Written while a graph is captured, read while memory is allocated
+    /// and while the stream is waited for: another thread's allocation on
+    /// the stream would join the graph, and a wait would end the capture.
+    capturing: RwLock<()>,
 }
 
 impl DriverEngine {
@@ -75,19 +78,40 @@ impl DriverEngine {
             log::warn!("cuBLAS (libcublas.so.13) not found: matmuls run kiln's own kernels");
             None
         };
+        let blas_workspace = blas.as_ref().map(|b| blas_workspace(&stream, b)).transpose()?;
         Ok(DriverEngine {
             stream,
             blas,
+            _blas_workspace: blas_workspace,
             info,
             arch: (major * 10 + minor) as u32,
             staging: Staging::default(),
-            capturing: Mutex::new(()),
+            capturing: RwLock::new(()),
         })
     }
 
     fn bind(&self) -> Result<()> {
         self.stream.context().bind_to_thread().map_err(driver_error("binding the context"))
     }
+}
+
+/// cuBLAS's workspace: what NVIDIA advises for Hopper, and ample before it.
+const BLAS_WORKSPACE_BYTES: usize = 32 << 20;
+
+/// A workspace of kiln's own for `blas`: with the default one, cuBLAS
+/// allocates during a graph capture (memory nodes in each graph) or, before
+/// CUDA 12.2, gave each captured graph a workspace of its own.
+fn blas_workspace(stream: &Arc<CudaStream>, blas: &CudaBlas) -> Result<DeviceMemory> {
+    // SAFETY: a fresh allocation on the stream, held as long as the handle.
+    let address = unsafe { result::malloc_async(stream.cu_stream(), BLAS_WORKSPACE_BYTES) }
+        .map_err(driver_error("cuBLAS workspace"))?;
+    let memory = DeviceMemory { address, stream: stream.clone() };
+    // SAFETY: a live handle; the workspace outlives it (`DriverEngine`'s
+    // field order) and is used on the handle's one stream only.
+    unsafe { blas_sys::cublasSetWorkspace_v2(*blas.handle(), address as *mut _, BLAS_WORKSPACE_BYTES) }
+        .result()
+        .map_err(|e| KilnError::Gpu(format!("cuBLAS workspace: {e}")))?;
+    Ok(memory)
 }
 
 /// How many staging buffers are kept for later reads.
@@ -323,7 +347,7 @@ impl Engine for DriverEngine {
     }
 
     fn alloc(&self, bytes: u64) -> Result<Box<dyn Memory>> {
-        let _no_capture = self.capturing.lock().unwrap();
+        let _no_capture = self.capturing.read().unwrap();
         self.bind()?;
         // SAFETY: a fresh allocation on this engine's stream.
         let address = unsafe { result::malloc_async(self.stream.cu_stream(), bytes.max(16) as usize) }
@@ -393,7 +417,7 @@ impl Engine for DriverEngine {
 
     fn synchronize(&self) -> Result<()> {
         // Waiting on a stream that is being captured would end the capture.
-        let _no_capture = self.capturing.lock().unwrap();
+        let _no_capture = self.capturing.read().unwrap();
         self.stream.synchronize().map_err(driver_error("synchronize"))
     }
 
@@ -490,17 +514,39 @@ impl Engine for DriverEngine {
     }
 
     unsafe fn capture(&self, calls: &[Call]) -> Result<Box<dyn Graph>> {
-        let _capturing = self.capturing.lock().unwrap();
+        let _capturing = self.capturing.write().unwrap();
+        self.bind()?;
+        let stream = self.stream.cu_stream();
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        self.stream.begin_capture(mode).map_err(driver_error("starting a graph capture"))?;
+        // SAFETY: the engine's live stream.
+        unsafe { result::stream::begin_capture(stream, mode) }.map_err(driver_error("starting a graph capture"))?;
         // SAFETY: the caller's promise; captured, nothing runs now.
         let enqueued = unsafe { self.enqueue(calls) };
-        // Ended whatever happened, so that the stream leaves capture mode.
-        let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
-        enqueued?;
-        let graph = graph.map_err(driver_error("capturing a graph"))?;
-        let graph = graph.ok_or_else(|| KilnError::Gpu("CUDA driver: a capture gave no graph".into()))?;
-        Ok(Box::new(DriverGraph(graph)))
+        // Ended whatever happened, through the raw call: cudarc's first
+        // returns any error another call left recorded in the context,
+        // which would leave the stream capturing every later call.
+        // SAFETY: the stream is capturing (begun above).
+        let graph = unsafe { result::stream::end_capture(stream) }.map_err(driver_error("capturing a graph"));
+        let graph = match (enqueued, graph) {
+            (Ok(()), Ok(graph)) if !graph.is_null() => graph,
+            (enqueued, graph) => {
+                if let Ok(&graph) = graph.as_ref()
+                    && !graph.is_null()
+                {
+                    // SAFETY: captured above, used by nothing.
+                    self.stream.context().record_err(unsafe { result::graph::destroy(graph) });
+                }
+                enqueued?;
+                graph?;
+                return Err(KilnError::Gpu("CUDA driver: a capture gave no graph".into()));
+            }
+        };
+        // SAFETY: a graph just captured; the executable graph does not need
+        // it once instantiated.
+        let exec = unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) };
+        self.stream.context().record_err(unsafe { result::graph::destroy(graph) });
+        let exec = exec.map_err(driver_error("instantiating a graph"))?;
+        Ok(Box::new(DriverGraph { exec, stream: self.stream.clone() }))
     }
 }
 
@@ -517,15 +563,29 @@ impl Stamp for DriverStamp {
     }
 }
 
-/// A captured, instantiated CUDA graph.
-struct DriverGraph(CudaGraph);
+/// A captured CUDA graph, instantiated, and the stream it launches on
+/// (which keeps the context alive).
+struct DriverGraph {
+    exec: sys::CUgraphExec,
+    stream: Arc<CudaStream>,
+}
 
-// SAFETY: a graph may be used from any thread, one at a time; the runtime
-// keeps each in a mutex.
+// SAFETY: an executable graph may be used from any thread, one call at a
+// time; the runtime keeps each in a mutex.
 unsafe impl Send for DriverGraph {}
 
 impl Graph for DriverGraph {
     unsafe fn launch(&self) -> Result<()> {
-        self.0.launch().map_err(driver_error("launching a graph"))
+        self.stream.context().bind_to_thread().map_err(driver_error("binding the context"))?;
+        // SAFETY: a live executable graph and stream.
+        unsafe { result::graph::launch(self.exec, self.stream.cu_stream()) }.map_err(driver_error("launching a graph"))
+    }
+}
+
+impl Drop for DriverGraph {
+    fn drop(&mut self) {
+        // The driver frees an executable graph still running once it ends.
+        // SAFETY: destroyed once.
+        self.stream.context().record_err(unsafe { result::graph::exec_destroy(self.exec) });
     }
 }

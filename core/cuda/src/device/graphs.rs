@@ -5,13 +5,19 @@
 //! replays before (`program.rs`), so a training loop's replays alternate
 //! between two sets (a step's outputs are the next one's inputs); a set is
 //! captured the second time it is seen, and replayed from then on.
-//! `KILN_CUDA_GRAPHS=0` turns graphs off.
+//! `KILN_CUDA_GRAPHS=0` turns graphs off. An equal address is the same
+//! allocation only because the device's pool frees nothing while the
+//! device lives: a pool that trimmed itself would have to drop the graphs.
 
 use super::engine::{Call, Engine, Graph};
 use kiln_ir::error::Result;
 
 /// Address sets remembered per program (graphs or first sightings).
 const KEPT: usize = 4;
+
+/// Failed captures after which a program stops trying (one may fail on
+/// an error another call left in the context rather than on the capture).
+const CAPTURE_TRIES: u32 = 3;
 
 struct Entry {
     addresses: Vec<u64>,
@@ -21,8 +27,9 @@ struct Entry {
 /// The graphs of one program, most recently used first.
 pub(super) struct Graphs {
     entries: Vec<Entry>,
-    /// Graphs turned off, or a capture failed: calls are enqueued one by one.
+    /// Graphs turned off: calls are enqueued one by one.
     off: bool,
+    failed_captures: u32,
 }
 
 /// How a replay was enqueued.
@@ -35,7 +42,8 @@ pub(super) enum Enqueued {
 impl Graphs {
     /// None yet; off where env `KILN_CUDA_GRAPHS` is `0`.
     pub fn new() -> Graphs {
-        Graphs { entries: Vec::new(), off: std::env::var("KILN_CUDA_GRAPHS").is_ok_and(|v| v == "0") }
+        let off = std::env::var("KILN_CUDA_GRAPHS").is_ok_and(|v| v == "0");
+        Graphs { entries: Vec::new(), off, failed_captures: 0 }
     }
 
     /// Whether replays may run as graphs.
@@ -61,8 +69,11 @@ impl Graphs {
             match unsafe { engine.capture(calls) } {
                 Ok(graph) => entry.graph = Some(graph),
                 Err(e) => {
-                    log::warn!("jit on CUDA: a graph capture failed ({e}); this program enqueues its calls");
-                    self.off = true;
+                    self.failed_captures += 1;
+                    self.off = self.failed_captures >= CAPTURE_TRIES;
+                    let then =
+                        if self.off { "this program enqueues its calls from now on" } else { "tried again later" };
+                    log::warn!("jit on CUDA: a graph capture failed ({e}); {then}");
                 }
             }
         }

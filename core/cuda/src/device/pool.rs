@@ -13,6 +13,9 @@ use std::sync::{Arc, Mutex, Weak};
 #[derive(Debug, Default)]
 struct State {
     free: HashMap<u64, Vec<Box<dyn Memory>>>,
+    /// Each open [`Park`]'s buffer, by its number.
+    parks: HashMap<u64, Option<Box<dyn Memory>>>,
+    next_park: u64,
     stats: PoolStats,
 }
 
@@ -30,7 +33,7 @@ pub struct CudaBuffer {
     /// The device that made it (`CudaDevice::id`).
     pub(super) owner: usize,
     pool: Weak<Mutex<State>>,
-    park: Weak<Mutex<Option<Box<dyn Memory>>>>,
+    park: Option<u64>,
 }
 
 /// One free buffer kept for one use, such as one output of a jit program:
@@ -41,15 +44,18 @@ pub struct CudaBuffer {
 /// recur (as CUDA graphs need). Its buffer goes back to the pool with it.
 #[derive(Debug)]
 pub struct Park {
-    kept: Arc<Mutex<Option<Box<dyn Memory>>>>,
+    number: u64,
     pool: Weak<Mutex<State>>,
     class: u64,
 }
 
 impl Drop for Park {
     fn drop(&mut self) {
-        let (Some(memory), Some(state)) = (self.kept.lock().unwrap().take(), self.pool.upgrade()) else { return };
-        state.lock().unwrap().free.entry(self.class).or_default().push(memory);
+        let Some(state) = self.pool.upgrade() else { return };
+        let mut state = state.lock().unwrap();
+        if let Some(Some(memory)) = state.parks.remove(&self.number) {
+            state.free.entry(self.class).or_default().push(memory);
+        }
     }
 }
 
@@ -73,44 +79,52 @@ impl Drop for CudaBuffer {
         let mut state = state.lock().unwrap();
         state.stats.bytes_in_use -= self.class;
         state.stats.bytes_free += self.class;
-        if let Some(park) = self.park.upgrade() {
-            let mut kept = park.lock().unwrap();
-            if kept.is_none() {
-                *kept = Some(memory);
-                return;
-            }
+        // Into its park if that is open and empty, else the free list.
+        let park = self.park.and_then(|n| state.parks.get_mut(&n)).filter(|kept| kept.is_none());
+        match park {
+            Some(kept) => *kept = Some(memory),
+            None => state.free.entry(self.class).or_default().push(memory),
         }
-        state.free.entry(self.class).or_default().push(memory);
     }
 }
 
 impl Pool {
     /// A buffer of at least `bytes`, for the device numbered `owner`.
     pub fn get(&self, engine: &dyn Engine, bytes: u64, owner: usize) -> Result<Arc<CudaBuffer>> {
-        self.take(engine, size_class(bytes), owner, None)
+        Ok(self.take(engine, size_class(bytes), owner, None)?.0)
     }
 
     /// An empty park for buffers of at least `bytes`.
     pub fn park(&self, bytes: u64) -> Park {
-        Park { kept: Arc::default(), pool: Arc::downgrade(&self.state), class: size_class(bytes) }
+        let mut state = self.state.lock().unwrap();
+        let number = state.next_park;
+        state.next_park += 1;
+        state.parks.insert(number, None);
+        Park { number, pool: Arc::downgrade(&self.state), class: size_class(bytes) }
     }
 
     /// A buffer for `park`'s use, which comes back to `park` when dropped,
     /// and whether it is the one kept there (else it is from the pool).
     pub fn get_parked(&self, engine: &dyn Engine, park: &Park, owner: usize) -> Result<(Arc<CudaBuffer>, bool)> {
-        let parked = park.kept.lock().unwrap().is_some();
-        Ok((self.take(engine, park.class, owner, Some(park))?, parked))
+        self.take(engine, park.class, owner, Some(park.number))
     }
 
-    fn take(&self, engine: &dyn Engine, class: u64, owner: usize, park: Option<&Park>) -> Result<Arc<CudaBuffer>> {
-        let reused = {
+    fn take(
+        &self,
+        engine: &dyn Engine,
+        class: u64,
+        owner: usize,
+        park: Option<u64>,
+    ) -> Result<(Arc<CudaBuffer>, bool)> {
+        let (reused, parked) = {
             let mut state = self.state.lock().unwrap();
-            let parked = park.and_then(|p| p.kept.lock().unwrap().take());
+            let parked = park.and_then(|n| state.parks.get_mut(&n)?.take());
+            let was_parked = parked.is_some();
             let reused = parked.or_else(|| state.free.get_mut(&class).and_then(Vec::pop));
             if reused.is_some() {
                 state.stats.bytes_free -= class;
             }
-            reused
+            (reused, was_parked)
         };
         let memory = match reused {
             Some(m) => m,
@@ -121,8 +135,8 @@ impl Pool {
             }
         };
         self.state.lock().unwrap().stats.bytes_in_use += class;
-        let park = park.map_or_else(Weak::new, |p| Arc::downgrade(&p.kept));
-        Ok(Arc::new(CudaBuffer { memory: Some(memory), class, owner, pool: Arc::downgrade(&self.state), park }))
+        let buffer = CudaBuffer { memory: Some(memory), class, owner, pool: Arc::downgrade(&self.state), park };
+        Ok((Arc::new(buffer), parked))
     }
 
     pub fn stats(&self) -> PoolStats {

@@ -28,12 +28,13 @@ struct OutputSpec {
 
 /// A captured realization of some outputs from some inputs.
 pub struct CudaProgram {
+    /// First, so that its graphs go before the kernels they launch.
+    graphs: Mutex<Graphs>,
     list: LaunchList<Slot>,
     inputs: usize,
     /// The bytes of each output buffer.
     output_sizes: Vec<u64>,
     outputs: Vec<OutputSpec>,
-    graphs: Mutex<Graphs>,
     /// Per output buffer where graphs are on: where its buffers come from,
     /// so that a replay's addresses recur.
     recurring: Vec<RecurringOutput>,
