@@ -288,12 +288,16 @@ async fn train(trainer: &mut impl Training, args: &Args) -> Result<()> {
                 acc * 100.0
             ));
             if args.verbose {
-                let pool = trainer.device().stats().pool;
+                let stats = trainer.device().stats();
+                let pool = stats.pool;
                 progress.line(&format!(
-                    "  buffers: {:.1} MiB in use, {:.1} MiB held free, {} created",
+                    "  buffers: {:.1} MiB in use, {:.1} MiB held free, {} created; {} launches in {} submits, {} as CUDA graphs",
                     mib(pool.bytes_in_use),
                     mib(pool.bytes_free),
-                    pool.buffers_created
+                    pool.buffers_created,
+                    stats.kernels_launched,
+                    stats.submits,
+                    stats.graphs_launched
                 ));
             }
         }

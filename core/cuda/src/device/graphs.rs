@@ -13,7 +13,7 @@ use super::engine::{Call, Engine, Graph};
 use kiln_ir::error::Result;
 
 /// Address sets remembered per program (graphs or first sightings).
-const KEPT: usize = 4;
+const KEPT: usize = 8;
 
 /// Failed captures after which a program stops trying (one may fail on
 /// an error another call left in the context rather than on the capture).
