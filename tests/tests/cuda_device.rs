@@ -73,9 +73,10 @@ fn compiled_ptx_is_kept_on_disk() {
 }
 
 /// f32 and f16 matmuls (batched, transposed or broadcast operands too) go
-/// to cuBLAS (on the host engine, its products as loops), an epilogue to a
-/// pass after it, those with a pinned kiln config to kiln's kernels; each
-/// matches the reference.
+/// to cuBLAS (on the host engine, its products as loops); a bias, ReLU or
+/// GELU epilogue of an f32 product runs inside cuBLASLt, any other epilogue
+/// (or an unaligned bias) as a pass after the product; those with a pinned
+/// kiln config go to kiln's kernels; each matches the reference.
 #[test]
 fn raw_matmuls_run_through_cublas_and_match_the_reference() {
     let (cpu, dev) = (Device::cpu(), Device::cuda_on_host());
@@ -84,24 +85,58 @@ fn raw_matmuls_run_through_cublas_and_match_the_reference() {
     type Product = fn(&Tensor, &Tensor) -> kiln::Result<Tensor>;
     /// What it checks, A's and B's shapes, the product, its kernels' names.
     type Case<'a> = (&'a str, &'a [usize], &'a [usize], Product, &'a [&'a str]);
-    let products: [Case; 6] = [
+    /// B's row `r` as a bias over the product's columns (a view: no kernel).
+    fn row(b: &Tensor, r: usize) -> kiln::Result<Tensor> {
+        b.narrow(0, r, 1)?.reshape(&[-1])
+    }
+    let products: [Case; 12] = [
         ("plain", &[33, 20], &[20, 17], |a, b| a.matmul(b), &["cublas_sgemm"]),
         (
             "f16 operands",
             &[9, 16],
             &[16, 7],
             |a, b| a.cast(DType::F16)?.matmul(&b.cast(DType::F16)?),
-            &["cublas_gemm_ex_f16"],
+            &["ew_cast", "ew_cast", "cublas_gemm_ex_f16", "ew_cast"],
         ),
         ("batched, B transposed", &[3, 9, 8], &[3, 5, 8], |a, b| a.matmul(&b.transpose(-1, -2)?), &["cublas_sgemm"]),
-        ("broadcast B", &[4, 6, 8], &[8, 5], |a, b| a.matmul(b), &["cublas_sgemm"]),
-        ("with an epilogue", &[16, 8], &[8, 12], |a, b| a.matmul(b)?.relu(), &["cublas_sgemm", "ew_"]),
+        ("broadcast B (rows folded)", &[4, 6, 8], &[8, 5], |a, b| a.matmul(b), &["cublas_sgemm"]),
+        ("ReLU inside cuBLASLt", &[16, 8], &[8, 12], |a, b| a.matmul(b)?.relu(), &["cublaslt_sgemm_relu"]),
+        ("GELU inside cuBLASLt", &[16, 8], &[8, 12], |a, b| a.matmul(b)?.gelu(), &["cublaslt_sgemm_gelu"]),
+        ("a bias inside cuBLASLt", &[16, 8], &[8, 12], |a, b| a.matmul(b)?.add(&row(b, 0)?), &["cublaslt_sgemm_bias"]),
         (
-            "batched, with a broadcast bias",
+            "bias then ReLU, a dense layer over sequences (rows folded)",
+            &[3, 9, 8],
+            &[8, 5],
+            |a, b| a.matmul(b)?.add(&row(b, 0)?)?.relu(),
+            &["cublaslt_sgemm_bias_relu"],
+        ),
+        (
+            "GELU of bias plus product",
+            &[16, 8],
+            &[8, 12],
+            |a, b| row(b, 0)?.add(&a.matmul(b)?)?.gelu(),
+            &["cublaslt_sgemm_bias_gelu"],
+        ),
+        (
+            "a bias not 256-byte aligned: a pass",
+            &[16, 8],
+            &[8, 12],
+            |a, b| a.matmul(b)?.add(&row(b, 1)?)?.relu(),
+            &["cublas_sgemm", "ew_"],
+        ),
+        (
+            "an epilogue cuBLASLt has not: a pass",
+            &[16, 8],
+            &[8, 12],
+            |a, b| a.matmul(b)?.tanh(),
+            &["cublas_sgemm", "ew_"],
+        ),
+        (
+            "batched, with a computed bias and tanh",
             &[3, 9, 8],
             &[8, 5],
             |a, b| a.matmul(b)?.add(&b.sum(&[0], false)?)?.tanh(),
-            &["cublas_sgemm", "ew_"],
+            &["sum", "cublas_sgemm", "ew_"],
         ),
     ];
     for (what, sa, sb, product, kernels) in products {
@@ -109,9 +144,8 @@ fn raw_matmuls_run_through_cublas_and_match_the_reference() {
         let (got, want) = (on(&dev), on(&cpu));
         let planned = dev.plan_kernels(&[got.node().clone()]).unwrap();
         let names: Vec<&str> = planned.iter().map(|k| k.name.as_str()).collect();
-        let launched: Vec<&str> =
-            kernels.iter().map(|k| *names.iter().find(|n| n.starts_with(k)).unwrap_or(&"")).collect();
-        assert!(launched.iter().all(|n| !n.is_empty()), "{what}: {names:?}");
+        let expected = names.len() == kernels.len() && names.iter().zip(kernels).all(|(n, k)| n.starts_with(k));
+        assert!(expected, "{what}: {names:?}, expected {kernels:?}");
         let tol = if got.dtype() == DType::F16 { kiln_conformance::Tol::F16 } else { kiln_conformance::Tol::F32 };
         let got = kiln::block_on(dev.read(got.node())).unwrap().data;
         let want = kiln::block_on(cpu.read(want.node())).unwrap().data;

@@ -33,6 +33,24 @@ pub struct Gemm {
     /// Products from operands rounded to TF32 (10-bit mantissas) on tensor
     /// cores, as `Device::set_matmul_tf32` asks; else exact f32.
     pub tf32: bool,
+    /// What cuBLASLt applies before writing C (`None`: plain cuBLAS).
+    pub epilogue: GemmEpilogue,
+    /// The bias's address, for an epilogue with one: `m` f32 values, one
+    /// per row of cuBLAS's C (a column of kiln's output).
+    pub bias: u64,
+}
+
+/// An epilogue cuBLASLt runs inside the product (`CUBLASLT_EPILOGUE_*`):
+/// a bias along kiln's last axis, then ReLU or GELU (the tanh form, which
+/// is kiln's too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GemmEpilogue {
+    None,
+    Bias,
+    Relu,
+    Gelu,
+    BiasRelu,
+    BiasGelu,
 }
 
 /// How cuBLAS reads a row-major-indexed matrix X[r, c] (strides `sr`,
@@ -79,6 +97,8 @@ pub fn plan(a: &Layout, b: &Layout, shape: &[usize], operands: DType) -> Option<
         DType::F16 | DType::BF16 => 2,
         _ => return None,
     };
+    let folded = fold_batch_into_rows(a, b, shape);
+    let (a, b, shape) = folded.as_ref().map_or((a, b, shape), |(a, b, shape)| (a, b, &shape[..]));
     let rank = shape.len();
     let (m, n, k) = (a.shape[rank - 2], b.shape[rank - 1], a.shape[rank - 1]);
     let batch_dims = &shape[..rank - 2];
@@ -113,23 +133,51 @@ pub fn plan(a: &Layout, b: &Layout, shape: &[usize], operands: DType) -> Option<
         stride_c: m * n,
         batch,
         tf32: false,
+        epilogue: GemmEpilogue::None,
+        bias: 0,
     })
+}
+
+/// A batched product with B the same for every batch (a dense layer over
+/// `[batch.., rows, features]`) whose A rows follow on from batch to batch
+/// is one product of all the rows: `a` as `[batch·m, k]`, `b` as `[k, n]`.
+/// One large call runs faster than a batch of small ones, and cuBLASLt's
+/// epilogues take it.
+fn fold_batch_into_rows(a: &Layout, b: &Layout, shape: &[usize]) -> Option<(Layout, Layout, Vec<usize>)> {
+    let rank = shape.len();
+    let batch_dims = &shape[..rank.checked_sub(2)?];
+    if batch_dims.iter().product::<usize>() < 2 || batch_stride(batch_dims, &b.strides[..rank - 2]) != Some(0) {
+        return None;
+    }
+    let (m, row) = (a.shape[rank - 2], a.strides[rank - 2]);
+    if row <= 0 || batch_stride(batch_dims, &a.strides[..rank - 2])? != m * row as usize {
+        return None;
+    }
+    let rows = batch_dims.iter().product::<usize>() * m;
+    let a = Layout { shape: vec![rows, a.shape[rank - 1]], strides: vec![row, a.strides[rank - 1]], offset: a.offset };
+    let b = Layout { shape: b.shape[rank - 2..].to_vec(), strides: b.strides[rank - 2..].to_vec(), offset: b.offset };
+    Some((a, b, vec![rows, shape[rank - 1]]))
 }
 
 impl Gemm {
     /// The cuBLAS routine, as plans and logs name it.
     pub fn name(&self) -> &'static str {
-        match self.operands {
-            DType::F16 => "cublas_gemm_ex_f16",
-            DType::BF16 => "cublas_gemm_ex_bf16",
-            _ => "cublas_sgemm",
+        match (self.operands, self.epilogue) {
+            (DType::F16, _) => "cublas_gemm_ex_f16",
+            (DType::BF16, _) => "cublas_gemm_ex_bf16",
+            (_, GemmEpilogue::None) => "cublas_sgemm",
+            (_, GemmEpilogue::Bias) => "cublaslt_sgemm_bias",
+            (_, GemmEpilogue::Relu) => "cublaslt_sgemm_relu",
+            (_, GemmEpilogue::Gelu) => "cublaslt_sgemm_gelu",
+            (_, GemmEpilogue::BiasRelu) => "cublaslt_sgemm_bias_relu",
+            (_, GemmEpilogue::BiasGelu) => "cublaslt_sgemm_bias_gelu",
         }
     }
 
-    /// The call over buffers at these addresses: kiln's A, B and out (cuBLAS
-    /// reads B as its first operand).
-    pub fn located(self, a: u64, b: u64, out: u64) -> Gemm {
-        Gemm { a: self.a + b, b: self.b + a, c: self.c + out, ..self }
+    /// The call over buffers at these addresses: kiln's A, B, out and the
+    /// bias's buffer (cuBLAS reads B as its first operand).
+    pub fn located(self, a: u64, b: u64, out: u64, bias: Option<u64>) -> Gemm {
+        Gemm { a: self.a + b, b: self.b + a, c: self.c + out, bias: self.bias + bias.unwrap_or(0), ..self }
     }
 }
 
@@ -141,6 +189,11 @@ pub fn to_tf32(x: f32) -> f32 {
     }
     let bits = x.to_bits();
     f32::from_bits(bits.wrapping_add(0x0fff + ((bits >> 13) & 1)) & !0x1fff)
+}
+
+/// GELU in its tanh form, as cuBLASLt's epilogue computes it.
+fn gelu(x: f32) -> f32 {
+    kiln_ir::interp::gelu(f64::from(x)) as f32
 }
 
 /// Element `i` of an operand at `base`, as f32.
@@ -181,6 +234,16 @@ pub unsafe fn host_gemm(g: &Gemm) {
                     };
                     acc += if g.tf32 { to_tf32(x) * to_tf32(y) } else { x * y };
                 }
+                // SAFETY: an epilogue with a bias has one per row.
+                let bias = || unsafe { *((g.bias as usize + 4 * i) as *const f32) };
+                acc = match g.epilogue {
+                    GemmEpilogue::None => acc,
+                    GemmEpilogue::Bias => acc + bias(),
+                    GemmEpilogue::Relu => acc.max(0.0),
+                    GemmEpilogue::Gelu => gelu(acc),
+                    GemmEpilogue::BiasRelu => (acc + bias()).max(0.0),
+                    GemmEpilogue::BiasGelu => gelu(acc + bias()),
+                };
                 // SAFETY: as above, for the output.
                 unsafe { *((g.c as usize + 4 * (p * g.stride_c + i + j * g.ldc)) as *mut f32) = acc };
             }
@@ -210,6 +273,7 @@ mod tests {
             xs.as_ptr() as u64,
             ys.as_ptr() as u64,
             out.as_mut_ptr() as u64,
+            None,
         );
         // SAFETY: the buffers span the layouts.
         unsafe { host_gemm(&g) };
@@ -245,6 +309,18 @@ mod tests {
         let mut offset = layout(&[3, 4], &[6, 1]);
         offset.offset = 2;
         check(&offset, &layout(&[4, 5], &[5, 1]), &[3, 5]);
+    }
+
+    /// A batch over one B whose A rows follow on is one product of all
+    /// the rows; A's rows strided apart per batch stay a batch.
+    #[test]
+    fn a_dense_layer_over_a_batch_is_one_product() {
+        let b = layout(&[2, 4, 5], &[0, 5, 1]);
+        let folded = plan(&layout(&[2, 3, 4], &[12, 4, 1]), &b, &[2, 3, 5], DType::F32).unwrap();
+        assert_eq!((folded.batch, folded.n, folded.m, folded.k), (1, 6, 5, 4));
+        let apart = plan(&layout(&[2, 3, 4], &[16, 4, 1]), &b, &[2, 3, 5], DType::F32).unwrap();
+        assert_eq!((apart.batch, apart.n, apart.stride_a, apart.stride_b), (2, 3, 0, 16));
+        check(&layout(&[2, 3, 4], &[16, 4, 1]), &b, &[2, 3, 5]);
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! modules compiled by NVRTC for the GPU's own architecture, their PTX kept
 //! on disk ([`super::ptx_cache`]).
 
-use super::blas::Gemm;
+use super::blas::{Gemm, GemmEpilogue};
 use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords, Stamp};
+use super::lt::Lt;
 use super::ptx_cache;
 use crate::nvrtc;
 use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
@@ -38,7 +39,9 @@ pub struct DriverEngine {
     /// cuBLAS on the stream, where the library is found, and its
     /// workspace (after it: freed once the handle is gone).
     blas: Option<CudaBlas>,
-    _blas_workspace: Option<DeviceMemory>,
+    /// cuBLASLt, for products with an epilogue (it shares the workspace).
+    lt: Option<Lt>,
+    blas_workspace: Option<DeviceMemory>,
     info: EngineInfo,
     /// NVRTC's target: compute_{arch}.
     arch: u32,
@@ -79,10 +82,12 @@ impl DriverEngine {
             None
         };
         let blas_workspace = blas.as_ref().map(|b| blas_workspace(&stream, b)).transpose()?;
+        let lt = if blas.is_some() { Lt::open()? } else { None };
         Ok(DriverEngine {
             stream,
             blas,
-            _blas_workspace: blas_workspace,
+            lt,
+            blas_workspace,
             info,
             arch: (major * 10 + minor) as u32,
             staging: Staging::default(),
@@ -431,7 +436,19 @@ impl Engine for DriverEngine {
         self.blas.is_some()
     }
 
+    fn has_blas_lt(&self) -> bool {
+        self.lt.is_some() && self.blas_workspace.is_some()
+    }
+
     unsafe fn gemm(&self, g: &Gemm) -> Result<()> {
+        if g.epilogue != GemmEpilogue::None {
+            let (Some(lt), Some(workspace)) = (&self.lt, &self.blas_workspace) else {
+                return Err(KilnError::Gpu(format!("{}: cuBLASLt is not loaded", g.name())));
+            };
+            self.bind()?;
+            // SAFETY: the caller's promise; the workspace is this stream's.
+            return unsafe { lt.gemm(g, self.stream.cu_stream() as _, (workspace.address, BLAS_WORKSPACE_BYTES)) };
+        }
         let blas_handle = self.blas.as_ref().ok_or_else(|| KilnError::Gpu("cuBLAS is not loaded".into()))?;
         let op = |t: bool| {
             if t { blas_sys::cublasOperation_t::CUBLAS_OP_T } else { blas_sys::cublasOperation_t::CUBLAS_OP_N }

@@ -120,6 +120,10 @@ impl Engine for HostEngine {
         true
     }
 
+    fn has_blas_lt(&self) -> bool {
+        true
+    }
+
     unsafe fn gemm(&self, g: &Gemm) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
         unsafe { host_gemm(g) };

@@ -59,7 +59,7 @@ impl Call {
     pub fn addresses(&self) -> impl Iterator<Item = u64> + '_ {
         let (pointers, gemm): (&[u64], _) = match self {
             Call::Launch { pointers, .. } => (pointers, None),
-            Call::Gemm(g) => (&[], Some([g.a, g.b, g.c])),
+            Call::Gemm(g) => (&[], Some([g.a, g.b, g.c, g.bias])),
         };
         pointers.iter().copied().chain(gemm.into_iter().flatten())
     }
@@ -129,7 +129,9 @@ pub trait Engine: Send + Sync {
     fn synchronize(&self) -> Result<()>;
     /// Whether [`Engine::gemm`] runs (cuBLAS was found).
     fn has_blas(&self) -> bool;
-    /// Enqueue a cuBLAS sgemm.
+    /// Whether [`Engine::gemm`] runs epilogues (cuBLASLt was found).
+    fn has_blas_lt(&self) -> bool;
+    /// Enqueue a cuBLAS sgemm (through cuBLASLt, with its epilogue).
     ///
     /// # Safety
     /// The addresses must hold every element `g` reads and writes.

@@ -3,7 +3,7 @@
 //! held as what names its buffer rather than as an address, so that a jit
 //! replay enqueues the same list over other buffers (`program.rs`).
 
-use super::blas::Gemm;
+use super::blas::{Gemm, GemmEpilogue};
 use super::engine::Call;
 use super::graphs::{Enqueued, Graphs};
 use super::kernels::Loaded;
@@ -26,10 +26,11 @@ pub(super) enum Step<B> {
         groups: [u32; 3],
     },
     /// A cuBLAS call: its plan (buffer offsets only), and the buffers of
-    /// kiln's A, B and out.
+    /// kiln's A, B and out, and of the bias its epilogue reads.
     Gemm {
         plan: Gemm,
         buffers: [B; 3],
+        bias: Option<B>,
     },
 }
 
@@ -55,9 +56,11 @@ impl<B> LaunchList<B> {
                     meta_slot: *meta_slot,
                     groups: *groups,
                 },
-                Step::Gemm { plan, buffers } => {
-                    Step::Gemm { plan: *plan, buffers: [&buffers[0], &buffers[1], &buffers[2]].map(&mut f) }
-                }
+                Step::Gemm { plan, buffers, bias } => Step::Gemm {
+                    plan: *plan,
+                    buffers: [&buffers[0], &buffers[1], &buffers[2]].map(&mut f),
+                    bias: bias.as_ref().map(&mut f),
+                },
             })
             .collect();
         LaunchList { steps, meta: self.meta.clone() }
@@ -110,14 +113,21 @@ impl CudaDevice {
         for k in &schedule.items {
             let mut item = &k.item;
             let pass;
-            if let (Some(plan), Item::Matmul { out, args, shape, epilogue, .. }) = (self.gemm_plan(item), item) {
-                // With an epilogue, the product goes to scratch for its pass.
+            if let (Some((plan, bias)), Item::Matmul { out, args, shape, epilogue, .. }) = (self.gemm_plan(item), item)
+            {
+                // An epilogue cuBLASLt does not run inside the product
+                // follows as a pass, the product in scratch.
+                let fused = plan.epilogue != GemmEpilogue::None;
                 let product = match epilogue {
-                    None => binder.buffer(out),
-                    Some(_) => binder.scratch("matmul", DType::F32, shape)?,
+                    Some(_) if !fused => binder.scratch("matmul", DType::F32, shape)?,
+                    _ => binder.buffer(out),
                 };
                 let [a, b] = [&args.buffers[0], &args.buffers[1]].map(|b| binder.buffer(b));
-                order.push(Pending::Ready(Step::Gemm { plan, buffers: [a, b, product.clone()] }));
+                let bias = bias.map(|b| binder.buffer(&b));
+                order.push(Pending::Ready(Step::Gemm { plan, buffers: [a, b, product.clone()], bias }));
+                if fused {
+                    continue;
+                }
                 let Some(p) = item.epilogue_pass(product) else { continue };
                 pass = p;
                 item = &pass;
@@ -161,8 +171,9 @@ impl CudaDevice {
         list.steps
             .iter()
             .map(|step| match step {
-                Step::Gemm { plan, buffers: [a, b, out] } => {
-                    Ok(Call::Gemm(plan.located(address(a)?, address(b)?, address(out)?)))
+                Step::Gemm { plan, buffers: [a, b, out], bias } => {
+                    let bias = bias.as_ref().map(&address).transpose()?;
+                    Ok(Call::Gemm(plan.located(address(a)?, address(b)?, address(out)?, bias)))
                 }
                 Step::Launch { kernel, bindings, meta_slot, groups } => {
                     let meta = meta.expect("launches have a meta block") + (meta_slot * META_WORDS * 4) as u64;

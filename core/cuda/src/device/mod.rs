@@ -14,6 +14,8 @@ mod engine;
 mod graphs;
 mod kernels;
 mod launch_list;
+mod lt;
+mod lt_epilogue;
 pub mod pool;
 mod profile;
 mod program;
@@ -24,7 +26,7 @@ pub use engine::EngineInfo;
 pub use profile::CallTiming;
 pub use program::CudaProgram;
 
-use blas::Gemm;
+use blas::{Gemm, GemmEpilogue};
 use engine::Engine;
 use kernels::Kernels;
 use kiln_codegen::Caps;
@@ -37,6 +39,7 @@ use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, PoolStats, Realized};
 use kiln_ir::shape::{Layout, numel};
 use kiln_sched::schedule::{Item, Schedule, slot_of};
 use kiln_sched::walk::{HostInputs, Scheduler};
+use lt_epilogue::lt_epilogue;
 use pool::{CudaBuffer, Pool};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -191,8 +194,11 @@ impl CudaDevice {
         for k in scheduler.finish().items {
             let mut item = &k.item;
             let pass;
-            if let Some(gemm) = self.gemm_plan(item) {
+            if let Some((gemm, _)) = self.gemm_plan(item) {
                 planned.push(PlannedLaunch { name: gemm.name().into(), nodes: k.covers.clone() });
+                if gemm.epilogue != GemmEpilogue::None {
+                    continue;
+                }
                 // Names only: the item's own output stands in for the product.
                 let Some(p) = item.epilogue_pass(item.writes()[0].clone()) else { continue };
                 pass = p;
@@ -270,16 +276,36 @@ impl CudaDevice {
     /// `item`'s product as one cuBLAS call where cuBLAS runs it: an f32,
     /// f16 or bf16 product, cuBLAS found, no kiln matmul config pinned by a
     /// test, and operands that lie as cuBLAS reads them (`blas::plan`). An
-    /// epilogue then runs as a pass of its own ([`Item::epilogue_pass`]):
-    /// one more read and write of the output, against a product in cuBLAS
-    /// rather than in kiln's kernel.
-    fn gemm_plan(&self, item: &Item) -> Option<Gemm> {
-        let Item::Matmul { a, b, operands, shape, .. } = item else { return None };
+    /// epilogue runs inside the call where cuBLASLt runs it (one f32
+    /// product; [`lt_epilogue`]), with the buffer its bias reads; any other
+    /// runs as a pass of its own ([`Item::epilogue_pass`]): one more read
+    /// and write of the output, against a product in cuBLAS rather than in
+    /// kiln's kernel.
+    fn gemm_plan(&self, item: &Item) -> Option<(Gemm, Option<Arc<dyn DeviceBuffer>>)> {
+        let Item::Matmul { a, b, operands, shape, epilogue, args, .. } = item else { return None };
         if !self.engine.has_blas() || self.matmul.lock().unwrap().is_some() {
             return None;
         }
         let tf32 = self.tf32.load(Ordering::Relaxed);
-        blas::plan(a, b, shape, *operands).map(|g| Gemm { tf32, ..g })
+        let gemm = Gemm { tf32, ..blas::plan(a, b, shape, *operands)? };
+        // cuBLASLt's algorithms assume 256-byte aligned operands (as the
+        // pool's buffers are at their start).
+        let aligned = |offset: u64| offset.is_multiple_of(LT_ALIGNMENT);
+        let fused = epilogue
+            .as_ref()
+            .filter(|_| self.engine.has_blas_lt() && gemm.batch == 1 && *operands == DType::F32)
+            .filter(|_| [gemm.a, gemm.b, gemm.c].into_iter().all(aligned))
+            .and_then(|sig| lt_epilogue(sig, &args.layouts, shape));
+        match fused {
+            None => Some((gemm, None)),
+            Some((epilogue, None)) => Some((Gemm { epilogue, ..gemm }, None)),
+            Some((epilogue, Some(leaf))) => match 4 * args.layouts[leaf].offset as u64 {
+                offset if aligned(offset) => {
+                    Some((Gemm { epilogue, bias: offset, ..gemm }, Some(epilogue_buffer(item, leaf)?)))
+                }
+                _ => Some((gemm, None)),
+            },
+        }
     }
 
     /// Enqueue `schedule` and store its results in their nodes; the
@@ -297,6 +323,15 @@ fn store(results: Vec<(Node, DeviceArray)>, slots: &[Arc<dyn DeviceBuffer>]) {
     for (node, array) in results {
         node.set_realized(Realized::Gpu(DeviceArray { buffer: resolved(slots, &array.buffer), ..array }));
     }
+}
+
+/// The alignment cuBLASLt's algorithms assume by default, in bytes.
+const LT_ALIGNMENT: u64 = 256;
+
+/// The buffer a matmul item's epilogue leaf `leaf` reads.
+fn epilogue_buffer(item: &Item, leaf: usize) -> Option<Arc<dyn DeviceBuffer>> {
+    let Item::Matmul { epilogue: Some(sig), args, .. } = item else { return None };
+    args.buffers.get(sig.leaves.get(leaf)?.buffer?).cloned()
 }
 
 /// `b`, or the buffer its slot was given.
