@@ -92,13 +92,17 @@ fn batch_stride(dims: &[usize], strides: &[isize]) -> Option<usize> {
 /// ([`Gemm::located`] adds the buffers'); `None` where cuBLAS cannot read
 /// the operands as they lie (or there is nothing to do).
 pub fn plan(a: &Layout, b: &Layout, shape: &[usize], operands: DType) -> Option<Gemm> {
+    let folded = fold_batch_into_rows(a, b, shape).and_then(|(a, b, shape)| plan_as_laid(&a, &b, &shape, operands));
+    folded.or_else(|| plan_as_laid(a, b, shape, operands))
+}
+
+/// [`plan`] for the layouts as given.
+fn plan_as_laid(a: &Layout, b: &Layout, shape: &[usize], operands: DType) -> Option<Gemm> {
     let size = match operands {
         DType::F32 => 4,
         DType::F16 | DType::BF16 => 2,
         _ => return None,
     };
-    let folded = fold_batch_into_rows(a, b, shape);
-    let (a, b, shape) = folded.as_ref().map_or((a, b, shape), |(a, b, shape)| (a, b, &shape[..]));
     let rank = shape.len();
     let (m, n, k) = (a.shape[rank - 2], b.shape[rank - 1], a.shape[rank - 1]);
     let batch_dims = &shape[..rank - 2];

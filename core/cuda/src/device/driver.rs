@@ -82,7 +82,7 @@ impl DriverEngine {
             None
         };
         let blas_workspace = blas.as_ref().map(|b| blas_workspace(&stream, b)).transpose()?;
-        let lt = if blas.is_some() { Lt::open()? } else { None };
+        let lt = blas.as_ref().and(Lt::open());
         Ok(DriverEngine {
             stream,
             blas,
@@ -436,8 +436,11 @@ impl Engine for DriverEngine {
         self.blas.is_some()
     }
 
-    fn has_blas_lt(&self) -> bool {
-        self.lt.is_some() && self.blas_workspace.is_some()
+    fn blas_lt_runs(&self, g: &Gemm) -> bool {
+        match (&self.lt, &self.blas_workspace) {
+            (Some(lt), Some(_)) => lt.runs(g, BLAS_WORKSPACE_BYTES),
+            _ => false,
+        }
     }
 
     unsafe fn gemm(&self, g: &Gemm) -> Result<()> {

@@ -120,7 +120,7 @@ impl Engine for HostEngine {
         true
     }
 
-    fn has_blas_lt(&self) -> bool {
+    fn blas_lt_runs(&self, _: &Gemm) -> bool {
         true
     }
 

@@ -129,8 +129,9 @@ pub trait Engine: Send + Sync {
     fn synchronize(&self) -> Result<()>;
     /// Whether [`Engine::gemm`] runs (cuBLAS was found).
     fn has_blas(&self) -> bool;
-    /// Whether [`Engine::gemm`] runs epilogues (cuBLASLt was found).
-    fn has_blas_lt(&self) -> bool;
+    /// Whether [`Engine::gemm`] runs `g` with its epilogue: cuBLASLt was
+    /// found and has an algorithm for it.
+    fn blas_lt_runs(&self, g: &Gemm) -> bool;
     /// Enqueue a cuBLAS sgemm (through cuBLASLt, with its epilogue).
     ///
     /// # Safety

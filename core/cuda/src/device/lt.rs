@@ -1,8 +1,10 @@
 //! cuBLASLt on the driver engine: an f32 product with its epilogue (a
 //! bias, ReLU, GELU) run inside the call, so no pass over the output
 //! follows. Each product's shape gets its descriptors and algorithm once
-//! (cuBLASLt's heuristic, for kiln's workspace), kept for later calls; a
-//! call then only sets the bias's address.
+//! (cuBLASLt's heuristic, for kiln's workspace), when the schedule asks
+//! whether cuBLASLt runs it ([`Lt::runs`]; a shape it has no algorithm for
+//! keeps cuBLAS and the pass), kept for later calls; a call then only sets
+//! the bias's address.
 
 use super::blas::{Gemm, GemmEpilogue};
 use cudarc::cublas::sys::cublasOperation_t;
@@ -31,6 +33,23 @@ struct Shape {
     tf32: bool,
 }
 
+impl Shape {
+    fn of(g: &Gemm) -> Shape {
+        Shape {
+            trans_a: g.trans_a,
+            trans_b: g.trans_b,
+            m: g.m,
+            n: g.n,
+            k: g.k,
+            lda: g.lda,
+            ldb: g.ldb,
+            ldc: g.ldc,
+            epilogue: g.epilogue,
+            tf32: g.tf32,
+        }
+    }
+}
+
 /// A shape's descriptors and the algorithm chosen for it.
 struct Plan {
     desc: sys::cublasLtMatmulDesc_t,
@@ -48,18 +67,21 @@ impl Drop for Plan {
         // nothing to undo.
         unsafe {
             let _ = result::destroy_matmul_desc(self.desc);
-            for layout in self.layouts {
+            for layout in self.layouts.into_iter().filter(|l| !l.is_null()) {
                 let _ = result::destroy_matrix_layout(layout);
             }
         }
     }
 }
 
-/// cuBLASLt's handle and the plans made so far.
+/// cuBLASLt's handle and the plans made so far (`None`: no algorithm).
 pub struct Lt {
     handle: sys::cublasLtHandle_t,
-    plans: Mutex<HashMap<Shape, Plan>>,
+    plans: Mutex<HashMap<Shape, Option<Plan>>>,
 }
+
+/// The alignment cuBLASLt's algorithms assume by default, in bytes.
+pub const LT_ALIGNMENT: u64 = 256;
 
 // SAFETY: a cuBLASLt handle may be used from any thread; the engine's
 // calls are serialized by the device's enqueue order.
@@ -68,22 +90,41 @@ unsafe impl Sync for Lt {}
 
 impl Drop for Lt {
     fn drop(&mut self) {
-        self.plans.get_mut().unwrap().clear();
+        self.plans.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
         // SAFETY: created in `open`, destroyed once.
         let _ = unsafe { result::destroy_handle(self.handle) };
     }
 }
 
 impl Lt {
-    /// cuBLASLt, where its library is found.
-    pub fn open() -> Result<Option<Lt>> {
+    /// cuBLASLt, where its library is found and opens (else epilogues run
+    /// as passes of their own, as the warning says).
+    pub fn open() -> Option<Lt> {
         // SAFETY: only tries to dlopen the library's candidate names.
         if !unsafe { sys::is_culib_present() } {
-            log::warn!("cuBLASLt (libcublasLt.so.13) not found: matmul epilogues run as passes of their own");
-            return Ok(None);
+            log::warn!("cuBLASLt (libcublasLt) not found: matmul epilogues run as passes of their own");
+            return None;
         }
-        let handle = result::create_handle().map_err(lt_error("handle"))?;
-        Ok(Some(Lt { handle, plans: Mutex::default() }))
+        match result::create_handle() {
+            Ok(handle) => Some(Lt { handle, plans: Mutex::default() }),
+            Err(e) => {
+                log::warn!("cuBLASLt did not open ({e}): matmul epilogues run as passes of their own");
+                None
+            }
+        }
+    }
+
+    /// Whether cuBLASLt has an algorithm for `g`'s shape within `workspace`
+    /// bytes (asked once per shape).
+    pub fn runs(&self, g: &Gemm, workspace: usize) -> bool {
+        let shape = Shape::of(g);
+        let mut plans = self.plans.lock().unwrap();
+        let plan = plans.entry(shape).or_insert_with(|| {
+            self.plan(&shape, workspace)
+                .inspect_err(|e| log::warn!("{} for {shape:?}: a pass of its own instead ({e})", g.name()))
+                .ok()
+        });
+        plan.is_some()
     }
 
     /// Enqueue `g` (an f32 product with an epilogue) on `stream`, with
@@ -93,22 +134,17 @@ impl Lt {
     /// The addresses must hold every element `g` reads and writes; the
     /// workspace must be the stream's alone.
     pub unsafe fn gemm(&self, g: &Gemm, stream: sys::cudaStream_t, workspace: (u64, usize)) -> Result<()> {
-        let shape = Shape {
-            trans_a: g.trans_a,
-            trans_b: g.trans_b,
-            m: g.m,
-            n: g.n,
-            k: g.k,
-            lda: g.lda,
-            ldb: g.ldb,
-            ldc: g.ldc,
-            epilogue: g.epilogue,
-            tf32: g.tf32,
-        };
+        let refuse = |why: &str| Err(KilnError::Gpu(format!("{}: {why}", g.name())));
+        if g.batch != 1 {
+            return refuse("cuBLASLt is planned for one product, not a batch");
+        }
+        let addresses = [g.a, g.b, g.c, if g.bias == 0 { LT_ALIGNMENT } else { g.bias }];
+        if !addresses.iter().all(|a| a.is_multiple_of(LT_ALIGNMENT)) {
+            return refuse("an operand is not 256-byte aligned");
+        }
         let mut plans = self.plans.lock().unwrap();
-        let plan = match plans.entry(shape) {
-            std::collections::hash_map::Entry::Occupied(plan) => plan.into_mut(),
-            std::collections::hash_map::Entry::Vacant(slot) => slot.insert(self.plan(&shape, workspace.1)?),
+        let Some(Some(plan)) = plans.get_mut(&Shape::of(g)) else {
+            return refuse("cuBLASLt has no algorithm for this shape (it was not asked first)");
         };
         if matches!(g.epilogue, GemmEpilogue::Bias | GemmEpilogue::BiasRelu | GemmEpilogue::BiasGelu) {
             let bias = g.bias;

@@ -39,6 +39,7 @@ use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, PoolStats, Realized};
 use kiln_ir::shape::{Layout, numel};
 use kiln_sched::schedule::{Item, Schedule, slot_of};
 use kiln_sched::walk::{HostInputs, Scheduler};
+use lt::LT_ALIGNMENT;
 use lt_epilogue::lt_epilogue;
 use pool::{CudaBuffer, Pool};
 use std::any::Any;
@@ -293,19 +294,19 @@ impl CudaDevice {
         let aligned = |offset: u64| offset.is_multiple_of(LT_ALIGNMENT);
         let fused = epilogue
             .as_ref()
-            .filter(|_| self.engine.has_blas_lt() && gemm.batch == 1 && *operands == DType::F32)
+            .filter(|_| gemm.batch == 1 && *operands == DType::F32)
             .filter(|_| [gemm.a, gemm.b, gemm.c].into_iter().all(aligned))
-            .and_then(|sig| lt_epilogue(sig, &args.layouts, shape));
-        match fused {
-            None => Some((gemm, None)),
-            Some((epilogue, None)) => Some((Gemm { epilogue, ..gemm }, None)),
-            Some((epilogue, Some(leaf))) => match 4 * args.layouts[leaf].offset as u64 {
-                offset if aligned(offset) => {
-                    Some((Gemm { epilogue, bias: offset, ..gemm }, Some(epilogue_buffer(item, leaf)?)))
+            .and_then(|sig| lt_epilogue(sig, &args.layouts, shape))
+            .and_then(|(epilogue, bias)| match bias {
+                None => Some((Gemm { epilogue, ..gemm }, None)),
+                Some(leaf) => {
+                    let offset = 4 * args.layouts[leaf].offset as u64;
+                    let buffer = epilogue_buffer(item, leaf).filter(|_| aligned(offset))?;
+                    Some((Gemm { epilogue, bias: offset, ..gemm }, Some(buffer)))
                 }
-                _ => Some((gemm, None)),
-            },
-        }
+            })
+            .filter(|(fused, _)| self.engine.blas_lt_runs(fused));
+        fused.or(Some((gemm, None)))
     }
 
     /// Enqueue `schedule` and store its results in their nodes; the
@@ -324,9 +325,6 @@ fn store(results: Vec<(Node, DeviceArray)>, slots: &[Arc<dyn DeviceBuffer>]) {
         node.set_realized(Realized::Gpu(DeviceArray { buffer: resolved(slots, &array.buffer), ..array }));
     }
 }
-
-/// The alignment cuBLASLt's algorithms assume by default, in bytes.
-const LT_ALIGNMENT: u64 = 256;
 
 /// The buffer a matmul item's epilogue leaf `leaf` reads.
 fn epilogue_buffer(item: &Item, leaf: usize) -> Option<Arc<dyn DeviceBuffer>> {
