@@ -5,6 +5,17 @@
 use kiln::prelude::*;
 use kiln_conformance::cuda_kernels::cuda_tools;
 
+/// The CUDA runtimes to check: the host engine, and the GPU where there
+/// is one (`scripts/device-check` runs these tests there).
+fn cuda_runtimes() -> Vec<(&'static str, Device)> {
+    let mut runtimes = vec![("the host engine", Device::cuda_on_host())];
+    match Device::cuda() {
+        Ok(gpu) => runtimes.push(("the GPU", gpu)),
+        Err(e) => eprintln!("skipped: CUDA GPU: {e}"),
+    }
+    runtimes
+}
+
 /// Without a driver (these CI machines) `Device::cuda` is an error naming
 /// what is missing and how to get it; with a GPU it is a CUDA device that
 /// says which GPU, driver and NVRTC it has. Asking for it by selector is
@@ -79,7 +90,13 @@ fn compiled_ptx_is_kept_on_disk() {
 /// kiln config go to kiln's kernels; each matches the reference.
 #[test]
 fn raw_matmuls_run_through_cublas_and_match_the_reference() {
-    let (cpu, dev) = (Device::cpu(), Device::cuda_on_host());
+    for (label, dev) in cuda_runtimes() {
+        raw_matmuls_on(label, &dev);
+    }
+}
+
+fn raw_matmuls_on(label: &str, dev: &Device) {
+    let cpu = Device::cpu();
     let input =
         |d: &Device, shape: &[usize], seed: u64| kiln_conformance::cases::input(d, seed, shape, DType::F32, -1.0, 1.0);
     type Product = fn(&Tensor, &Tensor) -> kiln::Result<Tensor>;
@@ -141,25 +158,26 @@ fn raw_matmuls_run_through_cublas_and_match_the_reference() {
     ];
     for (what, sa, sb, product, kernels) in products {
         let on = |d: &Device| product(&input(d, sa, 1).unwrap(), &input(d, sb, 2).unwrap()).unwrap();
-        let (got, want) = (on(&dev), on(&cpu));
+        let (got, want) = (on(dev), on(&cpu));
         let planned = dev.plan_kernels(&[got.node().clone()]).unwrap();
         let names: Vec<&str> = planned.iter().map(|k| k.name.as_str()).collect();
         let expected = names.len() == kernels.len() && names.iter().zip(kernels).all(|(n, k)| n.starts_with(k));
-        assert!(expected, "{what}: {names:?}, expected {kernels:?}");
+        assert!(expected, "{label}: {what}: {names:?}, expected {kernels:?}");
         let tol = if got.dtype() == DType::F16 { kiln_conformance::Tol::F16 } else { kiln_conformance::Tol::F32 };
         let got = kiln::block_on(dev.read(got.node())).unwrap().data;
         let want = kiln::block_on(cpu.read(want.node())).unwrap().data;
         let outcome = kiln_conformance::compare(&got, &want, tol);
-        assert!(outcome.passed, "{what}: {:?}", outcome.failure);
+        assert!(outcome.passed, "{label}: {what}: {:?}", outcome.failure);
     }
     let default = kiln::core::codegen::matmul::MatmulConfig::default_for(&dev.info().caps());
     let odd = kiln::core::codegen::matmul::MatmulConfig { wx: 0, ..default };
     let e = dev.set_matmul_config(Some(odd)).unwrap_err().to_string();
     assert!(e.ends_with("is not a member of kiln's matmul family (MatmulConfig::CANDIDATES)"), "{e}");
     dev.set_matmul_config(Some(default)).unwrap();
-    let pinned = input(&dev, &[8, 8], 3).unwrap().matmul(&input(&dev, &[8, 8], 4).unwrap()).unwrap();
+    let pinned = input(dev, &[8, 8], 3).unwrap().matmul(&input(dev, &[8, 8], 4).unwrap()).unwrap();
     let planned = dev.plan_kernels(&[pinned.node().clone()]).unwrap();
-    assert!(planned.iter().all(|k| !k.name.starts_with("cublas")), "a pinned config: {planned:?}");
+    assert!(planned.iter().all(|k| !k.name.starts_with("cublas")), "{label}: a pinned config: {planned:?}");
+    dev.set_matmul_config(None).unwrap();
 }
 
 /// `kiln::jit` on the CUDA runtime: the first call captures, the next
@@ -167,9 +185,14 @@ fn raw_matmuls_run_through_cublas_and_match_the_reference() {
 /// equal the function run as traced.
 #[test]
 fn jit_replays_its_launch_list_on_the_cuda_runtime() {
-    let dev = Device::cuda_on_host();
+    for (label, dev) in cuda_runtimes() {
+        jit_replays_on(label, &dev);
+    }
+}
+
+fn jit_replays_on(label: &str, dev: &Device) {
     let input =
-        |shape: &[usize], seed| kiln_conformance::cases::input(&dev, seed, shape, DType::F32, -1.0, 1.0).unwrap();
+        |shape: &[usize], seed| kiln_conformance::cases::input(dev, seed, shape, DType::F32, -1.0, 1.0).unwrap();
     // A matmul with an epilogue (cuBLAS, then a pass), a raw one and a reduction.
     let f = |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1])?.relu()?.sum(&[-1], false)?, x[0].matmul(&x[1])?]);
     let step = kiln::jit(f);
@@ -188,7 +211,7 @@ fn jit_replays_its_launch_list_on_the_cuda_runtime() {
             let got = kiln::block_on(dev.read(got.node())).unwrap().data;
             let want = kiln::block_on(dev.read(want.node())).unwrap().data;
             let outcome = kiln_conformance::compare(&got, &want, kiln_conformance::Tol::F32);
-            assert!(outcome.passed, "call {seed}: {:?}", outcome.failure);
+            assert!(outcome.passed, "{label}: call {seed}: {:?}", outcome.failure);
         }
     }
     assert_eq!(step.captures(), 1);
@@ -202,9 +225,14 @@ fn jit_replays_its_launch_list_on_the_cuda_runtime() {
 /// buffer, then a copy). A replay over other addresses enqueues its calls.
 #[test]
 fn jit_replays_run_as_cuda_graphs_where_their_buffers_recur() {
-    let dev = Device::cuda_on_host();
+    for (label, dev) in cuda_runtimes() {
+        cuda_graphs_on(label, &dev);
+    }
+}
+
+fn cuda_graphs_on(label: &str, dev: &Device) {
     let input =
-        |shape: &[usize], seed| kiln_conformance::cases::input(&dev, seed, shape, DType::F32, -1.0, 1.0).unwrap();
+        |shape: &[usize], seed| kiln_conformance::cases::input(dev, seed, shape, DType::F32, -1.0, 1.0).unwrap();
     // The next state, and a loss-like sum that the loop keeps.
     let f = |x: &[Tensor]| {
         let next = x[0].matmul(&x[1])?.tanh()?.add(&x[0])?;
@@ -226,15 +254,15 @@ fn jit_replays_run_as_cuda_graphs_where_their_buffers_recur() {
     // From the third replay on, each output takes back the buffer it had
     // two replays before, so the replays alternate between two sets of
     // addresses: each set is seen once, then captured and replayed.
-    assert!(graphs >= 3, "7 replays over recurring buffers launched {graphs} graphs");
+    assert!(graphs >= 3, "{label}: 7 replays over recurring buffers launched {graphs} graphs");
     let mut traced = input(&[4, 8], 2);
     for (call, (got, sum)) in states.iter().zip(&sums).enumerate() {
         let mut out = f(&[traced, w.clone()]).unwrap();
         traced = out.remove(1);
         let outcome = kiln_conformance::compare(got, &read(&traced), kiln_conformance::Tol::F32);
-        assert!(outcome.passed, "step {call}: {:?}", outcome.failure);
+        assert!(outcome.passed, "{label}: step {call}: {:?}", outcome.failure);
         let outcome = kiln_conformance::compare(&read(sum), &read(&out[0]), kiln_conformance::Tol::F32);
-        assert!(outcome.passed, "step {call}'s sum, kept: {:?}", outcome.failure);
+        assert!(outcome.passed, "{label}: step {call}'s sum, kept: {:?}", outcome.failure);
     }
     // Every output kept: fresh addresses each call, no graph.
     let mut kept = Vec::new();
@@ -242,10 +270,11 @@ fn jit_replays_run_as_cuda_graphs_where_their_buffers_recur() {
         let x = input(&[4, 8], 10 + seed);
         let got = kiln::block_on(step.call(&[x.clone(), w.clone()])).unwrap().remove(1);
         let want = f(&[x.clone(), w.clone()]).unwrap().remove(1);
-        assert!(kiln_conformance::compare(&read(&got), &read(&want), kiln_conformance::Tol::F32).passed);
+        let outcome = kiln_conformance::compare(&read(&got), &read(&want), kiln_conformance::Tol::F32);
+        assert!(outcome.passed, "{label}: {:?}", outcome.failure);
         kept.extend([x, got]);
     }
-    assert_eq!(dev.stats().graphs_launched, graphs, "fresh addresses each call");
+    assert_eq!(dev.stats().graphs_launched, graphs, "{label}: fresh addresses each call");
 }
 
 /// TF32 is an opt-in: off, cuBLAS's products are exact f32; on, operands
