@@ -4,7 +4,7 @@
 //! on disk ([`super::ptx_cache`]).
 
 use super::blas::{Gemm, GemmEpilogue};
-use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords, Stamp};
+use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords, Stamp, same_engine};
 use super::lt::Lt;
 use super::ptx_cache;
 use crate::nvrtc;
@@ -575,9 +575,7 @@ struct DriverStamp(CudaEvent);
 
 impl Stamp for DriverStamp {
     fn nanos_since(&self, earlier: &dyn Stamp) -> Result<f64> {
-        let earlier: &DriverStamp = (earlier as &dyn std::any::Any)
-            .downcast_ref()
-            .ok_or_else(|| KilnError::Gpu("a CUDA event compared with another engine's stamp".into()))?;
+        let earlier: &DriverStamp = same_engine(earlier)?;
         let millis = earlier.0.elapsed_ms(&self.0).map_err(driver_error("kernel timing"))?;
         Ok(f64::from(millis) * 1e6)
     }

@@ -4,7 +4,7 @@
 //! host's tools.
 
 use super::blas::{Gemm, host_gemm};
-use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords, Stamp};
+use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords, Stamp, same_engine};
 use crate::host::HostLibraries;
 use kiln_codegen::cuda::CudaKernel;
 use kiln_ir::error::{KilnError, Result};
@@ -141,9 +141,7 @@ struct HostStamp(Instant);
 
 impl Stamp for HostStamp {
     fn nanos_since(&self, earlier: &dyn Stamp) -> Result<f64> {
-        let earlier: &HostStamp = (earlier as &dyn std::any::Any)
-            .downcast_ref()
-            .ok_or_else(|| KilnError::Gpu("a host stamp compared with another engine's".into()))?;
+        let earlier: &HostStamp = same_engine(earlier)?;
         Ok(self.0.saturating_duration_since(earlier.0).as_nanos() as f64)
     }
 }

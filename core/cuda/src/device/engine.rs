@@ -83,6 +83,13 @@ pub trait Stamp: std::any::Any + Send {
     fn nanos_since(&self, earlier: &dyn Stamp) -> Result<f64>;
 }
 
+/// `stamp` as the stamp type `S` of the engine comparing it.
+pub fn same_engine<S: Stamp>(stamp: &dyn Stamp) -> Result<&S> {
+    (stamp as &dyn std::any::Any)
+        .downcast_ref()
+        .ok_or_else(|| kiln_ir::error::KilnError::Gpu("a stamp compared with another engine's".into()))
+}
+
 /// Words on their way from device memory to the host.
 pub trait PendingWords: Send {
     /// The words once the copy has landed, `None` while it is in flight.
