@@ -7,6 +7,7 @@ use super::blas::{Gemm, GemmEpilogue};
 use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords, Stamp, same_engine};
 use super::lt::Lt;
 use super::ptx_cache;
+use super::waiter::{Signal, Waiter};
 use crate::nvrtc;
 use cudarc::cublas::{CudaBlas, result as blas, sys as blas_sys};
 use cudarc::driver::{
@@ -17,6 +18,7 @@ use kiln_codegen::cuda::{CudaKernel, batch, entry_of};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::Waker;
 
 fn driver_error(what: &str) -> impl Fn(result::DriverError) -> KilnError + '_ {
     move |e| KilnError::Gpu(format!("CUDA driver: {what}: {e}"))
@@ -46,6 +48,8 @@ pub struct DriverEngine {
     /// NVRTC's target: compute_{arch}.
     arch: u32,
     staging: Staging,
+    /// Wakes awaited reads (`None`: its thread did not start; reads poll).
+    waiter: Option<Arc<Waiter>>,
     /// Written while a graph is captured, read while memory is allocated
     /// and while the stream is waited for: another thread's allocation on
     /// the stream would join the graph, and a wait would end the capture.
@@ -83,6 +87,10 @@ impl DriverEngine {
         };
         let blas_workspace = blas.as_ref().map(|b| blas_workspace(&stream, b)).transpose()?;
         let lt = blas.as_ref().and(Lt::open());
+        let waiter = Waiter::start(ctx.clone())
+            .inspect_err(|e| log::warn!("CUDA: no thread to wait for reads ({e}): reads poll"))
+            .ok()
+            .map(Arc::new);
         Ok(DriverEngine {
             stream,
             blas,
@@ -91,6 +99,7 @@ impl DriverEngine {
             info,
             arch: (major * 10 + minor) as u32,
             staging: Staging::default(),
+            waiter,
             capturing: RwLock::new(()),
         })
     }
@@ -187,7 +196,7 @@ struct StagingState {
     kept: Vec<Pinned>,
     /// Buffers of reads dropped while their copy was in flight, each with
     /// the event behind its copy: kept once that has passed.
-    abandoned: Vec<(CudaEvent, Pinned)>,
+    abandoned: Vec<(Arc<CudaEvent>, Pinned)>,
 }
 
 impl Staging {
@@ -215,7 +224,7 @@ impl Staging {
     }
 
     /// `buffer`, which the copy behind `done` may still be writing.
-    fn abandon(&self, done: CudaEvent, buffer: Pinned) {
+    fn abandon(&self, done: Arc<CudaEvent>, buffer: Pinned) {
         self.0.lock().unwrap().abandoned.push((done, buffer));
     }
 }
@@ -256,18 +265,31 @@ impl Drop for StagingState {
     }
 }
 
-/// A readback in flight: the event behind the copy and its staging buffer.
+/// A readback in flight: the event behind the copy and its staging
+/// buffer, and the waiting thread that wakes its poller.
 struct DriverCopy {
-    copy: Option<(CudaEvent, Pinned)>,
+    copy: Option<(Arc<CudaEvent>, Pinned)>,
     words: usize,
     kept: Staging,
+    waiter: Option<Arc<Waiter>>,
+    signal: Arc<Signal>,
+    watched: bool,
 }
 
 impl PendingWords for DriverCopy {
-    fn poll(&mut self) -> Result<Option<Vec<u32>>> {
+    fn poll(&mut self, waker: &Waker) -> Result<Option<Vec<u32>>> {
         let (done, staging) =
             self.copy.as_ref().ok_or_else(|| KilnError::Readback("a readback polled again".into()))?;
         if !done.try_is_complete().map_err(driver_error("readback"))? {
+            self.signal.wake_later(waker);
+            if !self.watched {
+                self.watched = self.waiter.as_ref().is_some_and(|w| w.watch(done.clone(), self.signal.clone()));
+            }
+            // Without a waiting thread, or once it is done with the event
+            // (maybe between the query and now), poll again.
+            if !self.watched || self.signal.passed() {
+                waker.wake_by_ref();
+            }
             return Ok(None);
         }
         // SAFETY: the event behind the copy has passed.
@@ -404,7 +426,14 @@ impl Engine for DriverEngine {
                 return Err(driver_error("readback event")(e));
             }
         };
-        Ok(Box::new(DriverCopy { copy: Some((done, staging)), words, kept: self.staging.clone() }))
+        Ok(Box::new(DriverCopy {
+            copy: Some((Arc::new(done), staging)),
+            words,
+            kept: self.staging.clone(),
+            waiter: self.waiter.clone(),
+            signal: Arc::default(),
+            watched: false,
+        }))
     }
 
     fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>> {

@@ -8,6 +8,7 @@ use super::kernels::Loaded;
 use kiln_codegen::cuda::CudaKernel;
 use kiln_ir::error::Result;
 use std::sync::Arc;
+use std::task::Waker;
 
 /// An allocation, by the address kernels see it at.
 pub trait Memory: std::any::Any + Send + Sync + std::fmt::Debug {
@@ -92,16 +93,17 @@ pub fn same_engine<S: Stamp>(stamp: &dyn Stamp) -> Result<&S> {
 
 /// Words on their way from device memory to the host.
 pub trait PendingWords: Send {
-    /// The words once the copy has landed, `None` while it is in flight.
-    /// Called until it gives them, not after.
-    fn poll(&mut self) -> Result<Option<Vec<u32>>>;
+    /// The words once the copy has landed, `None` while it is in flight
+    /// (then `waker` is woken when it is worth polling again). Called until
+    /// it gives them, not after.
+    fn poll(&mut self, waker: &Waker) -> Result<Option<Vec<u32>>>;
 }
 
 /// A copy that landed as it was enqueued (the host engine's).
 pub struct Landed(pub Option<Vec<u32>>);
 
 impl PendingWords for Landed {
-    fn poll(&mut self) -> Result<Option<Vec<u32>>> {
+    fn poll(&mut self, _: &Waker) -> Result<Option<Vec<u32>>> {
         Ok(self.0.take())
     }
 }

@@ -3,7 +3,8 @@
 //! (`kiln_codegen::launch::bind`, as wgpu does), compiles the kernels it
 //! has not seen as one module, writes every launch's meta block with one
 //! copy and enqueues the launches in order. A read copies into page-locked
-//! memory behind the launches and awaits that copy, not the whole device,
+//! memory behind the launches and awaits that copy (woken by the engine's
+//! waiting thread), not the whole device,
 //! so other work (another device's) goes on meanwhile.
 //! The engine under it is the driver, or the host ([`CudaDevice::on_host`]).
 
@@ -20,6 +21,7 @@ pub mod pool;
 mod profile;
 mod program;
 pub mod ptx_cache;
+mod waiter;
 
 pub use driver::available as driver_available;
 pub use engine::EngineInfo;
@@ -227,14 +229,9 @@ impl CudaDevice {
                 let _order = self.enqueue_lock.lock().unwrap();
                 self.engine.read(buffer.memory(), value.first_word * 4, value.words as usize)?
             };
-            let words = std::future::poll_fn(|cx| match copy.poll() {
-                Ok(None) => {
-                    // The driver has no completion callback here: poll
-                    // again, letting other threads run in between.
-                    std::thread::yield_now();
-                    cx.waker().wake_by_ref();
-                    std::task::Poll::Pending
-                }
+            // Pending until the engine wakes the task: the copy landed.
+            let words = std::future::poll_fn(|cx| match copy.poll(cx.waker()) {
+                Ok(None) => std::task::Poll::Pending,
                 done => std::task::Poll::Ready(done.map(|w| w.unwrap_or_default())),
             })
             .await?;
