@@ -97,9 +97,13 @@ impl Drop for Lt {
 }
 
 impl Lt {
-    /// cuBLASLt, where its library is found and opens (else epilogues run
-    /// as passes of their own, as the warning says).
+    /// cuBLASLt, where its library is found and opens and env
+    /// `KILN_CUBLASLT` is not `0` (else epilogues run as passes of their
+    /// own, as the warning says).
     pub fn open() -> Option<Lt> {
+        if std::env::var("KILN_CUBLASLT").is_ok_and(|v| v == "0") {
+            return None;
+        }
         // SAFETY: only tries to dlopen the library's candidate names.
         if !unsafe { sys::is_culib_present() } {
             log::warn!("cuBLASLt (libcublasLt) not found: matmul epilogues run as passes of their own");
