@@ -203,11 +203,12 @@ impl Staging {
     /// The smallest kept buffer of at least `words`, or a new one (of its
     /// own size past [`STAGING_KEPT_MAX_BYTES`]).
     fn take(&self, ctx: &Arc<CudaContext>, words: usize) -> Result<Pinned> {
-        if words * 4 > STAGING_KEPT_MAX_BYTES {
-            return Pinned::new(ctx, words);
-        }
         let mut state = self.0.lock().unwrap();
         state.reclaim();
+        if words * 4 > STAGING_KEPT_MAX_BYTES {
+            drop(state);
+            return Pinned::new(ctx, words);
+        }
         let kept = &mut state.kept;
         let fit =
             kept.iter().enumerate().filter(|(_, b)| b.len() >= words).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
@@ -256,9 +257,11 @@ impl StagingState {
 impl Drop for StagingState {
     fn drop(&mut self) {
         // The engine is going: wait for abandoned copies before freeing
-        // their buffers; one whose wait fails is leaked, not freed.
+        // their buffers; one whose wait fails is leaked, not freed. Raw:
+        // cudarc's wait fails on any error another call left recorded.
         for (done, buffer) in self.abandoned.drain(..) {
-            if done.synchronize().is_err() {
+            // SAFETY: a live event.
+            if unsafe { result::event::synchronize(done.cu_event()) }.is_err() {
                 std::mem::forget(buffer);
             }
         }
@@ -271,8 +274,8 @@ struct DriverCopy {
     copy: Option<(Arc<CudaEvent>, Pinned)>,
     words: usize,
     kept: Staging,
-    waiter: Option<Arc<Waiter>>,
     signal: Arc<Signal>,
+    /// The engine's waiting thread wakes the poller (else it polls).
     watched: bool,
 }
 
@@ -281,13 +284,11 @@ impl PendingWords for DriverCopy {
         let (done, staging) =
             self.copy.as_ref().ok_or_else(|| KilnError::Readback("a readback polled again".into()))?;
         if !done.try_is_complete().map_err(driver_error("readback"))? {
-            self.signal.wake_later(waker);
-            if !self.watched {
-                self.watched = self.waiter.as_ref().is_some_and(|w| w.watch(done.clone(), self.signal.clone()));
-            }
+            self.signal.wake_later(Some(waker));
             // Without a waiting thread, or once it is done with the event
             // (maybe between the query and now), poll again.
             if !self.watched || self.signal.passed() {
+                std::thread::yield_now();
                 waker.wake_by_ref();
             }
             return Ok(None);
@@ -300,7 +301,8 @@ impl PendingWords for DriverCopy {
 impl Drop for DriverCopy {
     fn drop(&mut self) {
         // Never waits: a read dropped unawaited leaves its buffer to be
-        // kept once its copy has landed.
+        // kept once its copy has landed (and its task is not woken).
+        self.signal.wake_later(None);
         if let Some((done, staging)) = self.copy.take() {
             match done.try_is_complete() {
                 Ok(true) => self.kept.give_back(staging),
@@ -416,7 +418,8 @@ impl Engine for DriverEngine {
             result::memcpy_dtoh_async(staging.words_mut(words), from.address() + offset, self.stream.cu_stream())
         }
         .map_err(driver_error("readback"))?;
-        let done = match self.stream.record_event(None) {
+        // Blocking sync: the waiting thread sleeps rather than spins.
+        let done = match self.stream.record_event(Some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC)) {
             Ok(done) => done,
             Err(e) => {
                 // The copy is enqueued: its buffer must outlive it.
@@ -426,14 +429,9 @@ impl Engine for DriverEngine {
                 return Err(driver_error("readback event")(e));
             }
         };
-        Ok(Box::new(DriverCopy {
-            copy: Some((Arc::new(done), staging)),
-            words,
-            kept: self.staging.clone(),
-            waiter: self.waiter.clone(),
-            signal: Arc::default(),
-            watched: false,
-        }))
+        let (done, signal) = (Arc::new(done), Arc::<Signal>::default());
+        let watched = self.waiter.as_ref().is_some_and(|w| w.watch(done.clone(), signal.clone()));
+        Ok(Box::new(DriverCopy { copy: Some((done, staging)), words, kept: self.staging.clone(), signal, watched }))
     }
 
     fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>> {
