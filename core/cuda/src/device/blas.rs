@@ -11,7 +11,7 @@ use kiln_ir::shape::Layout;
 /// One strided batched cuBLAS product (column-major; addresses in bytes):
 /// `cublasSgemmStridedBatched` for f32 operands, `cublasGemmStridedBatchedEx`
 /// for f16 ones (accumulating and writing f32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Gemm {
     /// f32, f16 or bf16: A's and B's dtype (C is f32).
     pub operands: DType,

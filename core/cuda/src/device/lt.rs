@@ -18,36 +18,10 @@ fn lt_error(what: &'static str) -> impl Fn(result::CublasError) -> KilnError {
     move |e| KilnError::Gpu(format!("cuBLASLt: {what}: {e}"))
 }
 
-/// A product's shape as cuBLASLt plans it (everything but the addresses).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Shape {
-    trans_a: bool,
-    trans_b: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    lda: usize,
-    ldb: usize,
-    ldc: usize,
-    epilogue: GemmEpilogue,
-    tf32: bool,
-}
-
-impl Shape {
-    fn of(g: &Gemm) -> Shape {
-        Shape {
-            trans_a: g.trans_a,
-            trans_b: g.trans_b,
-            m: g.m,
-            n: g.n,
-            k: g.k,
-            lda: g.lda,
-            ldb: g.ldb,
-            ldc: g.ldc,
-            epilogue: g.epilogue,
-            tf32: g.tf32,
-        }
-    }
+/// A product's shape as cuBLASLt plans it: its call with the addresses
+/// left out.
+fn shape_of(g: &Gemm) -> Gemm {
+    Gemm { a: 0, b: 0, c: 0, bias: 0, ..*g }
 }
 
 /// A shape's descriptors and the algorithm chosen for it.
@@ -77,7 +51,7 @@ impl Drop for Plan {
 /// cuBLASLt's handle and the plans made so far (`None`: no algorithm).
 pub struct Lt {
     handle: sys::cublasLtHandle_t,
-    plans: Mutex<HashMap<Shape, Option<Plan>>>,
+    plans: Mutex<HashMap<Gemm, Option<Plan>>>,
 }
 
 /// The alignment cuBLASLt's algorithms assume by default, in bytes.
@@ -121,7 +95,7 @@ impl Lt {
     /// Whether cuBLASLt has an algorithm for `g`'s shape within `workspace`
     /// bytes (asked once per shape).
     pub fn runs(&self, g: &Gemm, workspace: usize) -> bool {
-        let shape = Shape::of(g);
+        let shape = shape_of(g);
         let mut plans = self.plans.lock().unwrap();
         let plan = plans.entry(shape).or_insert_with(|| {
             self.plan(&shape, workspace)
@@ -147,7 +121,7 @@ impl Lt {
             return refuse("an operand is not 256-byte aligned");
         }
         let mut plans = self.plans.lock().unwrap();
-        let Some(Some(plan)) = plans.get_mut(&Shape::of(g)) else {
+        let Some(Some(plan)) = plans.get_mut(&shape_of(g)) else {
             return refuse("cuBLASLt has no algorithm for this shape (it was not asked first)");
         };
         if matches!(g.epilogue, GemmEpilogue::Bias | GemmEpilogue::BiasRelu | GemmEpilogue::BiasGelu) {
@@ -186,7 +160,7 @@ impl Lt {
 
     /// Descriptors for `shape` and cuBLASLt's best algorithm for them within
     /// `workspace` bytes.
-    fn plan(&self, shape: &Shape, workspace: usize) -> Result<Plan> {
+    fn plan(&self, shape: &Gemm, workspace: usize) -> Result<Plan> {
         let compute = match shape.tf32 {
             true => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
             false => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,

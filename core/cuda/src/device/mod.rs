@@ -293,13 +293,12 @@ impl CudaDevice {
             .as_ref()
             .filter(|_| gemm.batch == 1 && *operands == DType::F32)
             .filter(|_| [gemm.a, gemm.b, gemm.c].into_iter().all(aligned))
-            .and_then(|sig| lt_epilogue(sig, &args.layouts, shape))
-            .and_then(|(epilogue, bias)| match bias {
-                None => Some((Gemm { epilogue, ..gemm }, None)),
-                Some(leaf) => {
+            .and_then(|sig| match lt_epilogue(sig, &args.layouts, shape)? {
+                (epilogue, None) => Some((Gemm { epilogue, ..gemm }, None)),
+                (epilogue, Some(leaf)) => {
                     let offset = 4 * args.layouts[leaf].offset as u64;
-                    let buffer = epilogue_buffer(item, leaf).filter(|_| aligned(offset))?;
-                    Some((Gemm { epilogue, bias: offset, ..gemm }, Some(buffer)))
+                    let buffer = args.buffers.get(sig.leaves[leaf].buffer?).filter(|_| aligned(offset))?;
+                    Some((Gemm { epilogue, bias: offset, ..gemm }, Some(buffer.clone())))
                 }
             })
             .filter(|(fused, _)| self.engine.blas_lt_runs(fused));
@@ -321,12 +320,6 @@ fn store(results: Vec<(Node, DeviceArray)>, slots: &[Arc<dyn DeviceBuffer>]) {
     for (node, array) in results {
         node.set_realized(Realized::Gpu(DeviceArray { buffer: resolved(slots, &array.buffer), ..array }));
     }
-}
-
-/// The buffer a matmul item's epilogue leaf `leaf` reads.
-fn epilogue_buffer(item: &Item, leaf: usize) -> Option<Arc<dyn DeviceBuffer>> {
-    let Item::Matmul { epilogue: Some(sig), args, .. } = item else { return None };
-    args.buffers.get(sig.leaves.get(leaf)?.buffer?).cloned()
 }
 
 /// `b`, or the buffer its slot was given.
