@@ -9,5 +9,6 @@ pub mod attention;
 pub mod expr;
 pub mod lower;
 pub mod pointwise;
+pub mod postdom;
 pub mod schedule;
 pub mod walk;

@@ -6,7 +6,9 @@
 //!   result, or a view the leaves' layouts cannot express;
 //! - a value with several consumers whose recomputation would cost more
 //!   than [`RECOMPUTE_MAX`] ops (cheaper ones are recomputed by each
-//!   consumer: a load saved is worth more than a few ALU ops), or a shared
+//!   consumer: a load saved is worth more than a few ALU ops) and which
+//!   some consumer reads outside the kernel of the others ([`postdom`]),
+//!   or a shared
 //!   scalar reading several buffers (which would crowd each consumer's
 //!   bindings); a shared view of a matmul's epilogue materializes the
 //!   epilogue itself, and the views read its buffer.
@@ -26,6 +28,7 @@ use crate::expr::{
 };
 use crate::lower::{Args, Lowerer, Sig, meta_words};
 use crate::pointwise::Pointwise;
+use crate::postdom;
 use crate::schedule::{Item, KernelItem, Monoid, Schedule, Slot, SlotInfo, Target};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
@@ -86,6 +89,9 @@ pub struct Scheduler<'a> {
     /// nodes are not built, scores not materialized.
     unbuilt: HashSet<u64>,
     unsettled: HashSet<u64>,
+    /// Shared values whose readers all land in one kernel: never
+    /// materialized for their cost ([`postdom`]).
+    read_in_one_kernel: HashSet<u64>,
 }
 
 fn leaf(a: DeviceArray) -> Fused {
@@ -120,6 +126,7 @@ impl<'a> Scheduler<'a> {
             attention: HashMap::new(),
             unbuilt: HashSet::new(),
             unsettled: HashSet::new(),
+            read_in_one_kernel: HashSet::new(),
         }
     }
 
@@ -153,6 +160,7 @@ impl<'a> Scheduler<'a> {
                 *self.consumers.entry(i.id()).or_default() += 1;
             }
         }
+        self.read_in_one_kernel.extend(postdom::read_in_one_kernel(&order, roots, FUSED_OPS_MAX));
         for (matmul, pattern) in attention::find(&order, roots, &self.consumers) {
             self.unbuilt.extend(pattern.softmax.iter().map(Node::id));
             self.unsettled.insert(pattern.scores.id());
@@ -175,7 +183,9 @@ impl<'a> Scheduler<'a> {
     /// recompute too much of it.
     fn settle(&mut self, n: &Node, v: &Fused) -> Result<()> {
         let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
-        let materialize = !matmuls(v).is_empty() || cost(v) > RECOMPUTE_MAX || binds_much_for_a_scalar(v, n);
+        let costly =
+            cost(v) > RECOMPUTE_MAX && !(self.read_in_one_kernel.contains(&n.id()) && row_stages(v).is_empty());
+        let materialize = !matmuls(v).is_empty() || costly || binds_much_for_a_scalar(v, n);
         if shared && materialize && !self.materialize_view_source(n)? {
             self.array(n)?;
         }
