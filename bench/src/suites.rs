@@ -327,6 +327,17 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
             out(cx.memory(&bench, &[n], 6.0, |x| x.cast(dtype))?);
         }
     }
+    // Draws: 4 bytes written per element (the input only gives the shape).
+    // Each element hashes its counter through Threefry's 20 rounds.
+    for (bench, mean) in [("uniform 16M f32 draw", false), ("normal 16M f32 draw", true)] {
+        if cx.wants(bench) {
+            let key = Key::new(7);
+            out(cx.memory(bench, &[n], 4.0, |x| match mean {
+                false => kiln::random::uniform(x.device(), key, x.shape(), DType::F32, 0.0, 1.0),
+                true => kiln::random::normal(x.device(), key, x.shape(), DType::F32, 0.0, 1.0),
+            })?);
+        }
+    }
     if cx.wants("softmax [4096,1024]") {
         out(cx.memory("softmax [4096,1024]", &[4096, 1024], 8.0, |x| x.softmax(-1))?);
     }
