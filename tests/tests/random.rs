@@ -75,6 +75,26 @@ fn uniform_is_one_kernel_and_bit_identical_at_2_pow_24() {
 }
 
 #[test]
+fn draws_realized_together_split_where_one_kernel_cannot_hold_them() {
+    // Roots of one shape share a kernel while its bindings and meta block
+    // hold them: a one-kernel draw's params fill some 56 of the block's
+    // 128 words, so four (dropout masks of four layers) take several.
+    let keys = Key::new(11).split(4);
+    let shape = [3, 5, 7, 11];
+    let n: usize = shape.iter().product();
+    for (label, dev) in devices().into_iter().skip(1) {
+        let draws: Vec<Tensor> = keys.iter().map(|&k| random::random_bits(&dev, k, &shape).unwrap()).collect();
+        let before = dev.stats();
+        kiln::block_on(Tensor::realize_all(&draws.iter().collect::<Vec<_>>())).unwrap();
+        let kernels = dev.stats().kernels_launched - before.kernels_launched;
+        assert!((2..=4).contains(&kernels), "{label}: four draws in {kernels} kernels");
+        for (k, d) in keys.iter().zip(&draws) {
+            assert_eq!(u32s(d), k.random_bits_host(n), "{label}: a draw realized with others");
+        }
+    }
+}
+
+#[test]
 fn keys_split_and_fold_in() {
     let key = Key::new(0);
     assert_eq!(key.words(), [0, 0]);

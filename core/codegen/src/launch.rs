@@ -136,7 +136,10 @@ impl Launch {
     pub fn append_meta(&self, blocks: &mut Vec<u32>) -> Result<usize> {
         let meta = &self.meta.0;
         if meta.len() > META_WORDS {
-            return Err(KilnError::Gpu(format!("kernel parameters overflow the meta block ({} words)", meta.len())));
+            let (name, words) = (self.key.name(), meta.len());
+            return Err(KilnError::Gpu(format!(
+                "{name}: kernel parameters overflow the meta block ({words} words of {META_WORDS})"
+            )));
         }
         let slot = blocks.len() / META_WORDS;
         blocks.extend(meta);

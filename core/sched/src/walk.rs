@@ -699,10 +699,16 @@ impl<'a> Scheduler<'a> {
                 self.array(r)?;
                 continue;
             }
+            // One kernel for the group (as `elementwise` lowers it): its
+            // bindings and its meta block must hold them all.
             let fits = |g: &[Node], p: &Self| {
                 let vals: Vec<Fused> = g.iter().chain([r]).map(|n| p.vals[&n.id()].clone()).collect();
                 let buffers: HashSet<_> = vals.iter().flat_map(buffers_of).collect();
+                let rank = r.shape().len();
+                let mut low = Lowerer::new(rank, &[], None);
+                low.body(&vals.iter().collect::<Vec<_>>());
                 buffers.len() + vals.len() <= p.target.max_bindings()
+                    && meta_words(&low.sig) <= p.target.meta_room(rank)
             };
             match groups.iter_mut().find(|(s, g)| s == r.shape() && fits(g, self)) {
                 Some((_, g)) => g.push(r.clone()),
