@@ -17,7 +17,8 @@ use cudarc::driver::{
 use kiln_codegen::cuda::{CudaKernel, batch, entry_of};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
-use std::sync::{Arc, Mutex, RwLock};
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::task::Waker;
 
 fn driver_error(what: &str) -> impl Fn(result::DriverError) -> KilnError + '_ {
@@ -36,9 +37,23 @@ pub fn available() -> Result<()> {
     })
 }
 
+/// Written while any engine captures a graph; read around every call that
+/// may wait for the device or enter a stream from another thread: opening
+/// and closing an engine (a context's first stream, cuBLAS's handles),
+/// page-locked allocation and freeing, module loading and unloading,
+/// stream-ordered allocation and waits. A device-wide wait on any thread
+/// invalidates a capture even in thread-local mode, and an allocation on a
+/// capturing stream would join its graph.
+static CAPTURE: RwLock<()> = RwLock::new(());
+
+/// Held while a call that must stay out of captures runs.
+fn no_capture() -> RwLockReadGuard<'static, ()> {
+    CAPTURE.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 pub struct DriverEngine {
     stream: Arc<CudaStream>,
-    /// cuBLAS on the stream, where the library is found, and its
+    /// cuBLAS on the stream, where the library is found and opens, and its
     /// workspace (after it: freed once the handle is gone).
     blas: Option<CudaBlas>,
     /// cuBLASLt, for products with an epilogue (it shares the workspace).
@@ -50,10 +65,6 @@ pub struct DriverEngine {
     staging: Staging,
     /// Wakes awaited reads (`None`: its thread did not start; reads poll).
     waiter: Option<Arc<Waiter>>,
-    /// Written while a graph is captured, read while memory is allocated
-    /// and while the stream is waited for: another thread's allocation on
-    /// the stream would join the graph, and a wait would end the capture.
-    capturing: RwLock<()>,
 }
 
 impl DriverEngine {
@@ -61,16 +72,32 @@ impl DriverEngine {
     pub fn open(ordinal: usize) -> Result<DriverEngine> {
         available()?;
         nvrtc::available()?;
+        let _no_capture = no_capture();
         let no_gpu = |e: result::DriverError| KilnError::Unavailable {
             what: "a CUDA GPU",
             detail: format!("the driver loaded, but GPU {ordinal} did not open: {e}"),
         };
         let ctx = CudaContext::new(ordinal).map_err(no_gpu)?;
+        // SAFETY: kiln holds no `CudaSlice` (its memory is raw and stream
+        // ordered); tracking would make the first stream wait for the
+        // whole context.
+        unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx.compute_capability().map_err(driver_error("compute capability"))?;
         let name = ctx.name().map_err(driver_error("device name"))?;
         let mut version = 0;
         // SAFETY: writes one int.
         unsafe { sys::cuDriverGetVersion(&mut version) }.result().map_err(driver_error("driver version"))?;
+        if version < 13000 {
+            // NVRTC 13's PTX would not load, nor cuBLAS 13 open.
+            return Err(KilnError::Unavailable {
+                what: "a CUDA 13 driver",
+                detail: format!(
+                    "this driver supports CUDA {}.{}; install version 580 or newer",
+                    version / 1000,
+                    version % 1000 / 10
+                ),
+            });
+        }
         let info = EngineInfo {
             name,
             compute_capability: (major as u32, minor as u32),
@@ -80,7 +107,9 @@ impl DriverEngine {
         let stream = ctx.new_stream().map_err(driver_error("stream"))?;
         // SAFETY: only tries to dlopen the library's candidate names.
         let blas = if unsafe { blas_sys::is_culib_present() } {
-            Some(CudaBlas::new(stream.clone()).map_err(|e| KilnError::Gpu(format!("cuBLAS: {e}")))?)
+            CudaBlas::new(stream.clone())
+                .inspect_err(|e| log::warn!("cuBLAS did not open ({e}): matmuls run kiln's own kernels"))
+                .ok()
         } else {
             log::warn!("cuBLAS (libcublas.so.13) not found: matmuls run kiln's own kernels");
             None
@@ -100,12 +129,20 @@ impl DriverEngine {
             arch: (major * 10 + minor) as u32,
             staging: Staging::default(),
             waiter,
-            capturing: RwLock::new(()),
         })
     }
 
     fn bind(&self) -> Result<()> {
         self.stream.context().bind_to_thread().map_err(driver_error("binding the context"))
+    }
+}
+
+impl Drop for DriverEngine {
+    fn drop(&mut self) {
+        // Closing cuBLAS's handles waits for the whole device.
+        let _no_capture = no_capture();
+        self.lt.take();
+        self.blas.take();
     }
 }
 
@@ -138,7 +175,9 @@ const STAGING_KEPT_MAX_BYTES: usize = 64 << 20;
 /// Page-locked host memory a readback lands in, zeroed when allocated so
 /// that slices over it are of initialized words.
 struct Pinned {
-    memory: PinnedHostSlice<u32>,
+    /// Freed by `Drop`, out of any capture (freeing page-locked memory
+    /// waits for the device).
+    memory: ManuallyDrop<PinnedHostSlice<u32>>,
     /// Its start, taken once: cudarc's accessors wait on an event of its
     /// own and bind the context, which a copy behind kiln's event needs
     /// neither of (and a stale error from another call could fail).
@@ -151,9 +190,13 @@ unsafe impl Send for Pinned {}
 impl Pinned {
     fn new(ctx: &Arc<CudaContext>, words: usize) -> Result<Pinned> {
         let pinned = driver_error("page-locked staging memory");
-        // Not write-combined (cudarc's default): the host reads it.
-        // SAFETY: zeroed below before anything reads it.
-        let mut memory = unsafe { ctx.alloc_pinned_with_flags::<u32>(words, 0) }.map_err(&pinned)?;
+        let allocated = {
+            let _no_capture = no_capture();
+            // Not write-combined (cudarc's default): the host reads it.
+            // SAFETY: zeroed below before anything reads it.
+            unsafe { ctx.alloc_pinned_with_flags::<u32>(words, 0) }
+        };
+        let mut memory = ManuallyDrop::new(allocated.map_err(&pinned)?);
         // Its own event was never recorded: no wait.
         let at = memory.as_mut_ptr().map_err(&pinned)?;
         // SAFETY: `at` starts `words` words just allocated.
@@ -182,6 +225,14 @@ impl Pinned {
     fn words_mut(&mut self, n: usize) -> &mut [u32] {
         // SAFETY: in bounds and initialized; `&mut self` is the only access.
         unsafe { std::slice::from_raw_parts_mut(self.at, n.min(self.len())) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _no_capture = no_capture();
+        // SAFETY: dropped once, here.
+        unsafe { ManuallyDrop::drop(&mut self.memory) };
     }
 }
 
@@ -349,8 +400,20 @@ struct DriverModule {
     stream: Arc<CudaStream>,
 }
 
+impl Drop for DriverModule {
+    fn drop(&mut self) {
+        // Unloading a module may wait for the device.
+        let _no_capture = no_capture();
+        self.functions.clear();
+    }
+}
+
 impl Module for DriverModule {
     unsafe fn launch(&self, index: usize, pointers: &[u64], grid: [u32; 3], block: [u32; 3]) -> Result<()> {
+        if grid.contains(&0) {
+            // Nothing to compute (CUDA rejects an empty grid).
+            return Ok(());
+        }
         let mut globals = Globals([0; 32]);
         globals
             .0
@@ -376,11 +439,18 @@ impl Engine for DriverEngine {
     }
 
     fn alloc(&self, bytes: u64) -> Result<Box<dyn Memory>> {
-        let _no_capture = self.capturing.read().unwrap();
+        let _no_capture = no_capture();
         self.bind()?;
         // SAFETY: a fresh allocation on this engine's stream.
-        let address = unsafe { result::malloc_async(self.stream.cu_stream(), bytes.max(16) as usize) }
-            .map_err(|e| KilnError::OutOfMemory(format!("{bytes} bytes on {}: {e}", self.info.name)))?;
+        let address =
+            unsafe { result::malloc_async(self.stream.cu_stream(), bytes.max(16) as usize) }.map_err(|e| {
+                match e.0 {
+                    sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                        KilnError::OutOfMemory(format!("{bytes} bytes on {}: {e}", self.info.name))
+                    }
+                    _ => driver_error("allocating")(e),
+                }
+            })?;
         Ok(Box::new(DeviceMemory { address, stream: self.stream.clone() }))
     }
 
@@ -436,6 +506,7 @@ impl Engine for DriverEngine {
 
     fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>> {
         let ptx = ptx_cache::ptx(&batch(kernels), self.arch)?;
+        let _no_capture = no_capture();
         let module = self
             .stream
             .context()
@@ -448,8 +519,7 @@ impl Engine for DriverEngine {
     }
 
     fn synchronize(&self) -> Result<()> {
-        // Waiting on a stream that is being captured would end the capture.
-        let _no_capture = self.capturing.read().unwrap();
+        let _no_capture = no_capture();
         self.stream.synchronize().map_err(driver_error("synchronize"))
     }
 
@@ -465,7 +535,7 @@ impl Engine for DriverEngine {
 
     fn blas_lt_runs(&self, g: &Gemm) -> bool {
         match (&self.lt, &self.blas_workspace) {
-            (Some(lt), Some(_)) => lt.runs(g, BLAS_WORKSPACE_BYTES),
+            (Some(lt), Some(_)) => self.bind().is_ok() && lt.runs(g, BLAS_WORKSPACE_BYTES),
             _ => false,
         }
     }
@@ -561,7 +631,7 @@ impl Engine for DriverEngine {
     }
 
     unsafe fn capture(&self, calls: &[Call]) -> Result<Box<dyn Graph>> {
-        let _capturing = self.capturing.write().unwrap();
+        let _capturing = CAPTURE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         self.bind()?;
         let stream = self.stream.cu_stream();
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
