@@ -130,6 +130,28 @@ fn dropout_uses_its_key_and_is_identity_in_evaluation() {
     assert_ne!(a, v(d.forward(&x, Some(Key::new(2))).unwrap()));
 }
 
+#[test]
+fn dropout_is_one_kernel_with_its_draw_on_every_adapter() {
+    // The draw's 20 Threefry rounds, the mask and the scale fuse into the
+    // one kernel that writes the result.
+    let (d, key, shape) = (Dropout::new(0.25).unwrap(), Key::new(3), [64, 300]);
+    let cpu = Device::cpu();
+    let want = d.forward(&input(&cpu, 7, &shape, DType::F32, -1.0, 1.0).unwrap(), Some(key)).unwrap();
+    let want = kiln::block_on(cpu.read(want.node())).unwrap().data;
+    for (label, dev) in adapters() {
+        let x = input(&dev, 7, &shape, DType::F32, -1.0, 1.0).unwrap();
+        kiln::block_on(x.realize()).unwrap();
+        let y = d.forward(&x, Some(key)).unwrap();
+        let before = dev.stats();
+        kiln::block_on(y.realize()).unwrap();
+        let kernels = dev.stats().kernels_launched - before.kernels_launched;
+        assert_eq!(kernels, 1, "{label}: dropout took {kernels} kernels");
+        let got = kiln::block_on(dev.read(y.node())).unwrap().data;
+        let outcome = kiln_conformance::compare(&got, &want, kiln_conformance::Tol::F32);
+        assert!(outcome.passed, "{label}: {:?}", outcome.failure);
+    }
+}
+
 fn err(r: Result<Tensor>) -> String {
     r.expect_err("bad input must be an error").to_string()
 }

@@ -1,17 +1,23 @@
 //! Which shared values one kernel reads entirely: a value whose every
 //! reader lies inside the elementwise expression of one later node (its
-//! immediate post-dominator) is computed once in that node's kernel, since
-//! the lowerer merges repeated subexpressions. Materializing it would only
-//! add a write and a read (a Threefry draw's 20 rounds of shared states had
-//! taken 13 kernels).
+//! immediate post-dominator) lands in that node's kernel, where the
+//! lowerer merges repeated subexpressions and computes it once, unless the
+//! walk splits that expression for its own limits (too many ops, bindings
+//! or meta words; a row stage or matmul inside). Materializing it would
+//! only add a write and a read (a Threefry draw's 20 rounds of shared
+//! states had taken 13 kernels).
 
 use kiln_ir::ir::{Node, Prim};
+use kiln_ir::shape::numel;
 use std::collections::{HashMap, HashSet};
 
-/// Nodes of `order` (topological, inputs first) read by several nodes, all
-/// of which lie on elementwise paths of the same shape to one node that is
-/// itself elementwise, with at most `max_ops` ops on those paths.
-pub fn read_in_one_kernel(order: &[Node], roots: &[Node], max_ops: usize) -> HashSet<u64> {
+/// Nodes of `order` (topological, inputs first) of more than one element,
+/// read by several nodes, all of which lie on elementwise paths of the
+/// same shape to one node that is itself elementwise; each with the number
+/// of ops on those paths, the sink's included (at most `max_ops`). A
+/// scalar is left out: storing it costs nothing, and its whole expression
+/// would be recomputed wherever it is broadcast.
+pub fn read_in_one_kernel(order: &[Node], roots: &[Node], max_ops: usize) -> HashMap<u64, usize> {
     let at: HashMap<u64, usize> = order.iter().enumerate().map(|(i, n)| (n.id(), i)).collect();
     let mut readers = vec![Vec::new(); order.len()];
     for (i, n) in order.iter().enumerate() {
@@ -27,25 +33,26 @@ pub fn read_in_one_kernel(order: &[Node], roots: &[Node], max_ops: usize) -> Has
     let fuses_with = |i: usize, shape: &[usize]| elementwise(&order[i]) && order[i].shape() == shape;
     (0..order.len())
         .filter(|&i| readers[i].len() > 1 && ipdom[i] != exit && elementwise(&order[i]))
-        .filter(|&i| {
-            let (shape, sink) = (order[i].shape(), ipdom[i]);
-            fuses_with(sink, shape) && region_fuses(&readers, i, sink, max_ops, |j| fuses_with(j, shape))
+        .filter(|&i| numel(order[i].shape()) > 1 && fuses_with(ipdom[i], order[i].shape()))
+        .filter_map(|i| {
+            let shape = order[i].shape();
+            let ops = region_ops(&readers, i, ipdom[i], max_ops, |j| fuses_with(j, shape))?;
+            Some((order[i].id(), ops))
         })
-        .map(|i| order[i].id())
         .collect()
 }
 
 /// Each node's immediate post-dominator (`exit` past the roots and the
-/// nodes nobody reads), by the intersection of its readers' chains: in a
-/// DAG in topological order a post-dominator comes after what it
+/// nodes nobody reads), by the intersection of its successors' chains: in
+/// a DAG in topological order a post-dominator comes after what it
 /// dominates, so the chains can be walked by index alone.
 fn immediate_post_dominators(readers: &[Vec<usize>], is_root: impl Fn(usize) -> bool, exit: usize) -> Vec<usize> {
     let mut ipdom = vec![exit; readers.len()];
     for i in (0..readers.len()).rev() {
-        let leaves = is_root(i) || readers[i].is_empty();
-        let mut chains = readers[i].iter().copied().chain(leaves.then_some(exit));
-        let first = chains.next().expect("a node has readers or leaves the graph");
-        ipdom[i] = chains.fold(first, |mut a, mut b| {
+        let exits = is_root(i) || readers[i].is_empty();
+        let mut successors = readers[i].iter().copied().chain(exits.then_some(exit));
+        let first = successors.next().expect("a node has readers or exits the graph");
+        ipdom[i] = successors.fold(first, |mut a, mut b| {
             while a != b {
                 if a < b {
                     a = ipdom[a];
@@ -59,27 +66,28 @@ fn immediate_post_dominators(readers: &[Vec<usize>], is_root: impl Fn(usize) -> 
     ipdom
 }
 
-/// Whether every node on the paths from `from` to `sink` (which they all
-/// reach) fuses, and there are at most `max_ops` of them.
-fn region_fuses(
+/// How many nodes lie on the paths from `from` to `sink` (which they all
+/// reach), the sink included, when each of them fuses and there are at
+/// most `max_ops`.
+fn region_ops(
     readers: &[Vec<usize>],
     from: usize,
     sink: usize,
     max_ops: usize,
     fuses: impl Fn(usize) -> bool,
-) -> bool {
+) -> Option<usize> {
     let mut seen = HashSet::new();
     let mut stack = readers[from].clone();
     while let Some(j) = stack.pop() {
         if j == sink || !seen.insert(j) {
             continue;
         }
-        if !fuses(j) || seen.len() > max_ops {
-            return false;
+        if !fuses(j) || seen.len() >= max_ops {
+            return None;
         }
         stack.extend_from_slice(&readers[j]);
     }
-    true
+    Some(seen.len() + 1)
 }
 
 fn elementwise(n: &Node) -> bool {

@@ -8,10 +8,9 @@
 //!   than [`RECOMPUTE_MAX`] ops (cheaper ones are recomputed by each
 //!   consumer: a load saved is worth more than a few ALU ops) and which
 //!   some consumer reads outside the kernel of the others ([`postdom`]),
-//!   or a shared
-//!   scalar reading several buffers (which would crowd each consumer's
-//!   bindings); a shared view of a matmul's epilogue materializes the
-//!   epilogue itself, and the views read its buffer.
+//!   or a shared scalar reading several buffers (which would crowd each
+//!   consumer's bindings); a shared view of a matmul's epilogue
+//!   materializes the epilogue itself, and the views read its buffer.
 //!
 //! A last-axis reduction stays pending as a row stage, so that softmax,
 //! layer norm and cross-entropy become one row kernel; a matmul stays
@@ -89,9 +88,10 @@ pub struct Scheduler<'a> {
     /// nodes are not built, scores not materialized.
     unbuilt: HashSet<u64>,
     unsettled: HashSet<u64>,
-    /// Shared values whose readers all land in one kernel: never
-    /// materialized for their cost ([`postdom`]).
-    read_in_one_kernel: HashSet<u64>,
+    /// Shared values whose readers all lie in one kernel, each with the ops
+    /// from it to that kernel's sink: not materialized for their cost
+    /// while the whole fits in one kernel ([`postdom`]).
+    read_in_one_kernel: HashMap<u64, usize>,
 }
 
 fn leaf(a: DeviceArray) -> Fused {
@@ -126,7 +126,7 @@ impl<'a> Scheduler<'a> {
             attention: HashMap::new(),
             unbuilt: HashSet::new(),
             unsettled: HashSet::new(),
-            read_in_one_kernel: HashSet::new(),
+            read_in_one_kernel: HashMap::new(),
         }
     }
 
@@ -160,7 +160,7 @@ impl<'a> Scheduler<'a> {
                 *self.consumers.entry(i.id()).or_default() += 1;
             }
         }
-        self.read_in_one_kernel.extend(postdom::read_in_one_kernel(&order, roots, FUSED_OPS_MAX));
+        self.read_in_one_kernel = postdom::read_in_one_kernel(&order, roots, FUSED_OPS_MAX);
         for (matmul, pattern) in attention::find(&order, roots, &self.consumers) {
             self.unbuilt.extend(pattern.softmax.iter().map(Node::id));
             self.unsettled.insert(pattern.scores.id());
@@ -183,8 +183,11 @@ impl<'a> Scheduler<'a> {
     /// recompute too much of it.
     fn settle(&mut self, n: &Node, v: &Fused) -> Result<()> {
         let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
-        let costly =
-            cost(v) > RECOMPUTE_MAX && !(self.read_in_one_kernel.contains(&n.id()) && row_stages(v).is_empty());
+        let computed_once = self
+            .read_in_one_kernel
+            .get(&n.id())
+            .is_some_and(|&region| cost(v) + region <= FUSED_OPS_MAX && row_stages(v).is_empty());
+        let costly = cost(v) > RECOMPUTE_MAX && !computed_once;
         let materialize = !matmuls(v).is_empty() || costly || binds_much_for_a_scalar(v, n);
         if shared && materialize && !self.materialize_view_source(n)? {
             self.array(n)?;
@@ -704,11 +707,13 @@ impl<'a> Scheduler<'a> {
             let fits = |g: &[Node], p: &Self| {
                 let vals: Vec<Fused> = g.iter().chain([r]).map(|n| p.vals[&n.id()].clone()).collect();
                 let buffers: HashSet<_> = vals.iter().flat_map(buffers_of).collect();
+                if buffers.len() + vals.len() > p.target.max_bindings() {
+                    return false;
+                }
                 let rank = r.shape().len();
                 let mut low = Lowerer::new(rank, &[], None);
                 low.body(&vals.iter().collect::<Vec<_>>());
-                buffers.len() + vals.len() <= p.target.max_bindings()
-                    && meta_words(&low.sig) <= p.target.meta_room(rank)
+                meta_words(&low.sig) <= p.target.meta_room(rank)
             };
             match groups.iter_mut().find(|(s, g)| s == r.shape() && fits(g, self)) {
                 Some((_, g)) => g.push(r.clone()),
