@@ -93,3 +93,29 @@ fn region_ops(
 fn elementwise(n: &Node) -> bool {
     matches!(n.prim(), Prim::Unary(_) | Prim::Binary(_) | Prim::Where | Prim::Cast { .. })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A diamond 0 → {1, 2} → 3 → 4, where 2 is also read by root 5.
+    fn readers(fork: bool) -> Vec<Vec<usize>> {
+        let two = if fork { vec![3, 5] } else { vec![3] };
+        vec![vec![1, 2], vec![3], two, vec![4], vec![], vec![]]
+    }
+
+    #[test]
+    fn a_diamond_joins_where_its_paths_meet_and_a_fork_to_a_root_exits() {
+        let is_root = |i| i == 4 || i == 5;
+        assert_eq!(immediate_post_dominators(&readers(false), is_root, 6), [3, 3, 3, 4, 6, 6]);
+        assert_eq!(immediate_post_dominators(&readers(true), is_root, 6), [6, 3, 6, 4, 6, 6]);
+    }
+
+    #[test]
+    fn a_region_counts_its_nodes_and_the_sink_and_fails_on_any_that_does_not_fuse() {
+        let readers = readers(false);
+        assert_eq!(region_ops(&readers, 0, 3, 8, |_| true), Some(3));
+        assert_eq!(region_ops(&readers, 0, 3, 8, |j| j != 2), None);
+        assert_eq!(region_ops(&readers, 0, 3, 2, |_| true), None);
+    }
+}
