@@ -72,6 +72,11 @@ impl NcclWorld {
                 let ctx = CudaContext::new(o).map_err(|e| {
                     unavailable("a CUDA GPU", format!("the driver loaded, but GPU {o} did not open: {e}"))
                 })?;
+                // SAFETY: each buffer of the world is used on its GPU's one
+                // stream only. With tracking on, the context's first stream
+                // would wait for the whole GPU, which ends any CUDA graph
+                // capture a kiln device runs meanwhile.
+                unsafe { ctx.disable_event_tracking() };
                 ctx.new_stream().map_err(driver_error("stream"))
             })
             .collect::<Result<Vec<Arc<CudaStream>>>>()?;

@@ -160,20 +160,26 @@ fn raw_matmuls_on(label: &str, dev: &Device) {
     // each way cuBLAS or cuBLASLt differs (a call it declines, its GELU).
     let mut failures = Vec::new();
     for (what, sa, sb, product, kernels) in products {
-        let on = |d: &Device| product(&input(d, sa, 1).unwrap(), &input(d, sb, 2).unwrap()).unwrap();
-        let (got, want) = (on(dev), on(&cpu));
-        let planned = dev.plan_kernels(&[got.node().clone()]).unwrap();
-        let names: Vec<&str> = planned.iter().map(|k| k.name.as_str()).collect();
-        let expected = names.len() == kernels.len() && names.iter().zip(kernels).all(|(n, k)| n.starts_with(k));
-        if !expected {
-            failures.push(format!("{what}: {names:?}, expected {kernels:?}"));
-        }
-        let tol = if got.dtype() == DType::F16 { kiln_conformance::Tol::F16 } else { kiln_conformance::Tol::F32 };
-        let got = kiln::block_on(dev.read(got.node())).unwrap().data;
-        let want = kiln::block_on(cpu.read(want.node())).unwrap().data;
-        let outcome = kiln_conformance::compare(&got, &want, tol);
-        if !outcome.passed {
-            failures.push(format!("{what}: {:?}", outcome.failure));
+        let mut check = || -> kiln::Result<()> {
+            let on = |d: &Device| product(&input(d, sa, 1)?, &input(d, sb, 2)?);
+            let (got, want) = (on(dev)?, on(&cpu)?);
+            let planned = dev.plan_kernels(&[got.node().clone()])?;
+            let names: Vec<&str> = planned.iter().map(|k| k.name.as_str()).collect();
+            let expected = names.len() == kernels.len() && names.iter().zip(kernels).all(|(n, k)| n.starts_with(k));
+            if !expected {
+                failures.push(format!("{what}: {names:?}, expected {kernels:?}"));
+            }
+            let tol = if got.dtype() == DType::F16 { kiln_conformance::Tol::F16 } else { kiln_conformance::Tol::F32 };
+            let got = kiln::block_on(dev.read(got.node()))?.data;
+            let want = kiln::block_on(cpu.read(want.node()))?.data;
+            let outcome = kiln_conformance::compare(&got, &want, tol);
+            if !outcome.passed {
+                failures.push(format!("{what}: {:?}", outcome.failure));
+            }
+            Ok(())
+        };
+        if let Err(e) = check() {
+            failures.push(format!("{what}: {e}"));
         }
     }
     assert!(failures.is_empty(), "{label}:\n{}", failures.join("\n"));

@@ -135,14 +135,29 @@ impl DriverEngine {
     fn bind(&self) -> Result<()> {
         self.stream.context().bind_to_thread().map_err(driver_error("binding the context"))
     }
+
+    /// Bind the context without taking up an error another call left
+    /// recorded (cudarc's bind returns and clears it).
+    fn bind_quietly(&self) -> bool {
+        // SAFETY: the engine's live context.
+        unsafe { result::ctx::set_current(self.stream.context().cu_ctx()) }.is_ok()
+    }
 }
 
 impl Drop for DriverEngine {
     fn drop(&mut self) {
         // Closing cuBLAS's handles waits for the whole device.
         let _no_capture = no_capture();
+        let _ = self.bind();
         self.lt.take();
-        self.blas.take();
+        let blas = self.blas.take();
+        if std::thread::panicking() {
+            // cudarc panics when closing fails (after a kernel fault, say),
+            // and a panic while unwinding would abort the process: leaked.
+            std::mem::forget(blas);
+        } else {
+            drop(blas);
+        }
     }
 }
 
@@ -196,12 +211,13 @@ impl Pinned {
             // SAFETY: zeroed below before anything reads it.
             unsafe { ctx.alloc_pinned_with_flags::<u32>(words, 0) }
         };
-        let mut memory = ManuallyDrop::new(allocated.map_err(&pinned)?);
+        // Whole before its start is asked for, so that an error frees it.
+        let mut buffer = Pinned { memory: ManuallyDrop::new(allocated.map_err(&pinned)?), at: std::ptr::null_mut() };
         // Its own event was never recorded: no wait.
-        let at = memory.as_mut_ptr().map_err(&pinned)?;
+        buffer.at = buffer.memory.as_mut_ptr().map_err(&pinned)?;
         // SAFETY: `at` starts `words` words just allocated.
-        unsafe { std::ptr::write_bytes(at, 0, words) };
-        Ok(Pinned { memory, at })
+        unsafe { std::ptr::write_bytes(buffer.at, 0, words) };
+        Ok(buffer)
     }
 
     fn len(&self) -> usize {
@@ -535,7 +551,7 @@ impl Engine for DriverEngine {
 
     fn blas_lt_runs(&self, g: &Gemm) -> bool {
         match (&self.lt, &self.blas_workspace) {
-            (Some(lt), Some(_)) => self.bind().is_ok() && lt.runs(g, BLAS_WORKSPACE_BYTES),
+            (Some(lt), Some(_)) => self.bind_quietly() && lt.runs(g, BLAS_WORKSPACE_BYTES),
             _ => false,
         }
     }
@@ -637,15 +653,17 @@ impl Engine for DriverEngine {
         let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         // SAFETY: the engine's live stream.
         unsafe { result::stream::begin_capture(stream, mode) }.map_err(driver_error("starting a graph capture"))?;
-        // SAFETY: the caller's promise; captured, nothing runs now.
-        let enqueued = unsafe { self.enqueue(calls) };
+        // SAFETY: the caller's promise; captured, nothing runs now. A panic
+        // is held until the capture has ended, or the stream would stay
+        // capturing every later call.
+        let enqueued = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { self.enqueue(calls) }));
         // Ended whatever happened, through the raw call: cudarc's first
         // returns any error another call left recorded in the context,
         // which would leave the stream capturing every later call.
         // SAFETY: the stream is capturing (begun above).
         let graph = unsafe { result::stream::end_capture(stream) }.map_err(driver_error("capturing a graph"));
         let graph = match (enqueued, graph) {
-            (Ok(()), Ok(graph)) if !graph.is_null() => graph,
+            (Ok(Ok(())), Ok(graph)) if !graph.is_null() => graph,
             (enqueued, graph) => {
                 if let Ok(&graph) = graph.as_ref()
                     && !graph.is_null()
@@ -653,7 +671,7 @@ impl Engine for DriverEngine {
                     // SAFETY: captured above, used by nothing.
                     self.stream.context().record_err(unsafe { result::graph::destroy(graph) });
                 }
-                enqueued?;
+                enqueued.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
                 graph?;
                 return Err(KilnError::Gpu("CUDA driver: a capture gave no graph".into()));
             }
