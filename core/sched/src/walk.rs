@@ -183,11 +183,13 @@ impl<'a> Scheduler<'a> {
     /// recompute too much of it.
     fn settle(&mut self, n: &Node, v: &Fused) -> Result<()> {
         let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
-        let computed_once = self
-            .read_in_one_kernel
-            .get(&n.id())
-            .is_some_and(|&region| cost(v) + region <= FUSED_OPS_MAX && row_stages(v).is_empty());
-        let costly = cost(v) > RECOMPUTE_MAX && !computed_once;
+        let ops = cost(v);
+        let computed_once = || {
+            self.read_in_one_kernel
+                .get(&n.id())
+                .is_some_and(|&region| ops + region <= FUSED_OPS_MAX && row_stages(v).is_empty())
+        };
+        let costly = ops > RECOMPUTE_MAX && !computed_once();
         let materialize = !matmuls(v).is_empty() || costly || binds_much_for_a_scalar(v, n);
         if shared && materialize && !self.materialize_view_source(n)? {
             self.array(n)?;
