@@ -32,6 +32,7 @@ pub(crate) fn batch(prim: &Prim, inputs: &[Node], batched: &[Option<Node>], b: u
         Prim::Input { .. } | Prim::Fill { .. } | Prim::Iota { .. } => {
             unreachable!("a leaf has no inputs, so none of them is batched")
         }
+        // The elementwise prims (`Prim::is_elementwise`), spelled out so that this match stays exhaustive.
         Prim::Unary(_) | Prim::Binary(_) | Prim::Where | Prim::Cast { .. } => Node::new(prim.clone(), all()?),
         Prim::Reduce { op, axes, keepdim } => {
             Node::new(Prim::Reduce { op: *op, axes: shifted(axes), keepdim: *keepdim }, all()?)

@@ -184,6 +184,7 @@ fn describe(n: &Node) -> String {
         Prim::ArgReduce { axis, .. } => format!(" [{axis}]"),
         Prim::Permute { perm } => format!(" {perm:?}"),
         Prim::Concat { axis } | Prim::Gather { axis } => format!(" axis {axis}"),
+        // The rest are told apart by their name and their type line alone.
         _ => String::new(),
     };
     format!("{}{detail}\n{}{:?}", p.name(), n.dtype(), n.shape())

@@ -498,7 +498,7 @@ fn column_view(sig: &Sig, args: &Args, view_shape: &[usize], rows: usize) -> Opt
 fn gather_sources(sig: &Sig) -> impl Iterator<Item = usize> + '_ {
     sig.bodies.iter().flat_map(|b| &b.ops).filter_map(|(op, _)| match op {
         Op::Gather { src, .. } => Some(*src),
-        _ => None,
+        Op::Load(_) | Op::Iota { .. } | Op::Row(_) | Op::Acc | Op::Param(_) | Op::Pointwise(_) => None,
     })
 }
 

@@ -169,7 +169,19 @@ fn int_binary(op: BinaryOp, d: DType, x: u32, y: u32) -> Option<f64> {
         BinaryOp::Shl => x << (y & 31),
         BinaryOp::Shr if d == DType::I32 => ((x as i32) >> (y & 31)) as u32,
         BinaryOp::Shr => x >> (y & 31),
-        _ => return None,
+        BinaryOp::Div
+        | BinaryOp::Pow
+        | BinaryOp::Maximum
+        | BinaryOp::Minimum
+        | BinaryOp::Eq
+        | BinaryOp::Ne
+        | BinaryOp::Lt
+        | BinaryOp::Le
+        | BinaryOp::Gt
+        | BinaryOp::Ge
+        | BinaryOp::And
+        | BinaryOp::Or
+        | BinaryOp::Xor => return None,
     };
     Some(if d == DType::I32 { bits as i32 as f64 } else { bits as f64 })
 }

@@ -83,7 +83,17 @@ impl UnaryOp {
             UnaryOp::Neg => d.is_float() || d == DType::I32,
             UnaryOp::Abs | UnaryOp::Relu => d.is_numeric(),
             UnaryOp::Not => d == DType::Bool,
-            _ => d.is_float(),
+            UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Gelu
+            | UnaryOp::Floor
+            | UnaryOp::Round => d.is_float(),
         }
     }
 }
@@ -183,9 +193,17 @@ impl BinaryOp {
         match self {
             BinaryOp::Div | BinaryOp::Pow => d.is_float(),
             BinaryOp::Eq | BinaryOp::Ne => true,
-            _ if self.is_logical() => d == DType::Bool,
-            _ if self.is_bitwise() => d.is_int(),
-            _ => d.is_numeric(),
+            BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => d == DType::Bool,
+            BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr => d.is_int(),
+            BinaryOp::Add
+            | BinaryOp::Sub
+            | BinaryOp::Mul
+            | BinaryOp::Maximum
+            | BinaryOp::Minimum
+            | BinaryOp::Lt
+            | BinaryOp::Le
+            | BinaryOp::Gt
+            | BinaryOp::Ge => d.is_numeric(),
         }
     }
 }
@@ -328,6 +346,28 @@ impl Prim {
             Prim::Concat { .. } => "concat",
             Prim::Gather { .. } => "gather",
             Prim::QuantMatmul { .. } => "quant_matmul",
+        }
+    }
+
+    /// Whether each output element comes from the same element of each
+    /// input, all of the output's shape (unary and binary ops, `where`,
+    /// casts): what fuses into one elementwise expression.
+    pub fn is_elementwise(&self) -> bool {
+        match self {
+            Prim::Unary(_) | Prim::Binary(_) | Prim::Where | Prim::Cast { .. } => true,
+            Prim::Input { .. }
+            | Prim::Fill { .. }
+            | Prim::Iota { .. }
+            | Prim::Reduce { .. }
+            | Prim::ArgReduce { .. }
+            | Prim::Reshape { .. }
+            | Prim::Permute { .. }
+            | Prim::Slice { .. }
+            | Prim::Expand { .. }
+            | Prim::Matmul
+            | Prim::Concat { .. }
+            | Prim::Gather { .. }
+            | Prim::QuantMatmul { .. } => false,
         }
     }
 }

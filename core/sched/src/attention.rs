@@ -142,13 +142,15 @@ fn leads_to_matmul(
             *matmuls += 1;
             true
         }
-        Prim::Unary(_) | Prim::Binary(_) | Prim::Where | Prim::Cast { .. } => {
+        p if p.is_elementwise() => {
             let mut any = false;
             for i in x.inputs() {
                 any |= leads_to_matmul(&i, shape, only, matmuls, memo)?;
             }
             any
         }
+        // Any other primitive (a leaf, a view, a reduction, a concat, ...)
+        // ends the way: only elementwise nodes lead on to the matmul.
         _ => false,
     };
     if leads && !only(x, 1) {
@@ -179,6 +181,7 @@ fn hides_later_keys(s: &Node) -> bool {
         BinaryOp::Ge => (false, true),
         BinaryOp::Gt => (true, false),
         BinaryOp::Lt => (false, false),
+        // Only an order comparison of keys and queries hides later keys.
         _ => return false,
     };
     let [a, b] = &live_inputs(&cond)[..] else { return false };
@@ -229,6 +232,7 @@ fn arange_axis(n: &Node) -> Option<(usize, Arange)> {
                 _ => None,
             }
         }
+        // Any other primitive is no arange seen through reshapes and broadcasts.
         _ => None,
     }
 }
@@ -248,6 +252,8 @@ fn masks_within(x: &Node) -> bool {
             Prim::Unary(_) | Prim::Binary(_) | Prim::Cast { .. } | Prim::Expand { .. } | Prim::Reshape { .. } => {
                 todo.extend(live_inputs(&n));
             }
+            // Any other node (a leaf, the matmul, a reduction, another view)
+            // ends the search along that path: it is not the scores' elementwise graph.
             _ => {}
         }
     }
@@ -269,6 +275,7 @@ fn live_inputs(n: &Node) -> Vec<Node> {
 fn unary(n: &Node, op: UnaryOp) -> Option<[Node; 1]> {
     match (n.prim(), &live_inputs(n)[..]) {
         (Prim::Unary(o), [x]) if *o == op => Some([x.clone()]),
+        // Another primitive or op, or a realized node (no live inputs).
         _ => None,
     }
 }
@@ -276,6 +283,7 @@ fn unary(n: &Node, op: UnaryOp) -> Option<[Node; 1]> {
 fn binary(n: &Node, op: BinaryOp) -> Option<[Node; 2]> {
     match (n.prim(), &live_inputs(n)[..]) {
         (Prim::Binary(o), [a, b]) if *o == op => Some([a.clone(), b.clone()]),
+        // Another primitive or op, or a realized node (no live inputs).
         _ => None,
     }
 }
@@ -284,6 +292,7 @@ fn binary(n: &Node, op: BinaryOp) -> Option<[Node; 2]> {
 fn broadcast_source(n: &Node) -> Node {
     match (n.prim(), &live_inputs(n)[..]) {
         (Prim::Expand { .. }, [x]) => x.clone(),
+        // Any other primitive, or a realized expand (no live inputs): `n` itself.
         _ => n.clone(),
     }
 }

@@ -218,7 +218,12 @@ pub fn cost(e: &Fused) -> usize {
 pub fn as_buffer(e: &Fused) -> Option<&DeviceArray> {
     match &e.kind {
         Kind::Buf(a) => Some(a),
-        _ => None,
+        Kind::Iota { .. }
+        | Kind::Row { .. }
+        | Kind::Mm { .. }
+        | Kind::Fill(_)
+        | Kind::Pointwise(_)
+        | Kind::Gather { .. } => None,
     }
 }
 

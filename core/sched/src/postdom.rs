@@ -7,7 +7,7 @@
 //! only add a write and a read (a Threefry draw's 20 rounds of shared
 //! states had taken 13 kernels).
 
-use kiln_ir::ir::{Node, Prim};
+use kiln_ir::ir::Node;
 use kiln_ir::shape::numel;
 use std::collections::{HashMap, HashSet};
 
@@ -30,9 +30,9 @@ pub fn read_in_one_kernel(order: &[Node], roots: &[Node], max_ops: usize) -> Has
     let exit = order.len();
     let root_ids: HashSet<u64> = roots.iter().map(Node::id).collect();
     let ipdom = immediate_post_dominators(&readers, |i| root_ids.contains(&order[i].id()), exit);
-    let fuses_with = |i: usize, shape: &[usize]| elementwise(&order[i]) && order[i].shape() == shape;
+    let fuses_with = |i: usize, shape: &[usize]| order[i].prim().is_elementwise() && order[i].shape() == shape;
     (0..order.len())
-        .filter(|&i| readers[i].len() > 1 && ipdom[i] != exit && elementwise(&order[i]))
+        .filter(|&i| readers[i].len() > 1 && ipdom[i] != exit && order[i].prim().is_elementwise())
         .filter(|&i| numel(order[i].shape()) > 1 && fuses_with(ipdom[i], order[i].shape()))
         .filter_map(|i| {
             let shape = order[i].shape();
@@ -88,10 +88,6 @@ fn region_ops(
         stack.extend_from_slice(&readers[j]);
     }
     Some(seen.len() + 1)
-}
-
-fn elementwise(n: &Node) -> bool {
-    matches!(n.prim(), Prim::Unary(_) | Prim::Binary(_) | Prim::Where | Prim::Cast { .. })
 }
 
 #[cfg(test)]

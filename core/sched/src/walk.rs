@@ -1,16 +1,9 @@
-//! The scheduler: walks the unrealized part of a graph, holding each node
-//! as a fused value (see [`crate::expr`]), and emits a kernel item only
-//! where a value must exist in memory:
-//! - a root (what the caller asked for); roots of one shape share a kernel;
-//! - an operand of a matmul, a concat, a gather source, a tree reduction's
-//!   result, or a view the leaves' layouts cannot express;
-//! - a value with several consumers whose recomputation would cost more
-//!   than [`RECOMPUTE_MAX`] ops (cheaper ones are recomputed by each
-//!   consumer: a load saved is worth more than a few ALU ops) and which
-//!   some consumer reads outside the kernel of the others ([`postdom`]),
-//!   or a shared scalar reading several buffers (which would crowd each
-//!   consumer's bindings); a shared view of a matmul's epilogue
-//!   materializes the epilogue itself, and the views read its buffer.
+//! The scheduler's mechanics: walks the unrealized part of a graph,
+//! holding each node as a fused value (see [`crate::expr`]), and emits a
+//! kernel item where the rules of [`crate::policy`] say a value must exist
+//! in memory (roots, operands of matmuls and concats, shared values that
+//! would cost too much to recompute, ...), lowering each kernel's values
+//! ([`crate::lower`]).
 //!
 //! A last-axis reduction stays pending as a row stage, so that softmax,
 //! layer norm and cross-entropy become one row kernel; a matmul stays
@@ -22,46 +15,25 @@
 
 use crate::attention::{self, Pattern};
 use crate::expr::{
-    Fused, Kind, PendingMatmul, RowStage, View, apply_view, as_buffer, cost, fresh_id, map_leaves, matmuls, node,
-    postorder, row_aligned, row_stages, same_mapping, tagged,
+    Fused, Kind, PendingMatmul, RowStage, View, apply_view, as_buffer, fresh_id, map_leaves, matmuls, node, postorder,
+    row_stages, tagged,
 };
-use crate::lower::{Args, Lowerer, Sig, meta_words};
+use crate::lower::{Args, Lowerer, Sig};
 use crate::pointwise::Pointwise;
+use crate::policy::{self, FUSED_OPS_MAX};
 use crate::postdom;
 use crate::schedule::{Item, KernelItem, Monoid, Schedule, Slot, SlotInfo, Target};
 use kiln_ir::dtype::DType;
 use kiln_ir::error::{KilnError, Result};
-use kiln_ir::ir::{DeviceArray, DeviceBuffer, buffer_id};
+use kiln_ir::ir::{DeviceArray, DeviceBuffer};
 use kiln_ir::ir::{Node, Prim, Realized};
 use kiln_ir::quant::QuantFormat;
 use kiln_ir::shape::{Layout, contiguous_strides, numel};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-/// A value with several consumers is materialized once when inlining it
-/// would recompute more ops than this in each consumer.
-pub const RECOMPUTE_MAX: usize = 12;
-/// A shared scalar reading at least this many buffers is materialized
-/// once: each consumer then binds one buffer instead of all of them.
-const SCALAR_BINDINGS_MAX: usize = 3;
-/// A value of more than one element broadcast at least this many times
-/// over, costing at least [`BROADCAST_COST_MIN`] ops, is computed once
-/// rather than at every element it reaches (per-example clipping scales,
-/// `min(1, c / (norm + ε))` over 64 examples, had been recomputed at each
-/// of a weight gradient's 25M elements: 340 of 557 ms on lavapipe).
-const BROADCAST_RECOMPUTE_MIN: usize = 64;
-const BROADCAST_COST_MIN: usize = 4;
-/// Largest fused expression; past it, operands are materialized.
-const FUSED_OPS_MAX: usize = 256;
-/// A last-axis reduction of at most `ROW_MAX_LEN` columns becomes a row
-/// stage (one invocation per row) when it has at least this many rows, or
-/// when it is small enough for one invocation (a loss's mean over a batch);
-/// longer rows do where the device streams them ([`Target::streams_rows`]).
-const ROW_MIN_ROWS: usize = 32;
-const ROW_SMALL: usize = 4096;
-/// Longest row the row kernel loops over (Mesa ends loops after 65,535
-/// iterations; each stage is one loop over the row).
-pub const ROW_MAX_LEN: usize = 16384;
+/// The policy's public limits, at the path other crates know them by.
+pub use crate::policy::{RECOMPUTE_MAX, ROW_MAX_LEN};
 
 /// What to do with an input realized on another device (the CPU reference).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,18 +152,11 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Materialize `n` (of value `v`) now if its consumers would each
-    /// recompute too much of it.
+    /// recompute too much of it ([`policy::materializes_shared`]).
     fn settle(&mut self, n: &Node, v: &Fused) -> Result<()> {
-        let shared = self.consumers.get(&n.id()).copied().unwrap_or(0) > 1;
-        let ops = cost(v);
-        let computed_once = || {
-            self.read_in_one_kernel
-                .get(&n.id())
-                .is_some_and(|&region| ops + region <= FUSED_OPS_MAX && row_stages(v).is_empty())
-        };
-        let costly = ops > RECOMPUTE_MAX && !computed_once();
-        let materialize = !matmuls(v).is_empty() || costly || binds_much_for_a_scalar(v, n);
-        if shared && materialize && !self.materialize_view_source(n)? {
+        let readers = self.consumers.get(&n.id()).copied().unwrap_or(0);
+        let one_kernel = self.read_in_one_kernel.get(&n.id()).copied();
+        if policy::materializes_shared(v, n, readers, one_kernel) && !self.materialize_view_source(n)? {
             self.array(n)?;
         }
         Ok(())
@@ -203,11 +168,11 @@ impl<'a> Scheduler<'a> {
         let s = &pattern.scores;
         let scores = self.vals[&s.id()].clone();
         let [mm] = &matmuls(&scores)[..] else { return Ok(None) };
-        if !takes_as_epilogue(&scores, s.shape()) {
+        if !policy::takes_as_epilogue(&scores, s.shape()) {
             return Ok(None);
         }
         let v = self.array(&n.inputs()[1])?;
-        if [mm.a.dtype, mm.b.dtype, v.dtype] != [DType::F32; 3] {
+        if !policy::attention_operands_fit(mm, v.dtype) {
             return Ok(None);
         }
         let mut low = Lowerer::new(s.shape().len(), &[], Some(mm));
@@ -265,7 +230,7 @@ impl<'a> Scheduler<'a> {
             source = source.inputs()[0].clone();
         }
         let Some(v) = self.vals.get(&source.id()).cloned() else { return Ok(false) };
-        if views.is_empty() || !takes_as_epilogue(&v, source.shape()) {
+        if views.is_empty() || !policy::takes_as_epilogue(&v, source.shape()) {
             return Ok(false);
         }
         self.array(&source)?;
@@ -362,7 +327,7 @@ impl<'a> Scheduler<'a> {
             Prim::Slice { specs } => self.view(&inputs[0], View::Slice(specs))?,
             Prim::Expand { shape } => {
                 let x = x(self, 0)?;
-                let x = match recomputed_by_broadcast(&x, inputs[0].shape(), shape) {
+                let x = match policy::recomputed_by_broadcast(&x, inputs[0].shape(), shape) {
                     true => leaf(self.array(&inputs[0])?),
                     false => x,
                 };
@@ -389,16 +354,12 @@ impl<'a> Scheduler<'a> {
     }
 
     /// An elementwise op over its inputs' fused values; when the result
-    /// would bind too many buffers, need too much meta or grow too large,
-    /// the inputs are materialized first.
+    /// would bind too many buffers, need too much meta or grow too large
+    /// ([`policy::fits_one_kernel`]), the inputs are materialized first.
     fn combine(&mut self, n: &Node, inputs: &[Node], f: impl Fn(&[Fused]) -> Kind) -> Result<Fused> {
         let vals = inputs.iter().map(|i| self.value(i)).collect::<Result<Vec<_>>>()?;
         let fused = tagged(n.id(), n.dtype(), f(&vals));
-        let (buffers, words) = footprint(&fused, n.shape().len());
-        let fits = buffers < self.target.max_bindings()
-            && words <= self.target.meta_room(n.shape().len())
-            && cost(&fused) <= FUSED_OPS_MAX;
-        if fits {
+        if policy::fits_one_kernel(&fused, n.shape().len(), self.target) {
             return Ok(fused);
         }
         let arrays = inputs.iter().map(|i| self.array(i).map(leaf)).collect::<Result<Vec<_>>>()?;
@@ -420,7 +381,8 @@ impl<'a> Scheduler<'a> {
     }
 
     /// A reduction: pending as a row stage when it runs along a short last
-    /// axis with enough rows, otherwise a tree reduction now.
+    /// axis with enough rows ([`policy::becomes_row_stage`]), otherwise a
+    /// tree reduction now.
     fn reduce(&mut self, n: &Node, input: &Node, x: Fused, monoid: Monoid, axes: &[usize]) -> Result<Fused> {
         let (op, dtype, out_shape) = (n.prim().name(), n.dtype(), n.shape().to_vec());
         let xs = input.shape();
@@ -432,8 +394,7 @@ impl<'a> Scheduler<'a> {
                 // Only sum and prod get here (inference rejects the rest).
                 return Ok(tagged(n.id(), dtype, Kind::Fill(r.identity().unwrap_or(0.0))));
             }
-            let row_fits = len <= ROW_MAX_LEN && (rows >= ROW_MIN_ROWS || rows * len <= ROW_SMALL);
-            if axes == [rank - 1] && (row_fits || self.target.streams_rows(rows, len)) {
+            if policy::becomes_row_stage(axes, rank, rows, len, self.target) {
                 let input = self.stage_input(x, xs)?;
                 let stage = RowStage { id: fresh_id(), origin: n.id(), op: r, input, shape: xs.to_vec() };
                 return Ok(tagged(
@@ -474,7 +435,7 @@ impl<'a> Scheduler<'a> {
     /// runs over the same rows (or is materialized first).
     fn stage_input(&mut self, x: Fused, shape: &[usize]) -> Result<Fused> {
         let x = self.force_matmuls(&x)?;
-        if rows_aligned(&x, shape) { Ok(x) } else { self.force_rows(&x) }
+        if policy::rows_aligned(&x, shape) { Ok(x) } else { self.force_rows(&x) }
     }
 
     fn concat(&mut self, n: &Node, inputs: &[Node], axis: usize) -> Result<Fused> {
@@ -551,7 +512,7 @@ impl<'a> Scheduler<'a> {
         shape: &[usize],
     ) -> Result<Option<DeviceArray>> {
         let [mm] = mms else { return Ok(None) };
-        if !takes_as_epilogue(v, shape) {
+        if !policy::takes_as_epilogue(v, shape) {
             return Ok(None);
         }
         if matches!(v.kind, Kind::Mm { .. }) {
@@ -623,7 +584,7 @@ impl<'a> Scheduler<'a> {
         } else {
             None
         };
-        let body = body.filter(|b| stages.iter().all(|st| st.shape == s) && rows_aligned(b, &s));
+        let body = body.filter(|b| policy::one_row_kernel(b, &stages, &s));
         let Some(body) = body else {
             let v = self.force_rows(v)?;
             return self.materialize(&v, shape);
@@ -656,7 +617,12 @@ impl<'a> Scheduler<'a> {
         let done = &self.matmuls;
         Ok(with_computed(v, |k| match k {
             Kind::Mm { mm, layout } => Some((done[&mm.id].clone(), layout.clone())),
-            _ => None,
+            Kind::Buf(_)
+            | Kind::Iota { .. }
+            | Kind::Row { .. }
+            | Kind::Fill(_)
+            | Kind::Pointwise(_)
+            | Kind::Gather { .. } => None,
         }))
     }
 
@@ -665,7 +631,12 @@ impl<'a> Scheduler<'a> {
     fn force_rows(&mut self, v: &Fused) -> Result<Fused> {
         let direct = postorder(v).into_iter().filter_map(|n| match &n.kind {
             Kind::Row { stage, .. } => Some(stage.clone()),
-            _ => None,
+            Kind::Buf(_)
+            | Kind::Iota { .. }
+            | Kind::Mm { .. }
+            | Kind::Fill(_)
+            | Kind::Pointwise(_)
+            | Kind::Gather { .. } => None,
         });
         for st in direct.collect::<Vec<_>>() {
             if self.stages.contains_key(&st.id) {
@@ -680,7 +651,12 @@ impl<'a> Scheduler<'a> {
         let done = &self.stages;
         Ok(with_computed(v, |k| match k {
             Kind::Row { stage, layout } => Some((done[&stage.id].clone(), layout.clone())),
-            _ => None,
+            Kind::Buf(_)
+            | Kind::Iota { .. }
+            | Kind::Mm { .. }
+            | Kind::Fill(_)
+            | Kind::Pointwise(_)
+            | Kind::Gather { .. } => None,
         }))
     }
 
@@ -690,7 +666,8 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Give every root a buffer; roots of one shape that are plain
-    /// elementwise values share one kernel.
+    /// elementwise values share one kernel while it holds them
+    /// ([`policy::plain_elementwise`], [`policy::roots_share_a_kernel`]).
     fn materialize_roots(&mut self, roots: &[Node]) -> Result<()> {
         let mut groups: Vec<(Vec<usize>, Vec<Node>)> = Vec::new();
         let mut seen = HashSet::new();
@@ -699,23 +676,14 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             let v = self.value(r)?;
-            let plain = row_stages(&v).is_empty() && matmuls(&v).is_empty() && as_buffer(&v).is_none();
-            if !plain {
+            if !policy::plain_elementwise(&v) {
                 self.array(r)?;
                 continue;
             }
-            // One kernel for the group (as `elementwise` lowers it): its
-            // bindings and its meta block must hold them all.
+            // One kernel for the group (as `elementwise` lowers it).
             let fits = |g: &[Node], p: &Self| {
                 let vals: Vec<Fused> = g.iter().chain([r]).map(|n| p.vals[&n.id()].clone()).collect();
-                let buffers: HashSet<_> = vals.iter().flat_map(buffers_of).collect();
-                if buffers.len() + vals.len() > p.target.max_bindings() {
-                    return false;
-                }
-                let rank = r.shape().len();
-                let mut low = Lowerer::new(rank, &[], None);
-                low.body(&vals.iter().collect::<Vec<_>>());
-                meta_words(&low.sig) <= p.target.meta_room(rank)
+                policy::roots_share_a_kernel(&vals, r.shape().len(), p.target)
             };
             match groups.iter_mut().find(|(s, g)| s == r.shape() && fits(g, self)) {
                 Some((_, g)) => g.push(r.clone()),
@@ -745,52 +713,6 @@ fn with_computed(v: &Fused, computed: impl Fn(&Kind) -> Option<(DeviceArray, Lay
         .expect("leaf replacement cannot fail")
 }
 
-/// Distinct buffers `v` reads.
-fn buffers_of(v: &Fused) -> Vec<*const ()> {
-    let mut out = Vec::new();
-    for n in postorder(v) {
-        let b = match &n.kind {
-            Kind::Buf(a) | Kind::Gather { src: a, .. } => buffer_id(&a.buffer),
-            Kind::Iota { .. } | Kind::Row { .. } | Kind::Mm { .. } | Kind::Fill(_) | Kind::Pointwise(_) => continue,
-        };
-        if !out.contains(&b) {
-            out.push(b);
-        }
-    }
-    out
-}
-
-/// The most storage buffers a kernel over `v` can bind, however its
-/// pending parts land: its own buffers and gather sources, the buffers of
-/// every row stage's input (direct or read by another stage, computed
-/// inside the kernel) and one more per stage (when it is computed first
-/// instead), and both operands of every pending matmul (when `v` becomes
-/// its epilogue; computed first, it binds one buffer). Counting only the
-/// first kind let a cross-entropy gradient fuse into a kernel of 11.
-fn bindings_bound(v: &Fused) -> usize {
-    let mut buffers = buffers_of(v);
-    let stages = row_stages(v);
-    let operands = matmuls(v).into_iter().flat_map(|mm| [buffer_id(&mm.a.buffer), buffer_id(&mm.b.buffer)]);
-    for b in stages.iter().flat_map(|st| buffers_of(&st.input)).chain(operands) {
-        if !buffers.contains(&b) {
-            buffers.push(b);
-        }
-    }
-    buffers.len() + stages.len()
-}
-
-/// Whether `v` (of `shape`) can be the epilogue of the one pending matmul
-/// it holds: f32, the matmul's shape, reading its result element for
-/// element, and no row stage.
-fn takes_as_epilogue(v: &Fused, shape: &[usize]) -> bool {
-    let [mm] = &matmuls(v)[..] else { return false };
-    let aligned = postorder(v).iter().all(|n| match &n.kind {
-        Kind::Mm { layout, .. } => same_mapping(layout, &Layout::contiguous(shape)),
-        _ => true,
-    });
-    v.dtype == DType::F32 && mm.shape == shape && aligned && row_stages(v).is_empty()
-}
-
 /// Strides for `shape` under which its view permuted by `perm` is
 /// contiguous.
 fn contiguous_through(perm: &[usize], shape: &[usize]) -> Vec<isize> {
@@ -800,49 +722,6 @@ fn contiguous_through(perm: &[usize], shape: &[usize]) -> Vec<isize> {
         strides[p] = s;
     }
     strides
-}
-
-/// Whether `v` (of `shape`) broadcast to `to` would be recomputed so often
-/// that computing it once is cheaper ([`BROADCAST_RECOMPUTE_MIN`]). Not a
-/// scalar (its kernels load it once per invocation), a matmul's epilogue,
-/// or a function of row statistics over `to`'s rows (layer norm's
-/// `rsqrt(var + ε)`, which the row kernel computes once per row).
-fn recomputed_by_broadcast(v: &Fused, shape: &[usize], to: &[usize]) -> bool {
-    numel(shape) > 1
-        && numel(to) >= BROADCAST_RECOMPUTE_MIN * numel(shape)
-        && cost(v) >= BROADCAST_COST_MIN
-        && (row_stages(v).is_empty() || !rows_aligned(v, to))
-        && matmuls(v).is_empty()
-}
-
-/// Whether `v`, the value of scalar node `n`, reads so many buffers that
-/// inlining it would crowd its consumers' bindings (a flag over several
-/// reductions, such as "every gradient is finite", read by every update).
-fn binds_much_for_a_scalar(v: &Fused, n: &Node) -> bool {
-    numel(n.shape()) == 1 && bindings_bound(v) >= SCALAR_BINDINGS_MAX
-}
-
-/// (bindings at most, meta words) a kernel over `v` would need.
-fn footprint(v: &Fused, rank: usize) -> (usize, usize) {
-    let mut low = Lowerer::new(rank, &[], None);
-    let stages = row_stages(v);
-    let words = if stages.is_empty() && matmuls(v).is_empty() {
-        low.body(&[v]);
-        meta_words(&low.sig)
-    } else {
-        // Pending values lower with their own kernel; count leaves only.
-        postorder(v).iter().filter(|n| matches!(n.kind, Kind::Buf(_) | Kind::Iota { .. })).count() * (rank + 1)
-    };
-    (bindings_bound(v), words)
-}
-
-/// Whether every row stage `v` reads (directly) runs over `shape`'s rows
-/// and is read at the kernel's own row.
-fn rows_aligned(v: &Fused, shape: &[usize]) -> bool {
-    postorder(v).iter().all(|n| match &n.kind {
-        Kind::Row { stage, layout } => stage.shape == shape && row_aligned(layout, shape),
-        _ => true,
-    })
 }
 
 /// The item computing `epilogue(mm)` over `shape` into `out`.

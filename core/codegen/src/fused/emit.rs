@@ -442,6 +442,7 @@ impl<'a> Emitter<'a> {
             let dt = |j: usize| if wide && self.native_half(dt(j)) { DType::F32 } else { dt(j) };
             let dc = if wide { DType::F32 } else { d };
             let value = match op {
+                // Whatever the op, the one the caller gives (`given.0`) is read from `given.1`.
                 _ if given.is_some_and(|g| g.0 == i) => given.unwrap().1.to_string(),
                 Op::Load(k) if self.straddles(*k) => self.load_elements(*k, &self.straddling_indices(*k, f)),
                 Op::Load(k) => self.load(*k, &self.index(*k, f, pfx), self.quad(*k, flat)),

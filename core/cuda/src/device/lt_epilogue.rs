@@ -30,8 +30,10 @@ pub fn lt_epilogue(sig: &Sig, layouts: &[Layout], shape: &[usize]) -> Option<(Ge
         [Op::Acc] => None,
         [x, y, Op::Pointwise(Pointwise::Binary(BinaryOp::Add, 0, 1))] => match (x, y) {
             (Op::Acc, Op::Load(leaf)) | (Op::Load(leaf), Op::Acc) if is_bias(sig, layouts, *leaf, shape) => Some(*leaf),
+            // Any other sum than the product plus a bias keeps the pass.
             _ => return None,
         },
+        // Any other epilogue (a slice pattern of ops: no list of variants can cover it) keeps the pass.
         _ => return None,
     };
     let epilogue = match (bias.is_some(), activation) {
