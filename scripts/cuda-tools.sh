@@ -1,6 +1,6 @@
 # CUDA's compilers for the CUDA compile checks, from NVIDIA's PyPI wheels
-# (no GPU needed): NVRTC (libnvrtc.so.13) and ptxas, CUDA 13.0 (what the
-# H200 machine's driver 580 runs). Sourced by scripts/setup (which installs
+# (no GPU needed): NVRTC (libnvrtc.so.13) and ptxas, CUDA 13.0 (what NVIDIA's
+# driver 580 and newer run). Sourced by scripts/setup (which installs
 # them) and scripts/test (which puts them on the paths).
 cuda_tools_dir="${KILN_CUDA_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln/cuda-tools}"
 cuda_tools_root="$cuda_tools_dir/nvidia/cu13"
@@ -15,9 +15,8 @@ cuda_tools_install() {
     --target "$cuda_tools_dir" "${cuda_tools_wheels[@]}"
 }
 
-# The paths the checks find them on; missing tools then fail the checks.
+# The paths the checks find them on (scripts/test also requires them).
 cuda_tools_env() {
   export LD_LIBRARY_PATH="$cuda_tools_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export PATH="$cuda_tools_root/bin:$PATH"
-  export KILN_REQUIRE_CUDA_TOOLS=1
 }

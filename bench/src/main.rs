@@ -49,7 +49,8 @@ struct Args {
     /// Internal: time to the first result in a fresh process on this adapter.
     #[arg(long, hide = true)]
     cold_start: Option<String>,
-    /// Only the figures whose name contains this (the ceilings always run).
+    /// Only the figures whose name contains this, or one of several
+    /// separated by `|` (the ceilings always run).
     #[arg(long)]
     only: Option<String>,
     /// After each kiln figure, run it once more with kernel profiling on
@@ -194,7 +195,7 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let docs = args.docs.clone().or_else(|| full.then(|| "docs/BENCHMARKS.md".into()));
     if let Some(path) = docs {
         let header = format!(
-            "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a 2-core machine shared with other sessions. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the ceiling: the ceiling's microkernel runs next to each repetition (before it, then after the next, in turn), and the fraction is the median over these pairs of the figure's rate over the ceiling's, so that the machine's changes of speed (the copy rate moved by 2× within one run) move both sides alike. The ceiling rows are each adapter's first measurement. The matmul tuner chooses afresh in each run (unless env `KILN_TUNE_CACHE` names a cache). FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves (4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element, 4 for the f16 chain, over the chain's).",
+            "Generated {} UTC by `cargo run --release -p kiln-bench`, {:.0} s; load average (1/5/15 min) {} before, {} after, on a shared 2-core machine. Each cell: median of {} repetitions after a warm-up (min–max), and in bold the fraction of the ceiling: the ceiling's microkernel runs next to each repetition (before it, then after the next, in turn), and the fraction is the median over these pairs of the figure's rate over the ceiling's, so that the machine's changes of speed (the copy rate moved by 2× within one run) move both sides alike. The ceiling rows are each adapter's first measurement. The matmul tuner chooses afresh in each run (unless env `KILN_TUNE_CACHE` names a cache). FMA for matmul; copy for the memory-bound kernels, whose rates count the bytes an ideal kernel moves (4 B/element for sum, 8 for softmax and layer norm; for the chains, the copy kernel's time for 8 B/element, 4 for the f16 chain, over the chain's).",
             utc_now(),
             started.elapsed().as_secs_f64(),
             load_before,

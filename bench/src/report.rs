@@ -137,12 +137,18 @@ pub fn gpu_goals(records: &[Record]) -> Vec<String> {
     let yardstick = |r: &Record| r.adapter.starts_with("PyTorch");
     for r in records.iter().filter(|r| is_cuda(r)) {
         let Some(f) = r.ceiling_fraction else { continue };
-        if r.bench == "matmul 4096³" {
+        if r.bench == crate::suites::KILN_KERNEL_4096 {
             lines.push(format!(
-                "- {} f32 on {}: {f:.3} of cuBLAS sgemm (goal ≥ 0.90: {})",
+                "- {} f32 (cuBLAS off) on {}: {f:.3} of cuBLAS sgemm (goal ≥ 0.90: {})",
                 r.bench,
                 r.adapter,
                 met(f >= 0.9)
+            ));
+        }
+        if r.bench == "matmul 4096³" {
+            lines.push(format!(
+                "- {} f32 on {}, a cuBLAS call: {f:.3} of cuBLAS sgemm timed alone (no goal: the same library)",
+                r.bench, r.adapter
             ));
         }
         let memory_bound =
@@ -223,7 +229,8 @@ mod tests {
         };
         let records = [
             cuda("ceiling: cuBLAS sgemm 4096³", 50000.0, "GFLOP/s", None),
-            cuda("matmul 4096³", 47000.0, "GFLOP/s", Some(0.94)),
+            cuda("matmul 4096³", 49500.0, "GFLOP/s", Some(0.99)),
+            cuda("matmul 4096³ kiln kernel", 47000.0, "GFLOP/s", Some(0.94)),
             cuda("softmax [4096,1024]", 3000.0, "GB/s", Some(0.7)),
             cuda("8-op arithmetic chain fused", 0.1, "ms", Some(0.85)),
             cuda("8-op arithmetic chain unfused", 0.5, "ms", Some(0.2)),
@@ -234,7 +241,8 @@ mod tests {
         ];
         let goals = gpu_goals(&records).join("\n");
         let want = [
-            "- matmul 4096³ f32 on H200 (CUDA): 0.940 of cuBLAS sgemm (goal ≥ 0.90: met)",
+            "- matmul 4096³ f32 on H200 (CUDA), a cuBLAS call: 0.990 of cuBLAS sgemm timed alone (no goal: the same library)",
+            "- matmul 4096³ kiln kernel f32 (cuBLAS off) on H200 (CUDA): 0.940 of cuBLAS sgemm (goal ≥ 0.90: met)",
             "- softmax [4096,1024] on H200 (CUDA): 0.700 of the copy kernel (goal ≥ 0.80: not met)",
             "- 8-op arithmetic chain fused on H200 (CUDA): 0.850 of the copy kernel (goal ≥ 0.80: met)",
             "- matmul 4096³ on H200 (Vulkan) (WGSL): 0.400 of cuBLAS sgemm on H200 (CUDA) (goal ≥ 0.50: not met)",

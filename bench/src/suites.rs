@@ -15,6 +15,9 @@ use kiln_nn::loss::cross_entropy;
 use kiln_nn::{Conv2d, Conv2dConfig, ConvAlgorithm};
 use std::sync::Arc;
 
+/// The CUDA row of kiln's own matmul kernel at 4096³, cuBLAS off.
+pub const KILN_KERNEL_4096: &str = "matmul 4096³ kiln kernel";
+
 /// How a weight matmul row holds its weight (f32 is `None`).
 #[derive(Clone, Copy)]
 enum WeightFormat {
@@ -59,7 +62,7 @@ pub struct Ctx<'a> {
 
 impl Ctx<'_> {
     pub fn wants(&self, bench: &str) -> bool {
-        self.only.is_none_or(|o| bench.contains(o))
+        self.only.is_none_or(|o| o.split('|').any(|part| bench.contains(part)))
     }
 
     /// With `profile`, one more `run` with kernel profiling on: its device
@@ -274,6 +277,12 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
     // Too slow for the CPU adapters; the size cuBLAS is measured at.
     if cx.wants("matmul 4096³") && !cx.dev.info().is_cpu_adapter() {
         out(cx.matmul("matmul 4096³", DType::F32, [4096; 3], None)?);
+    }
+    // On CUDA a plain product is a cuBLAS call; kiln's own kernel (pinning a
+    // config keeps cuBLAS out) is what the goal against cuBLAS measures.
+    if cx.wants(KILN_KERNEL_4096) && cx.dev.info().backend == "cuda" {
+        let own = MatmulConfig::default_for(&cx.dev.info().caps());
+        out(cx.matmul(KILN_KERNEL_4096, DType::F32, [4096; 3], Some(own))?);
     }
     // Packed operands, unpacked in registers and multiplied in f32: against
     // the f32 row above, what reading half the bytes is worth.

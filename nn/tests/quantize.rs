@@ -135,8 +135,8 @@ fn quantized_checkpoints_store_codes_as_bytes_and_load_back_exactly() -> Result<
 
 /// Python's safetensors and numpy read the codes as documented, checked
 /// against the weights kiln dequantizes (`nn/tests/python/read_quantized.py`).
-/// Skipped by name without them, unless `KILN_REQUIRE_PY_TOOLS=1`
-/// (scripts/test installs them and sets it).
+/// Skipped by name without them, unless the run requires `py-tools`
+/// (`KILN_REQUIRE`: scripts/test installs them and requires them).
 #[test]
 fn python_reads_the_quantized_layout() -> Result<()> {
     let dev = Device::cpu();

@@ -106,7 +106,7 @@ fn unknown_adapter_selector_lists_the_available_ones() {
     let opts = DeviceOptions { adapter: Some("no-such-gpu-xyz".into()), ..Default::default() };
     match pollster::block_on(Device::with_options(opts)) {
         Err(e @ KilnError::AdapterNotFound { .. }) => assert!(e.to_string().contains("no-such-gpu-xyz")),
-        Err(KilnError::NoAdapter { .. }) => eprintln!("skipped: no adapter on this machine"),
+        Err(e @ KilnError::NoAdapter { .. }) => kiln_require::skip(kiln_require::ANY_ADAPTER, &e.to_string()),
         other => panic!("expected AdapterNotFound, got {other:?}"),
     }
 }
@@ -120,7 +120,7 @@ fn lavapipe_selects_mesas_vulkan_driver() {
             assert!(info.name.contains("llvmpipe") && info.backend.to_lowercase() == "vulkan", "{info:?}");
         }
         Err(KilnError::AdapterNotFound { available, .. }) => {
-            eprintln!("skipped: lavapipe (Vulkan) not found on this machine (found {available})")
+            kiln_require::skip("lavapipe", &format!("not found on this machine (found {available})"))
         }
         Err(e) => panic!("{e}"),
     }
@@ -128,9 +128,9 @@ fn lavapipe_selects_mesas_vulkan_driver() {
 
 #[test]
 fn a_tensor_over_the_binding_limit_is_an_error() {
-    let Ok(dev) = pollster::block_on(Device::gpu()) else {
-        eprintln!("skipped: no GPU adapter on this machine");
-        return;
+    let dev = match pollster::block_on(Device::gpu()) {
+        Ok(dev) => dev,
+        Err(e) => return kiln_require::skip(kiln_require::ANY_ADAPTER, &e.to_string()),
     };
     let limit = dev.info().limits.max_storage_buffer_binding_size;
     let n = (limit / 4 + 1) as usize;
@@ -149,9 +149,9 @@ fn a_tensor_over_the_binding_limit_is_an_error() {
 
 #[test]
 fn non_contiguous_views_work_on_gpu() {
-    let Ok(dev) = pollster::block_on(Device::gpu()) else {
-        eprintln!("skipped: no GPU adapter on this machine");
-        return;
+    let dev = match pollster::block_on(Device::gpu()) {
+        Ok(dev) => dev,
+        Err(e) => return kiln_require::skip(kiln_require::ANY_ADAPTER, &e.to_string()),
     };
     let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
     let v = x.t().unwrap().slice(0, None, None, -1).unwrap();
@@ -164,9 +164,9 @@ fn non_contiguous_views_work_on_gpu() {
 fn a_matmul_config_the_device_cannot_run_is_refused_by_name() {
     use kiln_core::codegen::matmul::MatmulConfig;
     let opts = DeviceOptions { adapter: Some("gl".into()), ..Default::default() };
-    let Ok(dev) = pollster::block_on(Device::with_options(opts)) else {
-        eprintln!("skipped: no OpenGL adapter on this machine");
-        return;
+    let dev = match pollster::block_on(Device::with_options(opts)) {
+        Ok(dev) => dev,
+        Err(e) => return kiln_require::skip("gl", &e.to_string()),
     };
     assert!(!dev.info().subgroups, "llvmpipe's GL has no subgroups");
     let shared = MatmulConfig::CANDIDATES.into_iter().find(|c| c.share).unwrap();

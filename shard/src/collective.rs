@@ -115,16 +115,65 @@ fn sum_in_rank_order(parts: &[Vec<f32>]) -> Result<Vec<f32>> {
 mod tests {
     use super::*;
 
+    use std::sync::mpsc;
+
+    /// A world whose ranks are threads that deliver their parts one after
+    /// another in `order`, as processes arrive at a gather in any order;
+    /// the gather files each part under its rank. `arrived` records the
+    /// order the parts came in.
+    struct Arrivals {
+        order: Vec<usize>,
+        arrived: std::sync::Mutex<Vec<usize>>,
+    }
+
+    impl Collective for Arrivals {
+        fn world_size(&self) -> usize {
+            self.order.len()
+        }
+        fn local_ranks(&self) -> Range<usize> {
+            0..self.order.len()
+        }
+        fn all_gather(&self, local: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>> {
+            expect_local_parts(self, local.len())?;
+            let (send, receive) = mpsc::channel();
+            for &rank in &self.order {
+                let (send, part) = (send.clone(), local[rank].clone());
+                std::thread::spawn(move || send.send((rank, part)).unwrap()).join().unwrap();
+            }
+            drop(send);
+            let mut parts = vec![Vec::new(); self.order.len()];
+            for (rank, part) in receive {
+                self.arrived.lock().unwrap().push(rank);
+                parts[rank] = part;
+            }
+            Ok(parts)
+        }
+        fn agree(&self, _: &str, _: u64) -> Result<()> {
+            Ok(())
+        }
+    }
+
     #[test]
     fn the_sum_is_the_same_in_any_arrival_order_and_rounds_once() {
         // In f32, (1 + 2^-24) + 2^-24 rounds twice to 1; summed in f64 the
-        // two halves survive and round once to 1 + 2^-23.
-        let tiny = f32::EPSILON / 2.0;
-        let parts = vec![vec![1.0, 3.0], vec![tiny, -1.0], vec![tiny, 0.5]];
+        // two halves survive and round once to 1 + 2^-23. The second
+        // column depends on the order of its terms even in f64: 2^60 + 1
+        // loses the 1, 2^60 - 2^60 + 1 keeps it.
+        let (tiny, big) = (f32::EPSILON / 2.0, 2f32.powi(60));
+        let parts = vec![vec![1.0, big], vec![tiny, 1.0], vec![tiny, -big]];
         let total = sum_in_rank_order(&parts).unwrap();
-        assert_eq!(total, [1.0 + f32::EPSILON, 2.5]);
-        let c = InProcess::new(3);
-        assert_eq!(all_reduce_sum(&c, parts).unwrap(), total);
+        assert_eq!(total, [1.0 + f32::EPSILON, 0.0]);
+        let mut arrival_sums = Vec::new();
+        for order in [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]] {
+            let world = Arrivals { order: order.to_vec(), arrived: Default::default() };
+            assert_eq!(all_reduce_sum(&world, parts.clone()).unwrap(), total, "arriving in order {order:?}");
+            let arrived = world.arrived.into_inner().unwrap();
+            assert_eq!(arrived, order, "the parts arrived as the test ordered them");
+            let in_arrival_order: Vec<Vec<f32>> = arrived.iter().map(|&r| parts[r].clone()).collect();
+            arrival_sums.push(sum_in_rank_order(&in_arrival_order).unwrap()[1]);
+        }
+        // Summed as they arrive, the bits would follow the order.
+        assert!(arrival_sums.iter().any(|&s| s != 0.0), "{arrival_sums:?}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ fn nccl_reports_its_version_or_what_is_missing() {
         Err(e) => {
             let msg = e.to_string();
             assert!(msg.contains("NCCL (libnccl.so) is not available") && msg.contains("nvidia-nccl-cu13"), "{msg}");
-            eprintln!("skipped: NCCL: {msg}");
+            kiln_require::skip("nccl", &msg);
         }
     }
 }
@@ -33,8 +33,7 @@ fn a_world_of_one_gpu_through_nccl_computes_as_one_device() {
             let msg = e.to_string();
             let named = ["CUDA driver", "NCCL (libnccl.so)", "a CUDA GPU"].iter().any(|m| msg.contains(m));
             assert!(named && msg.contains("is not available"), "{msg}");
-            eprintln!("skipped: NCCL mesh: {msg}");
-            return;
+            return kiln_require::skip("nccl", &msg);
         }
     };
     eprintln!("NCCL {}", NcclWorld::version().unwrap());

@@ -1,15 +1,14 @@
 //! The adapters the suite runs on: every Vulkan and GL adapter found and
-//! a CUDA GPU, plus the ones this project expects on its CI machines,
-//! reported as skipped by name when absent.
+//! a CUDA GPU, plus the ones this project expects on its CI machines: each
+//! missing one is reported as skipped by name, or fails the test where
+//! `KILN_REQUIRE_ADAPTERS` lists it (`kiln_require`).
 
 use kiln::prelude::*;
 
-/// Adapters the CI machines have; each missing one is reported as skipped.
-pub const EXPECTED: [(&str, &str); 3] = [
-    ("lavapipe (Vulkan)", "llvmpipe|vulkan"),
-    ("SwiftShader (Vulkan)", "swiftshader|vulkan"),
-    ("llvmpipe (OpenGL)", "llvmpipe|gl"),
-];
+/// Adapters the CI machines have, by the name `KILN_REQUIRE_ADAPTERS`
+/// gives them, with the adapter name and backend that identify them.
+pub const EXPECTED: [(&str, &str); 3] =
+    [("lavapipe", "llvmpipe|vulkan"), ("swiftshader", "swiftshader|vulkan"), ("gl", "llvmpipe|gl")];
 
 pub struct Found {
     pub label: String,
@@ -28,8 +27,11 @@ fn matches(device: &Device, pattern: &str) -> bool {
     info.name.to_lowercase().contains(name) && info.backend.to_lowercase() == backend
 }
 
-/// Open every adapter; returns the devices and the names of expected
-/// adapters that were not found (or failed to open, with the reason).
+/// Open every adapter; returns the devices and the expected adapters that
+/// were not found (or failed to open, with the reason), each also reported
+/// skipped for the running test, or failing it where the run requires the
+/// adapter. A required adapter name that no adapter matches fails too, as
+/// does a run that requires adapters and finds none.
 pub async fn discover() -> (Vec<Found>, Vec<String>) {
     let mut found = Vec::new();
     let mut skipped = Vec::new();
@@ -41,18 +43,37 @@ pub async fn discover() -> (Vec<Found>, Vec<String>) {
         }
     }
     // A CUDA GPU where there is one (natively); else skipped, saying why.
+    // `KILN_ADAPTER=cuda-host` puts the CUDA runtime's host engine in its
+    // place (a dry run of the GPU checks, `scripts/device-check --dry-run`).
     #[cfg(not(target_arch = "wasm32"))]
-    match Device::cuda() {
+    let cuda = match std::env::var("KILN_ADAPTER").as_deref() {
+        Ok("cuda-host") => Ok(Device::cuda_on_host()),
+        _ => Device::cuda(),
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    match cuda {
         Ok(device) => found.push(Found { label: label(&device), device }),
-        Err(e) => skipped.push(format!("CUDA: {e}")),
+        Err(e) => {
+            kiln_require::skip("cuda", &e.to_string());
+            skipped.push(format!("CUDA: {e}"));
+        }
     }
     for (name, pattern) in EXPECTED {
         if !found.iter().any(|f| matches(&f.device, pattern)) {
-            skipped.push(format!("{name}: not found on this machine"));
+            let why =
+                format!("not found on this machine (found {:?})", found.iter().map(|f| &f.label).collect::<Vec<_>>());
+            kiln_require::skip(name, &why);
+            skipped.push(format!("{name}: {why}"));
         }
+    }
+    for name in kiln_require::required_adapters() {
+        let known = EXPECTED.iter().any(|(n, _)| *n == name) || name == "cuda" || name == "webgpu";
+        assert!(known, "{ADAPTERS}: unknown adapter {name:?} (known: lavapipe, swiftshader, gl, cuda, webgpu)");
     }
     (found, skipped)
 }
+
+const ADAPTERS: &str = kiln_require::ADAPTERS_VAR;
 
 /// Every adapter found, opened once per test process (skipped ones are
 /// printed by name). Tests hold the lock so launch counts don't mix.

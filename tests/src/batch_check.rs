@@ -1,7 +1,8 @@
 //! The batching check: every conformance case under `vmap`. A case's graph
 //! is replayed as a function of the realized inputs it reads; each input is
-//! batched as two examples, itself and its elements in reverse order (the
-//! same values, so within every op's domain, yet a different example), and
+//! batched as two examples: itself, and a second drawn from its own key
+//! ([`resampled`]: its elements picked at random with repeats, so within
+//! every op's domain, yet with other sums, maxima and means), and
 //! `vmap` of the replay must equal the two replays stacked, on the CPU
 //! reference and on every adapter; then again with only the first input
 //! batched and the others shared by both examples. Cases without inputs
@@ -11,7 +12,6 @@ use crate::browser::Browser;
 use crate::{Case, Outcome, Tol, compare};
 use kiln::core::Prim;
 use kiln::core::ir::Node;
-use kiln::core::shape::SliceSpec;
 use kiln::prelude::*;
 use std::collections::HashMap;
 
@@ -51,13 +51,24 @@ fn replay(out: &Node, inputs: &[Node], with: &[Node]) -> Result<Node> {
     Ok(built.get(&out.id()).cloned().unwrap_or_else(|| out.clone()))
 }
 
-/// `x` with its elements in reverse (flat) order.
-pub(crate) fn reversed(x: &Node) -> Result<Node> {
+/// A second example for input `x`, drawn with its own `key`: each element
+/// one of `x`'s, picked uniformly with repeats. Every value is one the case
+/// accepts (a positive log input, an index in range), while its sums,
+/// extremes and order differ from `x`'s, which a reversal or permutation
+/// would keep.
+pub(crate) fn resampled(x: &Node, key: u64, dev: &Device) -> Result<Node> {
     let n = x.shape().iter().product::<usize>();
+    let mut rng = crate::rng::Rng::new(key);
+    let picks: Vec<i32> = (0..n).map(|_| (rng.next_u64() % n.max(1) as u64) as i32).collect();
+    let picks = Tensor::from_slice(dev, &picks, &[n])?;
     let flat = Node::new(Prim::Reshape { shape: vec![n] }, vec![x.clone()])?;
-    let spec = SliceSpec { start: n.saturating_sub(1), len: n, step: -1 };
-    let back = Node::new(Prim::Slice { specs: vec![spec] }, vec![flat])?;
-    Node::new(Prim::Reshape { shape: x.shape().to_vec() }, vec![back])
+    let drawn = Node::new(Prim::Gather { axis: 0 }, vec![flat, picks.node().clone()])?;
+    Node::new(Prim::Reshape { shape: x.shape().to_vec() }, vec![drawn])
+}
+
+/// The key of the second example of input `i`: one per input.
+pub(crate) fn example_key(i: usize) -> u64 {
+    0x5EED_0000 + i as u64
 }
 
 /// The case batched on `dev`: `vmap` of its replay against the replays
@@ -101,14 +112,14 @@ async fn batched(case: &Case, dev: &Device, share_rest: bool) -> Option<Outcome>
 }
 
 /// `vmap` of `out`'s replay with its first `batched` inputs batched (each
-/// as itself and its reverse) and the rest shared, against the two replays
-/// stacked.
+/// as itself and an example drawn from its own key) and the rest shared,
+/// against the two replays stacked.
 async fn versus_stacked(out: &Tensor, inputs: &[Node], batched: usize, dev: &Device, tol: Tol) -> Outcome {
     let pair = || -> Result<(Tensor, Tensor)> {
         let tensor = |n: Node| Tensor::from_node(n, dev.clone());
         let mut second = inputs.to_vec();
-        for x in &mut second[..batched] {
-            *x = reversed(x)?;
+        for (i, x) in second[..batched].iter_mut().enumerate() {
+            *x = resampled(x, example_key(i), dev)?;
         }
         let args = inputs[..batched]
             .iter()
@@ -202,8 +213,8 @@ pub fn browser_op(op: &str) -> String {
 /// The "Batching (vmap)" section of docs/CONFORMANCE.md: one row per op,
 /// with the browser's column where its results are at hand.
 pub fn markdown(rows: &[BatchRow], columns: &[String], browser: Option<&Browser>) -> String {
-    let about = "Every case above under `kiln::vmap`: its inputs batched as two examples (each input, and its \
-                 elements in reverse order), `vmap` of the case against the case on each example stacked, on the \
+    let about = "Every case above under `kiln::vmap`: its inputs batched as two examples (each input, and a \
+                 second drawn from its own key: its elements picked at random with repeats), `vmap` of the case against the case on each example stacked, on the \
                  same device, each element within twice the case's tolerance; then, for cases of several inputs, \
                  the same with only the first operand batched and the others shared by both examples (`in_axes` \
                  `None`: the path of a weight every example reads). Creation cases read no input (—).";

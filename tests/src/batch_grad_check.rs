@@ -1,12 +1,12 @@
 //! The batching check of gradients, `vmap(grad)`: every gradient case's
 //! vjp (with `grad_check`'s fixed cotangent) under `vmap` over two examples,
-//! the case's inputs and each input with its elements reversed, against the
+//! the case's inputs and a second drawn from each input's own key, against the
 //! two examples' vjps stacked, on the CPU reference and every adapter.
 //! These are per-example gradients through every differentiable op's
 //! backward rule and that rule's batching.
 
 use crate::Outcome;
-use crate::batch_check::{BatchRow, reversed};
+use crate::batch_check::{BatchRow, example_key, resampled};
 use crate::grad_cases::{Check, GradCase};
 use crate::grad_check::{self, vjp_of};
 use kiln::prelude::*;
@@ -20,8 +20,11 @@ pub const BROWSER_PREFIX: &str = "vmap(grad): ";
 pub async fn check(case: &GradCase, dev: &Device) -> Outcome {
     let pair = || -> Result<(Vec<Tensor>, Vec<Tensor>)> {
         let first = case.primals(dev)?;
-        let second: Vec<Tensor> =
-            first.iter().map(|x| Ok(Tensor::from_node(reversed(x.node())?, dev.clone()))).collect::<Result<_>>()?;
+        let second: Vec<Tensor> = first
+            .iter()
+            .enumerate()
+            .map(|(i, x)| Ok(Tensor::from_node(resampled(x.node(), example_key(i), dev)?, dev.clone())))
+            .collect::<Result<_>>()?;
         let stacked = |a: &[Tensor], b: &[Tensor]| -> Result<Vec<Tensor>> {
             a.iter().zip(b).map(|(a, b)| Tensor::stack(&[a, b], 0)).collect()
         };
@@ -73,7 +76,7 @@ pub async fn run(found: &[crate::adapters::Found], filter: Option<&str>) -> Vec<
 /// The "Per-example gradients (vmap of grad)" section of docs/CONFORMANCE.md.
 pub fn markdown(rows: &[BatchRow], columns: &[String], browser: Option<&crate::browser::Browser>) -> String {
     let about = "Every gradient case above under `kiln::vmap`, i.e. `vmap(grad)`: its inputs batched as two \
-                 examples (each input, and its elements in reverse order), `vmap` of the case's vjp (the same \
+                 examples (each input, and a second drawn from its own key), `vmap` of the case's vjp (the same \
                  fixed cotangent) against the two examples' vjps stacked, on the same device, within twice the \
                  case's gradient tolerance.";
     crate::batch_check::section("Per-example gradients (vmap of grad)", about, BROWSER_PREFIX, rows, columns, browser)

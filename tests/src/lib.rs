@@ -27,6 +27,9 @@ pub mod validation;
 pub mod vmap_checks;
 pub mod workgroup_reductions;
 
+/// Skips by name, or failures where the run requires the thing.
+pub use kiln_require as require;
+
 use kiln::prelude::*;
 
 /// How close an adapter's result must be to the reference: each element

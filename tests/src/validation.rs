@@ -28,10 +28,22 @@ impl log::Log for Collector {
     fn flush(&self) {}
 }
 
-/// Where the validation layer's manifest lies, if the shared folder is here.
-pub fn layer_dir() -> Option<PathBuf> {
+/// Where the validation layer's manifest lies, if the shared folder is
+/// here and the library it names (Debian's chromium ships it) is installed;
+/// otherwise why not.
+pub fn layer_dir() -> Result<PathBuf, String> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vulkan");
-    dir.join("VkLayer_khronos_validation.json").exists().then(|| dir.canonicalize().ok()).flatten()
+    let manifest = dir.join("VkLayer_khronos_validation.json");
+    let text = std::fs::read_to_string(&manifest).map_err(|e| format!("{}: {e}", manifest.display()))?;
+    let library = text
+        .split("\"library_path\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').nth(1))
+        .ok_or_else(|| format!("{} names no library_path", manifest.display()))?;
+    if !std::path::Path::new(library).exists() {
+        return Err(format!("the layer's library {library} is not installed (Debian's chromium ships it)"));
+    }
+    dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))
 }
 
 /// SwiftShader's Vulkan driver ships with Debian's chromium package.
@@ -56,12 +68,14 @@ pub fn env_for_adapters() {
 
 /// Set up the environment for the suite. Must run before any wgpu instance
 /// is created and before other threads start (it sets env variables).
-/// Returns a line describing whether validation is on.
+/// Returns a line describing whether validation is on; without the layer
+/// the running test is reported skipped for it, or fails where the run
+/// requires `vulkan-validation`.
 pub fn setup() -> String {
     let _ = log::set_logger(&Collector).map(|()| log::set_max_level(log::LevelFilter::Debug));
     env_for_adapters();
     match layer_dir() {
-        Some(dir) => {
+        Ok(dir) => {
             // SAFETY: as above.
             unsafe {
                 std::env::set_var("VK_LAYER_PATH", &dir);
@@ -76,7 +90,10 @@ pub fn setup() -> String {
             let _ = std::fs::remove_file(log_file());
             "Vulkan validation layer on (the Khronos layer, with the manifest in ../shared/vulkan)".into()
         }
-        None => "Vulkan validation layer not found (../shared/vulkan missing): validation off".into(),
+        Err(why) => {
+            kiln_require::skip("vulkan-validation", &why);
+            format!("Vulkan validation layer not found ({why}): validation off")
+        }
     }
 }
 

@@ -11,7 +11,7 @@ fn cuda_runtimes() -> Vec<(&'static str, Device)> {
     let mut runtimes = vec![("the host engine", Device::cuda_on_host())];
     match Device::cuda() {
         Ok(gpu) => runtimes.push(("the GPU", gpu)),
-        Err(e) => eprintln!("skipped: CUDA GPU: {e}"),
+        Err(e) => kiln_conformance::require::skip("cuda", &e.to_string()),
     }
     runtimes
 }
@@ -40,7 +40,7 @@ fn device_cuda_opens_a_gpu_or_says_what_is_missing() {
                 assert!(matches!(e, KilnError::Unavailable { .. }), "{message}");
                 let named = ["CUDA driver", "CUDA GPU", "NVRTC"].iter().any(|what| message.contains(what));
                 assert!(named, "the error names nothing missing: {message}");
-                eprintln!("skipped: CUDA GPU: {message}");
+                kiln_conformance::require::skip("cuda", &message);
             }
         }
     }
@@ -204,15 +204,30 @@ fn jit_replays_its_launch_list_on_the_cuda_runtime() {
     }
 }
 
+/// The same seeded input on `dev`.
+fn input(dev: &Device, shape: &[usize], seed: u64) -> Tensor {
+    kiln_conformance::cases::input(dev, seed, shape, DType::F32, -1.0, 1.0).unwrap()
+}
+
+/// `t`'s values, as `dev` holds them.
+fn read(dev: &Device, t: &Tensor) -> Vec<f64> {
+    kiln::block_on(dev.read(t.node())).unwrap().data
+}
+
+/// `values` of `shape` as a tensor on the CPU reference `cpu`.
+fn on_cpu(cpu: &Device, values: &[f64], shape: &[usize]) -> Tensor {
+    let values: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+    Tensor::from_slice(cpu, &values, shape).unwrap()
+}
+
 fn jit_replays_on(label: &str, dev: &Device) {
-    let input =
-        |shape: &[usize], seed| kiln_conformance::cases::input(dev, seed, shape, DType::F32, -1.0, 1.0).unwrap();
+    let cpu = Device::cpu();
     // A matmul with an epilogue (cuBLAS, then a pass), a raw one and a reduction.
     let f = |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1])?.relu()?.sum(&[-1], false)?, x[0].matmul(&x[1])?]);
     let step = kiln::jit(f);
-    let w = input(&[8, 6], 9);
+    let w = input(dev, &[8, 6], 9);
     for seed in 0..3 {
-        let x = input(&[5, 8], seed);
+        let x = input(dev, &[5, 8], seed);
         let before = dev.stats();
         let out = kiln::block_on(step.call(&[x.clone(), w.clone()])).unwrap();
         let after = dev.stats();
@@ -220,10 +235,10 @@ fn jit_replays_on(label: &str, dev: &Device) {
             assert_eq!(after.submits - before.submits, 1, "a replay is one launch list");
             assert_eq!(after.pipelines_compiled, before.pipelines_compiled, "a replay compiles nothing");
         }
-        let want = f(&[x, w.clone()]).unwrap();
+        // The CPU reference on the same inputs.
+        let want = f(&[input(&cpu, &[5, 8], seed), input(&cpu, &[8, 6], 9)]).unwrap();
         for (got, want) in out.iter().zip(&want) {
-            let got = kiln::block_on(dev.read(got.node())).unwrap().data;
-            let want = kiln::block_on(dev.read(want.node())).unwrap().data;
+            let (got, want) = (read(dev, got), read(&cpu, want));
             let outcome = kiln_conformance::compare(&got, &want, kiln_conformance::Tol::F32);
             assert!(outcome.passed, "{label}: call {seed}: {:?}", outcome.failure);
         }
@@ -245,18 +260,18 @@ fn jit_replays_run_as_cuda_graphs_where_their_buffers_recur() {
 }
 
 fn cuda_graphs_on(label: &str, dev: &Device) {
-    let input =
-        |shape: &[usize], seed| kiln_conformance::cases::input(dev, seed, shape, DType::F32, -1.0, 1.0).unwrap();
+    let cpu = Device::cpu();
+    let read_cpu = |t: &Tensor| read(&cpu, t);
     // The next state, and a loss-like sum that the loop keeps.
     let f = |x: &[Tensor]| {
         let next = x[0].matmul(&x[1])?.tanh()?.add(&x[0])?;
         Ok(vec![next.sum(&[0, 1], false)?, next])
     };
     let step = kiln::jit(f);
-    let w = input(&[8, 8], 1);
-    let read = |t: &Tensor| kiln::block_on(dev.read(t.node())).unwrap().data;
+    let w = input(dev, &[8, 8], 1);
+    let read = |t: &Tensor| read(dev, t);
     // The loop alone first (so that nothing else takes its freed buffers).
-    let mut state = input(&[4, 8], 2);
+    let mut state = input(dev, &[4, 8], 2);
     let (mut states, mut sums) = (Vec::new(), Vec::new());
     for _ in 0..8 {
         let mut out = kiln::block_on(step.call(&[state.clone(), w.clone()])).unwrap();
@@ -269,50 +284,68 @@ fn cuda_graphs_on(label: &str, dev: &Device) {
     // two replays before, so the replays alternate between two sets of
     // addresses: each set is seen once, then captured and replayed.
     assert!(graphs >= 3, "{label}: 7 replays over recurring buffers launched {graphs} graphs");
-    let mut traced = input(&[4, 8], 2);
+    // Each step against the CPU reference from the state the device had
+    // before it (so that rounding does not pile up over the steps).
+    let w_cpu = input(&cpu, &[8, 8], 1);
+    let mut before = read(&input(dev, &[4, 8], 2));
     for (call, (got, sum)) in states.iter().zip(&sums).enumerate() {
-        let mut out = f(&[traced, w.clone()]).unwrap();
-        traced = out.remove(1);
-        let outcome = kiln_conformance::compare(got, &read(&traced), kiln_conformance::Tol::F32);
+        let want = f(&[on_cpu(&cpu, &before, &[4, 8]), w_cpu.clone()]).unwrap();
+        let outcome = kiln_conformance::compare(got, &read_cpu(&want[1]), kiln_conformance::Tol::F32);
         assert!(outcome.passed, "{label}: step {call}: {:?}", outcome.failure);
-        let outcome = kiln_conformance::compare(&read(sum), &read(&out[0]), kiln_conformance::Tol::F32);
+        let outcome = kiln_conformance::compare(&read(sum), &read_cpu(&want[0]), kiln_conformance::Tol::F32);
         assert!(outcome.passed, "{label}: step {call}'s sum, kept: {:?}", outcome.failure);
+        before = got.clone();
     }
     // Every output kept: fresh addresses each call, no graph.
     let mut kept = Vec::new();
     for seed in 0..4 {
-        let x = input(&[4, 8], 10 + seed);
+        let x = input(dev, &[4, 8], 10 + seed);
         let got = kiln::block_on(step.call(&[x.clone(), w.clone()])).unwrap().remove(1);
-        let want = f(&[x.clone(), w.clone()]).unwrap().remove(1);
-        let outcome = kiln_conformance::compare(&read(&got), &read(&want), kiln_conformance::Tol::F32);
+        let want = f(&[input(&cpu, &[4, 8], 10 + seed), w_cpu.clone()]).unwrap().remove(1);
+        let outcome = kiln_conformance::compare(&read(&got), &read_cpu(&want), kiln_conformance::Tol::F32);
         assert!(outcome.passed, "{label}: {:?}", outcome.failure);
         kept.extend([x, got]);
     }
     assert_eq!(dev.stats().graphs_launched, graphs, "{label}: fresh addresses each call");
 }
 
+/// `x` rounded to the nearest value with a 10-bit mantissa (ties to even),
+/// in f64 arithmetic: TF32's rounding of an operand, computed apart from
+/// the runtime's own.
+fn tf32_reference(x: f64) -> f64 {
+    if x == 0.0 {
+        return 0.0;
+    }
+    let quantum = 2f64.powi(x.abs().log2().floor() as i32 - 10);
+    (x / quantum).round_ties_even() * quantum
+}
+
 /// TF32 is an opt-in: off, cuBLAS's products are exact f32; on, operands
-/// round to 10-bit mantissas (the host engine does as tensor cores do), so
-/// the product moves off the exact one by about TF32's precision. Other
-/// devices refuse it by name.
+/// round to 10-bit mantissas, so the product is the CPU reference's product
+/// of operands rounded so (within f32 accumulation) and moves off the exact
+/// one by about TF32's precision (README: about 3 significant digits).
+/// Other devices refuse it by name.
 #[test]
 fn tf32_is_an_opt_in_that_costs_precision() {
     let (cpu, dev) = (Device::cpu(), Device::cuda_on_host());
-    let product = |d: &Device| {
-        let input =
-            |shape: &[usize], seed| kiln_conformance::cases::input(d, seed, shape, DType::F32, -1.0, 1.0).unwrap();
-        input(&[32, 64], 1).matmul(&input(&[64, 16], 2)).unwrap()
-    };
-    let values = |d: &Device, t: Tensor| kiln::block_on(d.read(t.node())).unwrap().data;
-    let want = values(&cpu, product(&cpu));
-    let exact = values(&dev, product(&dev));
+    let (a_shape, b_shape) = ([32, 64], [64, 16]);
+    let product = |d: &Device| input(d, &a_shape, 1).matmul(&input(d, &b_shape, 2)).unwrap();
+    let want = read(&cpu, &product(&cpu));
+    let exact = read(&dev, &product(&dev));
     dev.set_matmul_tf32(true).unwrap();
-    let tf32 = values(&dev, product(&dev));
+    let tf32 = read(&dev, &product(&dev));
+    let rounded = |shape: &[usize], seed| {
+        let values: Vec<f64> = read(&cpu, &input(&cpu, shape, seed)).into_iter().map(tf32_reference).collect();
+        on_cpu(&cpu, &values, shape)
+    };
+    let want_tf32 = read(&cpu, &rounded(&a_shape, 1).matmul(&rounded(&b_shape, 2)).unwrap());
     let worst = |got: &[f64]| got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0, f64::max);
     let (exact_err, tf32_err) = (worst(&exact), worst(&tf32));
     eprintln!("largest error of a 32×64×16 product: exact f32 {exact_err:e}, TF32 {tf32_err:e}");
     assert!(exact_err < 1e-5, "exact f32: {exact_err:e}");
     assert!(tf32_err > 10.0 * exact_err && tf32_err < 2e-2, "TF32: {tf32_err:e} (exact {exact_err:e})");
+    let outcome = kiln_conformance::compare(&tf32, &want_tf32, kiln_conformance::Tol::F32);
+    assert!(outcome.passed, "TF32 against operands rounded on the CPU reference: {:?}", outcome.failure);
     let refused = Device::cpu().set_matmul_tf32(true).unwrap_err().to_string();
     assert!(refused.contains("set_matmul_tf32") && refused.contains("CUDA"), "{refused}");
 }

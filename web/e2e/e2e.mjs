@@ -9,7 +9,10 @@
 // KILN_NATIVE_LOSSES and KILN_NATIVE_GPT (the native runs to compare with),
 // KILN_E2E_ONLY=gpt or =bench (that page alone), KILN_BROWSER_BENCH=full
 // (the benchmark page's full figures, written to
-// docs/benchmarks-browser.tsv; by default one quick run of each).
+// docs/benchmarks-browser.tsv; by default one quick run of each),
+// KILN_REQUIRE_ADAPTERS and KILN_REQUIRE (comma lists, as the native tests
+// read them: `webgpu` must run the demo; a listed thing that is missing
+// fails instead of being reported skipped).
 import { chromium } from 'playwright-core';
 import http from 'node:http';
 import fs from 'node:fs';
@@ -53,6 +56,15 @@ function watch(page, name) {
   });
 }
 
+const listed = (name) => (process.env[name] ?? '').split(',').map((s) => s.trim().toLowerCase()).filter(Boolean);
+const required = (thing) => listed('KILN_REQUIRE').includes(thing) || listed('KILN_REQUIRE_ADAPTERS').includes(thing);
+
+// A missing thing: a failure where the run requires it, else a counted line.
+function skip(thing, why) {
+  if (required(thing)) throw new Error(`${thing} is required by this run (KILN_REQUIRE) but ${why}`);
+  console.log(`SKIPPED e2e: ${thing}: ${why}`);
+}
+
 function check(ok, message) {
   if (!ok) throw new Error(message);
   console.log(`ok: ${message}`);
@@ -91,6 +103,7 @@ async function main() {
     const demo = await page.evaluate(() => window.demo);
     check(!demo.error, `the demo trained without errors${demo.error ? `: ${demo.error}` : ''}`);
     console.log(`adapter: ${demo.adapter.label}`);
+    if (required('webgpu')) check(Boolean(demo.adapter?.label), `the required WebGPU adapter ran the demo: ${demo.adapter?.label}`);
     check(demo.steps === STEPS, `trained ${demo.steps} steps (seed ${SEED}) in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
     const losses = demo.losses.map(([, l]) => l);
     const first = losses[0], last = losses.slice(-5).reduce((a, b) => a + b) / 5;
@@ -142,7 +155,7 @@ async function main() {
       check(worst <= 1e-3, `seed ${native.seed}: the first ${steps} losses match native ${native.adapter} within ${worst.toExponential(2)} relative (<= 1e-3)`);
       await again.close();
     } else {
-      console.log('skipped: the native comparison (set KILN_NATIVE_LOSSES to native_losses output)');
+      skip('native-comparison', 'KILN_NATIVE_LOSSES is not set (to native_losses output)');
     }
 
     await gptPage(browser, base);
@@ -215,7 +228,7 @@ async function gptPage(browser, base) {
 
   const nativeFile = process.env.KILN_NATIVE_GPT;
   if (!nativeFile) {
-    console.log('skipped: the GPT native comparison (set KILN_NATIVE_GPT to native_gpt\'s JSON)');
+    skip('native-comparison', 'KILN_NATIVE_GPT is not set (to native_gpt\'s JSON)');
     await page.close();
     return;
   }

@@ -33,7 +33,7 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], tol: f64) {
 /// `python3 script args..` with the test's Python packages (scripts/py-tools.sh
 /// puts their folder in `KILN_PY_TOOLS`): whether it succeeded and what it
 /// printed, or `None`, printed as skipping `test`, where python3 or a package
-/// is missing (a failure where `KILN_REQUIRE_PY_TOOLS` is set, as in scripts/test).
+/// is missing (a failure where the run requires `py-tools`, as scripts/test does).
 pub fn python(test: &str, script: &str, args: &[&std::path::Path]) -> Option<(bool, String)> {
     let out = std::process::Command::new("python3")
         .arg(script)
@@ -48,8 +48,7 @@ pub fn python(test: &str, script: &str, args: &[&std::path::Path]) -> Option<(bo
         Ok(_) => None,
     };
     if let Some(why) = missing {
-        assert!(std::env::var("KILN_REQUIRE_PY_TOOLS").is_err(), "{test}: {why}");
-        println!("skipped {test}: {why}");
+        kiln_conformance::require::skip("py-tools", &format!("{test}: {why}"));
         return None;
     }
     let out = out.expect("checked above");
