@@ -89,23 +89,87 @@ fn mnist_step(dev: &Device, kind: kiln_mnist::ModelKind) -> Result<Vec<Tensor>> 
 pub const BATCH: usize = 24;
 
 /// Whether NVRTC and ptxas are here. Without them the CUDA compile checks
-/// are skipped by name, unless `KILN_REQUIRE_CUDA_TOOLS=1` (scripts/test
-/// sets it), which makes their absence a failure.
+/// are skipped by name, unless the run requires `nvrtc` (`KILN_REQUIRE`;
+/// scripts/test sets it), which makes their absence a failure.
 pub fn cuda_tools() -> bool {
     let found = kiln_cuda::nvrtc::available().and_then(|()| kiln_cuda::ptxas::find().map(drop));
     match found {
         Ok(()) => true,
-        Err(e) if std::env::var("KILN_REQUIRE_CUDA_TOOLS").is_ok_and(|v| v == "1") => panic!("{e}"),
         Err(e) => {
-            eprintln!("skipped: CUDA compile check: {e}");
+            kiln_require::skip("nvrtc", &e.to_string());
             false
         }
     }
 }
 
+/// Kernels NVRTC and ptxas accepted cleanly before, kept as one empty file
+/// per kernel in the folder env `KILN_CUDA_VERDICTS` names (scripts/test
+/// keeps it beside Cargo's build directory), keyed by the kernel's source,
+/// the architectures and both compilers' versions, so a kernel already
+/// found clean by these compilers is not compiled again (ccache's idea).
+/// Only clean verdicts are kept; without the variable nothing is.
+struct Verdicts {
+    dir: std::path::PathBuf,
+    /// The compilers and architectures, part of every key.
+    salt: String,
+}
+
+impl Verdicts {
+    fn open() -> Option<&'static Verdicts> {
+        static VERDICTS: std::sync::OnceLock<Option<Verdicts>> = std::sync::OnceLock::new();
+        VERDICTS
+            .get_or_init(|| {
+                let dir = std::path::PathBuf::from(std::env::var_os("KILN_CUDA_VERDICTS")?);
+                std::fs::create_dir_all(&dir).ok()?;
+                let nvrtc = kiln_cuda::nvrtc::version().ok()?;
+                let ptxas = kiln_cuda::ptxas::find().ok()?;
+                let said = std::process::Command::new(&ptxas).arg("--version").output().ok()?;
+                let ptxas = String::from_utf8_lossy(&said.stdout).into_owned();
+                Some(Verdicts { dir, salt: format!("nvrtc {nvrtc}\n{ptxas}\narchs {:?}\n", kiln_cuda::ARCHS) })
+            })
+            .as_ref()
+    }
+
+    fn file(&self, kernel: &CudaKernel) -> std::path::PathBuf {
+        let text = format!("{}{:?}{}", self.salt, kernel.workgroup_size, kernel.source());
+        let hash =
+            text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3));
+        self.dir.join(format!("{hash:016x}"))
+    }
+
+    fn clean(&self, kernel: &CudaKernel) -> bool {
+        self.file(kernel).exists()
+    }
+
+    fn record_clean(&self, kernels: &[&CudaKernel]) {
+        for k in kernels {
+            let _ = std::fs::write(self.file(k), "");
+        }
+    }
+}
+
+/// How many kernels [`compile`] skipped as clean before, this process.
+pub static SKIPPED_AS_CLEAN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// What NVRTC and ptxas said of `kernels` compiled as one program for
 /// each architecture kiln targets, if anything: a warning fails too.
+/// Kernels the verdict cache knows clean are left out ([`Verdicts`]).
 pub fn compile(kernels: &[CudaKernel]) -> Option<String> {
+    let verdicts = Verdicts::open();
+    let fresh: Vec<&CudaKernel> = kernels.iter().filter(|k| !verdicts.is_some_and(|v| v.clean(k))).collect();
+    SKIPPED_AS_CLEAN.fetch_add(kernels.len() - fresh.len(), std::sync::atomic::Ordering::Relaxed);
+    if fresh.is_empty() {
+        return None;
+    }
+    let fresh_kernels: Vec<CudaKernel> = fresh.iter().map(|&k| k.clone()).collect();
+    let complaint = compile_all(&fresh_kernels);
+    if let (None, Some(v)) = (&complaint, verdicts) {
+        v.record_clean(&fresh);
+    }
+    complaint
+}
+
+fn compile_all(kernels: &[CudaKernel]) -> Option<String> {
     let source = cuda::batch(kernels);
     for arch in kiln_cuda::ARCHS {
         match kiln_cuda::nvrtc::compile(&source, arch) {

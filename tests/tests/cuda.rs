@@ -2,7 +2,7 @@
 //! test and MNIST step (`kiln_conformance::cuda_kernels`), compiled by
 //! NVRTC and assembled by ptxas for each architecture kiln targets, with
 //! no error and no warning. Without NVRTC and ptxas the check is skipped
-//! by name, unless `KILN_REQUIRE_CUDA_TOOLS=1` (scripts/test sets it).
+//! by name, unless the run requires `nvrtc` (`KILN_REQUIRE`, which scripts/test sets).
 
 use kiln::core::HostArray;
 use kiln::core::codegen::KernelKey;
@@ -59,7 +59,12 @@ fn every_cuda_kernel_of_the_suite_compiles_with_nvrtc_and_ptxas_cleanly() {
     });
     let first = failures.first().map_or("", |f| f.as_str());
     assert!(failures.is_empty(), "{} of {} batches failed; the first:\n{first}", failures.len(), batches.len());
-    eprintln!("{} CUDA kernels compiled by NVRTC and assembled by ptxas for sm_80 and sm_90", kernels.len());
+    let known = cuda_kernels::SKIPPED_AS_CLEAN.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "{} CUDA kernels clean through NVRTC and ptxas for sm_80 and sm_90 ({known} of them known clean from \
+         the verdict cache, KILN_CUDA_VERDICTS)",
+        kernels.len()
+    );
 }
 
 /// Judges the values of a graph's roots (each flat) against the reference's.

@@ -21,7 +21,57 @@ pub struct HostModule {
     /// Whether each kernel waits at barriers or shuffles (and so needs its
     /// threads as fibers); the others run each thread to its end in turn.
     synchronizes: Vec<bool>,
+    /// The library's file, removed with the module unless it is kept in
+    /// the cache ([`cache_dir`]).
     path: PathBuf,
+    cached: bool,
+}
+
+/// The compiler's arguments, part of a cached library's key.
+const CXX_FLAGS: [&str; 8] = ["-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-pthread", "-shared", "-fPIC", "-w", "-o"];
+
+/// Where built libraries are kept between runs: env `KILN_CUDA_HOST_CACHE`
+/// (scripts/test keeps it beside Cargo's build directory), keyed by their
+/// source, the compiler's arguments and `--version`; unset, each run builds
+/// its own (the C++ compiler is most of a host run's time).
+fn cache_dir() -> Option<PathBuf> {
+    std::env::var_os("KILN_CUDA_HOST_CACHE").map(PathBuf::from)
+}
+
+/// What identifies `cxx`: its `--version`, read once.
+fn compiler_identity(cxx: &str) -> String {
+    static IDENTITY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IDENTITY
+        .get_or_init(|| {
+            let out = Command::new(cxx).arg("--version").output();
+            out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+        })
+        .clone()
+}
+
+/// Move the library just built at `built` into the cache as `kept`, whole
+/// or not at all (a copy renamed into place); whether it is there.
+fn keep(built: &std::path::Path, kept: &std::path::Path) -> bool {
+    let partial = kept.with_extension(format!("{}.tmp", std::process::id()));
+    let moved = kept
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::copy(built, &partial))
+        .and_then(|_| std::fs::rename(&partial, kept));
+    let _ = std::fs::remove_file(&partial);
+    let there = moved.is_ok() || kept.exists();
+    if there {
+        let _ = std::fs::remove_file(built);
+    }
+    there
+}
+
+/// FNV-1a of `parts`, stable across runs, as a file name must be.
+fn fingerprint(parts: &[&str]) -> u64 {
+    parts
+        .iter()
+        .flat_map(|p| p.bytes().chain([0]))
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 type Launch = unsafe extern "C" fn(*const *mut u32, *const u32, *const u32, i32) -> i32;
@@ -43,11 +93,18 @@ impl HostModule {
             ));
         }
         let fail = |log: String| KilnError::CudaCompile { compiler: "the host C++ compiler", log, code: text.clone() };
-        std::fs::write(&source, &text).map_err(|e| fail(format!("{}: {e}", source.display())))?;
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let kept = cache_dir().map(|dir| {
+            let key = fingerprint(&[&text, &cxx, &CXX_FLAGS.join(" "), &compiler_identity(&cxx)]);
+            dir.join(format!("{key:016x}.so"))
+        });
+        if let Some(kept) = kept.as_ref().filter(|k| k.exists()) {
+            return HostModule::load(kernels, kept.clone(), true).map_err(fail);
+        }
+        std::fs::write(&source, &text).map_err(|e| fail(format!("{}: {e}", source.display())))?;
         let out = Command::new(&cxx)
             // No fortified longjmp: it refuses to jump between fibers' stacks.
-            .args(["-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-pthread", "-shared", "-fPIC", "-w", "-o"])
+            .args(CXX_FLAGS)
             .arg(&path)
             .arg(&source)
             .output()
@@ -56,11 +113,20 @@ impl HostModule {
         if !out.status.success() {
             return Err(fail(String::from_utf8_lossy(&out.stderr).into_owned()));
         }
-        // SAFETY: the library is what was just built from kiln's kernels;
-        // its initializers only set up thread-locals.
-        let library = unsafe { libloading::Library::new(&path) }.map_err(|e| fail(e.to_string()))?;
+        match kept {
+            Some(kept) if keep(&path, &kept) => HostModule::load(kernels, kept, true).map_err(fail),
+            _ => HostModule::load(kernels, path, false).map_err(fail),
+        }
+    }
+
+    /// The library at `path`, built from `kernels`.
+    fn load(kernels: &[CudaKernel], path: PathBuf, cached: bool) -> std::result::Result<HostModule, String> {
+        // SAFETY: the library was built from kiln's kernels (here, or from
+        // the same source by the same compiler into the cache); its
+        // initializers only set up thread-locals.
+        let library = unsafe { libloading::Library::new(&path) }.map_err(|e| e.to_string())?;
         let synchronizes = kernels.iter().map(|k| synchronizes(&k.body)).collect();
-        Ok(HostModule { library, synchronizes, path })
+        Ok(HostModule { library, synchronizes, path, cached })
     }
 
     /// Run kernel `index` over `grid` blocks of `block` threads, its
@@ -84,7 +150,9 @@ impl HostModule {
 
 impl Drop for HostModule {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if !self.cached {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
