@@ -156,3 +156,35 @@ pub fn measure_cuda(reps: Reps, bytes: usize) -> Result<Ceilings, String> {
 
 /// The side of cuBLAS's sgemm ceiling.
 pub const CUBLAS_SIDE: usize = 4096;
+
+/// The side of the host engine's product ceiling (its loop at 4096³
+/// would take minutes).
+pub const HOST_SIDE: usize = 256;
+
+/// The CUDA host engine's ceilings, for a dry run of the CUDA figures
+/// without a GPU: a memcpy of `bytes` and a plain f32 product of
+/// [`HOST_SIDE`]³ on the CPU. Their figures say nothing of a GPU.
+pub fn measure_cuda_host(reps: Reps, bytes: usize) -> Result<Ceilings, String> {
+    let (from, to) = (vec![1u8; bytes], std::cell::RefCell::new(vec![0u8; bytes]));
+    let copy_run: Box<dyn Fn() -> Result<(), String>> = Box::new(move || {
+        to.borrow_mut().copy_from_slice(std::hint::black_box(&from));
+        Ok(())
+    });
+    let n = HOST_SIDE;
+    let (a, b, c) = (vec![1.0f32; n * n], vec![0.5f32; n * n], std::cell::RefCell::new(vec![0f32; n * n]));
+    let fma_run: Box<dyn Fn() -> Result<(), String>> = Box::new(move || {
+        let mut c = c.borrow_mut();
+        for i in 0..n {
+            for k in 0..n {
+                let aik = a[i * n + k];
+                for j in 0..n {
+                    c[i * n + j] += aik * b[k * n + j];
+                }
+            }
+        }
+        std::hint::black_box(&c);
+        Ok(())
+    });
+    let (copy, fma) = (time(reps, &copy_run)?, time(reps, &fma_run)?);
+    Ok(Ceilings { copy, copy_bytes: 2.0 * bytes as f64, fma, fma_flops: 2.0 * (n as f64).powi(3), copy_run, fma_run })
+}

@@ -25,7 +25,8 @@ use std::time::Instant;
 #[command(about = "kiln benchmarks")]
 struct Args {
     /// Only adapters whose name or backend contains this (e.g. `lavapipe`, `gl`, `swiftshader`);
-    /// `cuda`: the first CUDA GPU.
+    /// `cuda`: the first CUDA GPU; `cuda-host`: the CUDA runtime's host
+    /// engine (a dry run of the CUDA figures without a GPU).
     #[arg(long)]
     adapter: Option<String>,
     /// Fewer repetitions, no per-config matmul table, docs left alone.
@@ -189,8 +190,10 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         })?;
         out(Record::duration("cold start (process → first result)", &name, t, 1e3, "ms"));
     }
-    if args.adapter.as_deref() == Some("cuda") {
-        cuda_figures(&args, reps, &mut out)?;
+    match args.adapter.as_deref() {
+        Some(cuda @ ("cuda" | "cuda-host")) => cuda_figures(&args, cuda == "cuda-host", reps, &mut out)?,
+        Some(wanted) if records.is_empty() => return Err(format!("--adapter {wanted}: no adapter matches it").into()),
+        _ => {}
     }
     let docs = args.docs.clone().or_else(|| full.then(|| "docs/BENCHMARKS.md".into()));
     if let Some(path) = docs {
@@ -248,20 +251,24 @@ fn render_json(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error
 }
 
 /// The figures on the first CUDA GPU (`--adapter cuda`), against its own
-/// ceilings: a copy kernel, and cuBLAS sgemm.
+/// ceilings: a copy kernel, and cuBLAS sgemm; or (`on_host`) on the CUDA
+/// host engine against the CPU's memcpy and a plain product.
 fn cuda_figures(
     args: &Args,
+    on_host: bool,
     reps: Reps,
     out: &mut dyn FnMut(Record),
 ) -> std::result::Result<(), Box<dyn std::error::Error>> {
-    let dev = Device::cuda()?;
+    let dev = if on_host { Device::cuda_on_host() } else { Device::cuda()? };
     let info = dev.info();
     let name = format!("{} (CUDA)", info.name);
     println!("{name}: {}, {}", info.driver, info.driver_info);
-    let c = ceilings::measure_cuda(reps, 1 << 30)?;
+    let (c, side, product) = match on_host {
+        true => (ceilings::measure_cuda_host(reps, 1 << 26)?, ceilings::HOST_SIDE, "host sgemm"),
+        false => (ceilings::measure_cuda(reps, 1 << 30)?, ceilings::CUBLAS_SIDE, "cuBLAS sgemm"),
+    };
     out(Record::rate("ceiling: copy", &name, c.copy, c.copy_bytes / 1e9, "GB/s"));
-    let side = ceilings::CUBLAS_SIDE;
-    out(Record::rate(&format!("ceiling: cuBLAS sgemm {side}³"), &name, c.fma, c.fma_flops / 1e9, "GFLOP/s"));
+    out(Record::rate(&format!("ceiling: {product} {side}³"), &name, c.fma, c.fma_flops / 1e9, "GFLOP/s"));
     let cx = suites::Ctx { dev: &dev, adapter: &name, reps, ceilings: &c, only: args.only.as_deref(), profile: false };
     Ok(suites::run(&cx, args.quick, out)?)
 }

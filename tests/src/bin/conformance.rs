@@ -1,7 +1,7 @@
 //! Run the conformance suite on every adapter and rewrite docs/CONFORMANCE.md.
 //! Usage: `conformance [OP_FILTER] [--no-write] [--out PATH]`: a filter or
 //! `--no-write` leaves the page alone; `--out` writes it to PATH instead (a
-//! binary run away from its checkout, as on a lent GPU machine).
+//! binary run away from its checkout, as on a GPU machine without one).
 
 use kiln_conformance::browser::Browser;
 

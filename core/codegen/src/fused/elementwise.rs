@@ -107,8 +107,7 @@ pub fn elementwise_wgsl(
         // covers the elements exactly (`whole`): a branch leaves every load
         // and store after it masked lane by lane on CPU adapters. A copy's
         // loop with a `break` ran 17.3–18.2 ms over 16M f32 on lavapipe,
-        // unrolled 14.1–16.0, without the check 13.1–13.7 (nineteenth
-        // session).
+        // unrolled 14.1–16.0, without the check 13.1–13.7.
         let e = e.with_periodic().with_straddling(walk == Walk::Vec4Straddling);
         s += "    let stride = m(1u) * nwg.y;\n";
         s += &e.periodic_start("(t * 4u)", "(stride * 4u)");

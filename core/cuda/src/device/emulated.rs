@@ -6,7 +6,7 @@
 use super::blas::{Gemm, host_gemm};
 use super::engine::{Call, Engine, EngineInfo, Graph, Landed, Memory, Module, PendingWords, Stamp, same_engine};
 use crate::host::HostLibraries;
-use kiln_codegen::cuda::CudaKernel;
+use kiln_codegen::cuda::{CudaKernel, batch};
 use kiln_ir::error::{KilnError, Result};
 use std::cell::UnsafeCell;
 use std::time::Instant;
@@ -101,7 +101,14 @@ impl Engine for HostEngine {
         Ok(Box::new(Landed(Some(out))))
     }
 
+    /// With env `KILN_CUDA_PREBUILD_ARCH` (e.g. `90`), each module is also
+    /// compiled by NVRTC for that architecture into the PTX cache, as a GPU
+    /// of it would load the same module: a run on the host fills the cache
+    /// a later run on such a GPU reads (`scripts/device-check --collect`).
     fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>> {
+        if let Some(arch) = std::env::var("KILN_CUDA_PREBUILD_ARCH").ok().and_then(|a| a.parse().ok()) {
+            super::ptx_cache::ptx(&batch(kernels), arch)?;
+        }
         Ok(Box::new(HostLibraries::build(kernels)?))
     }
 
