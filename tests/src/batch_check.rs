@@ -1,7 +1,7 @@
 //! The batching check: every conformance case under `vmap`. A case's graph
 //! is replayed as a function of the realized inputs it reads; each input is
 //! batched as two examples: itself, and a second drawn from its own key
-//! ([`resampled`]: its elements picked at random with repeats, so within
+//! (`resampled`: its elements picked at random with repeats, so within
 //! every op's domain, yet with other sums, maxima and means), and
 //! `vmap` of the replay must equal the two replays stacked, on the CPU
 //! reference and on every adapter; then again with only the first input

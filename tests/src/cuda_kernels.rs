@@ -153,7 +153,7 @@ pub static SKIPPED_AS_CLEAN: std::sync::atomic::AtomicUsize = std::sync::atomic:
 
 /// What NVRTC and ptxas said of `kernels` compiled as one program for
 /// each architecture kiln targets, if anything: a warning fails too.
-/// Kernels the verdict cache knows clean are left out ([`Verdicts`]).
+/// Kernels the verdict cache knows clean are left out (`Verdicts`, env `KILN_CUDA_VERDICTS`).
 pub fn compile(kernels: &[CudaKernel]) -> Option<String> {
     let verdicts = Verdicts::open();
     let fresh: Vec<&CudaKernel> = kernels.iter().filter(|k| !verdicts.is_some_and(|v| v.clean(k))).collect();

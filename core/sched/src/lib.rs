@@ -10,7 +10,7 @@ pub mod attention;
 pub mod expr;
 pub mod lower;
 pub mod pointwise;
-pub mod policy;
+mod policy;
 pub mod postdom;
 pub mod schedule;
 pub mod walk;

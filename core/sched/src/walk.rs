@@ -1,6 +1,6 @@
 //! The scheduler's mechanics: walks the unrealized part of a graph,
 //! holding each node as a fused value (see [`crate::expr`]), and emits a
-//! kernel item where the rules of [`crate::policy`] say a value must exist
+//! kernel item where the rules of `policy.rs` say a value must exist
 //! in memory (roots, operands of matmuls and concats, shared values that
 //! would cost too much to recompute, ...), lowering each kernel's values
 //! ([`crate::lower`]).
