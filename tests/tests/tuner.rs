@@ -27,6 +27,8 @@ fn the_tuner_chooses_caches_and_reads_its_cache_back() {
     // SAFETY: this binary's only test sets it before creating any device,
     // so no other thread reads the environment concurrently.
     unsafe { std::env::set_var("KILN_TUNE_CACHE", &path) };
+    // SwiftShader's Vulkan driver beside the system's, as every suite has it.
+    kiln_conformance::validation::env_for_adapters();
     let want = product(&Device::cpu()).unwrap();
     let (found, _) = kiln::block_on(kiln_conformance::adapters::discover());
     assert!(!found.is_empty(), "no adapter found");
