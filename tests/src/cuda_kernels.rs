@@ -132,9 +132,7 @@ impl Verdicts {
 
     fn file(&self, kernel: &CudaKernel) -> std::path::PathBuf {
         let text = format!("{}{:?}{}", self.salt, kernel.workgroup_size, kernel.source());
-        let hash =
-            text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3));
-        self.dir.join(format!("{hash:016x}"))
+        self.dir.join(crate::golden::fnv1a(&text))
     }
 
     fn clean(&self, kernel: &CudaKernel) -> bool {

@@ -22,7 +22,7 @@ pub enum Golden {
     Blessed(usize),
 }
 
-fn fnv1a(text: &str) -> String {
+pub(crate) fn fnv1a(text: &str) -> String {
     let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3));
     format!("{h:016x}")
 }

@@ -19,7 +19,7 @@ fn directory() -> Option<PathBuf> {
 }
 
 /// FNV-1a: stable across runs and Rust versions, as a file name must be.
-fn fingerprint(parts: &[&str]) -> u64 {
+pub(crate) fn fingerprint(parts: &[&str]) -> u64 {
     let mut hash = 0xcbf2_9ce4_8422_2325u64;
     for byte in parts.iter().flat_map(|p| p.bytes().chain([0])) {
         hash = (hash ^ byte as u64).wrapping_mul(0x0100_0000_01b3);

@@ -6,6 +6,7 @@
 //! conversions differ (PTX there, `_Float16` here). The CUDA device's
 //! host engine (`crate::device`, `Device::cuda_on_host`) runs on this.
 
+use crate::device::ptx_cache::fingerprint;
 use kiln_codegen::cuda::{CudaKernel, batch, entry_of};
 use kiln_ir::error::{KilnError, Result};
 use std::path::PathBuf;
@@ -64,14 +65,6 @@ fn keep(built: &std::path::Path, kept: &std::path::Path) -> bool {
         let _ = std::fs::remove_file(built);
     }
     there
-}
-
-/// FNV-1a of `parts`, stable across runs, as a file name must be.
-fn fingerprint(parts: &[&str]) -> u64 {
-    parts
-        .iter()
-        .flat_map(|p| p.bytes().chain([0]))
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 type Launch = unsafe extern "C" fn(*const *mut u32, *const u32, *const u32, i32) -> i32;
