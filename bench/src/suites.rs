@@ -143,7 +143,7 @@ impl Ctx<'_> {
                 let class = ShapeClass::of(dtype, m, n, k).name();
                 let tuned = self.dev.matmul_choices().into_iter().find(|(c, _)| *c == class);
                 tuned.map_or_else(
-                    || format!("default {}", MatmulConfig::default_for(&self.dev.info().caps()).name()),
+                    || format!("default {}", MatmulConfig::default_for(&self.dev.info().caps).name()),
                     |(c, cfg)| format!("{c} tuned: {cfg}"),
                 )
             }
@@ -281,7 +281,7 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
     // On CUDA a plain product is a cuBLAS call; kiln's own kernel (pinning a
     // config keeps cuBLAS out) is what the goal against cuBLAS measures.
     if cx.wants(KILN_KERNEL_4096) && cx.dev.info().backend == "cuda" {
-        let own = MatmulConfig::default_for(&cx.dev.info().caps());
+        let own = MatmulConfig::default_for(&cx.dev.info().caps);
         out(cx.matmul(KILN_KERNEL_4096, DType::F32, [4096; 3], Some(own))?);
     }
     // Packed operands, unpacked in registers and multiplied in f32: against
@@ -312,7 +312,7 @@ pub fn run(cx: &Ctx, quick: bool, out: &mut dyn FnMut(Record)) -> Result<()> {
     // Every kernel version at one size, so progress is visible.
     if !quick {
         let info = cx.dev.info();
-        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&info.caps()));
+        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&info.caps));
         for c in usable.filter(|c| cx.wants(&format!("matmul 1024³ {}", c.name()))) {
             out(cx.matmul(&format!("matmul 1024³ {}", c.name()), DType::F32, [1024; 3], Some(c))?);
         }

@@ -24,7 +24,7 @@ fn both_steps_compile_the_golden_kernels_on_every_adapter() {
             let mut t = Trainer::new(&f.device, data.clone(), config).unwrap();
             kiln::block_on(async { t.step().await?.item::<f32>().await }).unwrap();
         }
-        let key = golden::caps_key(&f.device.info().caps());
+        let key = golden::caps_key(&f.device.info().caps);
         match golden::verdict("mnist-steps", &key, &f.device.compiled_sources()) {
             Ok(line) => eprintln!("{line} ({})", f.label),
             Err(failure) => failures.push(format!("{}: {failure}", f.label)),

@@ -7,7 +7,7 @@
 //! is frozen at its capture-time value.
 
 use crate::Tensor;
-use kiln_core::runtime::GpuArray;
+use kiln_core::ir::DeviceArray as GpuArray;
 use kiln_core::{DType, KilnError, Node, PendingRead, Program, Realized, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

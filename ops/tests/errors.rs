@@ -189,10 +189,10 @@ fn staged_matmuls_are_refused_without_workgroup_memory() {
     let mut info = Device::cpu().info();
     (info.name, info.backend, info.workgroup_memory) = ("some GPU".into(), "vulkan".into(), false);
     let staged = MatmulConfig::CANDIDATES.into_iter().find(|c| c.staged).unwrap();
-    let why = staged.refusal(&info.caps()).expect("refused");
+    let why = staged.refusal(&info.caps).expect("refused");
     assert!(why.contains(&staged.name()) && why.contains("some GPU") && why.contains("passthrough"), "{why}");
     info.workgroup_memory = true;
-    assert_eq!(staged.refusal(&info.caps()), None);
+    assert_eq!(staged.refusal(&info.caps), None);
 }
 
 #[test]

@@ -133,7 +133,7 @@ async fn check_forcing(dev: &Device, cases: &[Case], coverage: Coverage) -> Resu
     let (info, mut configs) = (dev.info(), Vec::new());
     for config in MatmulConfig::CANDIDATES {
         match dev.set_matmul_config(Some(config)) {
-            Err(e) if config.runs_on(&info.caps()) => family.failures.push(format!("refused: {e}")),
+            Err(e) if config.runs_on(&info.caps) => family.failures.push(format!("refused: {e}")),
             Err(e) => family.skipped.push(e.to_string()),
             Ok(()) => configs.push(config),
         }

@@ -190,7 +190,7 @@ fn main() {
     // adapter's capabilities (see `golden`); a filtered run has fewer.
     let adapters = run.adapters.iter().zip(&run.sources_by_adapter).filter(|_| only.is_none());
     for ((label, info), (_, sources)) in adapters {
-        match golden::verdict("conformance", &golden::caps_key(&info.caps()), sources) {
+        match golden::verdict("conformance", &golden::caps_key(&info.caps), sources) {
             Ok(line) => println!("{line} ({label})"),
             Err(failure) => failures.push(format!("{label}: {failure}")),
         }

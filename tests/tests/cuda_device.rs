@@ -52,7 +52,7 @@ fn device_cuda_opens_a_gpu_or_says_what_is_missing() {
 fn the_host_engine_is_described_as_cuda() {
     let info = Device::cuda_on_host().info();
     assert_eq!(info.backend, "cuda");
-    let caps = info.caps();
+    let caps = info.caps;
     assert_eq!((caps.subgroup_size, caps.workgroup_memory, caps.storage_textures), (Some(32), true, false));
 }
 
@@ -183,7 +183,7 @@ fn raw_matmuls_on(label: &str, dev: &Device) {
         }
     }
     assert!(failures.is_empty(), "{label}:\n{}", failures.join("\n"));
-    let default = kiln::core::codegen::matmul::MatmulConfig::default_for(&dev.info().caps());
+    let default = kiln::core::codegen::matmul::MatmulConfig::default_for(&dev.info().caps);
     let odd = kiln::core::codegen::matmul::MatmulConfig { wx: 0, ..default };
     let e = dev.set_matmul_config(Some(odd)).unwrap_err().to_string();
     assert!(e.ends_with("is not a member of kiln's matmul family (MatmulConfig::CANDIDATES)"), "{e}");

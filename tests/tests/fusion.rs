@@ -182,7 +182,7 @@ fn one_attention_layer_is_a_fixed_number_of_kernels() {
 /// kernel, 6 where its scores, softmax, product and the heads' merge are
 /// apart.
 fn attention_kernels(dev: &Device) -> u64 {
-    if AttentionPlan::of(&dev.info().caps()) == AttentionPlan::Apart { 6 } else { 3 }
+    if AttentionPlan::of(&dev.info().caps) == AttentionPlan::Apart { 6 } else { 3 }
 }
 
 /// A pre-norm block: the attention's, a row kernel per layer norm, the

@@ -46,7 +46,7 @@ fn a_rendered_schedule_is_what_the_device_compiles() {
         let outputs = program(dev).unwrap();
         let roots: Vec<_> = outputs.iter().map(|t| t.node().clone()).collect();
         let rendered: BTreeSet<String> =
-            kernels_for(&dev.info().caps(), &roots).unwrap().iter().map(|k| k.wgsl()).collect();
+            kernels_for(&dev.info().caps, &roots).unwrap().iter().map(|k| k.wgsl()).collect();
         kiln::block_on(dev.realize(&roots)).unwrap();
         let compiled: BTreeSet<String> = dev.compiled_sources().into_iter().collect();
         assert!(rendered.len() >= 8, "{}: {} kernels rendered", f.label, rendered.len());

@@ -11,6 +11,7 @@ pub mod device;
 pub mod host;
 pub mod nvrtc;
 pub mod ptxas;
+mod runtime;
 
 /// The GPU architectures kiln's CUDA kernels are checked for: Ampere
 /// (A100) and Hopper (H100, H200).

@@ -14,7 +14,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 /// What the scheduler needs to know of the device it schedules for.
-pub trait Target {
+pub trait Target: kiln_ir::ir::MaybeSendSync {
     /// Storage buffers one kernel may bind.
     fn max_bindings(&self) -> usize;
     /// Meta words left for a fused body's leaves and params in a kernel of `rank`.

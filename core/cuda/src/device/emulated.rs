@@ -46,13 +46,45 @@ impl Module for HostLibraries {
     }
 }
 
-/// Runs kernels built by the host's C++ compiler.
-pub struct HostEngine;
+/// Runs kernels built by the host's C++ compiler. Compile-only (env
+/// `KILN_CUDA_HOST_COMPILE_ONLY=1`), it builds and runs nothing: each module
+/// is only compiled by NVRTC into the PTX cache (for
+/// `KILN_CUDA_PREBUILD_ARCH`, else sm_90), and memory keeps what was
+/// written to it. Kernel plans do not depend on values, so such a run
+/// reaches every module a real one would, in the time NVRTC takes: how
+/// `scripts/device-check --collect` fills the cache a GPU then reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostEngine {
+    compile_only: bool,
+}
+
+/// No kernels: a compile-only engine's modules.
+struct NotBuilt;
+
+impl Module for NotBuilt {
+    unsafe fn launch(&self, _: usize, _: &[u64], _: [u32; 3], _: [u32; 3]) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl HostEngine {
+    /// Running kernels, unless env `KILN_CUDA_HOST_COMPILE_ONLY` is `1`.
+    pub fn from_env() -> HostEngine {
+        HostEngine { compile_only: std::env::var("KILN_CUDA_HOST_COMPILE_ONLY").is_ok_and(|v| v == "1") }
+    }
+
+    /// The architecture modules are also compiled for by NVRTC, if any.
+    fn prebuild_arch(&self) -> Option<u32> {
+        let arch = std::env::var("KILN_CUDA_PREBUILD_ARCH").ok().and_then(|a| a.parse().ok());
+        arch.or(self.compile_only.then_some(90))
+    }
+}
 
 impl Engine for HostEngine {
     fn info(&self) -> EngineInfo {
         EngineInfo {
-            name: "CUDA on the host (emulated)".into(),
+            name: if self.compile_only { "CUDA on the host (compile-only)" } else { "CUDA on the host (emulated)" }
+                .into(),
             compute_capability: (0, 0),
             driver: "none".into(),
             nvrtc: "none (the host C++ compiler)".into(),
@@ -106,8 +138,11 @@ impl Engine for HostEngine {
     /// of it would load the same module: a run on the host fills the cache
     /// a later run on such a GPU reads (`scripts/device-check --collect`).
     fn load(&self, kernels: &[CudaKernel]) -> Result<Box<dyn Module>> {
-        if let Some(arch) = std::env::var("KILN_CUDA_PREBUILD_ARCH").ok().and_then(|a| a.parse().ok()) {
+        if let Some(arch) = self.prebuild_arch() {
             super::ptx_cache::ptx(&batch(kernels), arch)?;
+        }
+        if self.compile_only {
+            return Ok(Box::new(NotBuilt));
         }
         Ok(Box::new(HostLibraries::build(kernels)?))
     }
@@ -132,15 +167,17 @@ impl Engine for HostEngine {
     }
 
     unsafe fn gemm(&self, g: &Gemm) -> Result<()> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { host_gemm(g) };
+        if !self.compile_only {
+            // SAFETY: the caller's promise, passed on.
+            unsafe { host_gemm(g) };
+        }
         Ok(())
     }
 
     /// The calls kept, to run again at each launch: how a graph replays,
     /// so that the runtime's use of graphs is tested here too.
     unsafe fn capture(&self, calls: &[Call]) -> Result<Box<dyn Graph>> {
-        Ok(Box::new(HostGraph(calls.to_vec())))
+        Ok(Box::new(HostGraph(*self, calls.to_vec())))
     }
 }
 
@@ -153,11 +190,11 @@ impl Stamp for HostStamp {
     }
 }
 
-struct HostGraph(Vec<Call>);
+struct HostGraph(HostEngine, Vec<Call>);
 
 impl Graph for HostGraph {
     unsafe fn launch(&self) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
-        unsafe { HostEngine.enqueue(&self.0) }
+        unsafe { self.0.enqueue(&self.1) }
     }
 }

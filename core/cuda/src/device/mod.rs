@@ -37,8 +37,9 @@ use kiln_codegen::matmul::MatmulConfig;
 use kiln_ir::dtype::{DType, pack_words, unpack_words};
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::interp::HostArray;
-use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, PoolStats, Realized};
+use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, Realized};
 use kiln_ir::shape::{Layout, numel};
+use kiln_runtime::{DeviceStats, PlannedKernel};
 use kiln_sched::schedule::{Item, Schedule, slot_of};
 use kiln_sched::walk::{HostInputs, Scheduler};
 use lt::LT_ALIGNMENT;
@@ -47,26 +48,6 @@ use pool::{CudaBuffer, Pool};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// Counters that tests and benchmarks read.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct CudaStats {
-    pub kernels_launched: u64,
-    /// Realizations that launched something (each one launch list).
-    pub submits: u64,
-    /// jit replays enqueued as one CUDA graph.
-    pub graphs_launched: u64,
-    pub kernels_compiled: u64,
-    pub pool: PoolStats,
-}
-
-/// One kernel that realizing some nodes launches, with the IR nodes it
-/// computes.
-#[derive(Debug, Clone)]
-pub struct PlannedLaunch {
-    pub name: String,
-    pub nodes: Vec<u64>,
-}
 
 pub struct CudaDevice {
     engine: Box<dyn Engine>,
@@ -95,9 +76,11 @@ impl CudaDevice {
 
     /// CUDA kernels run on the CPU, built by the host's C++ compiler (env
     /// `CXX`, else `c++`): the same runtime and kernels as on a GPU,
-    /// slowly. For tests and debugging on machines without one.
+    /// slowly. For tests and debugging on machines without one. With env
+    /// `KILN_CUDA_HOST_COMPILE_ONLY=1` kernels are compiled by NVRTC and
+    /// not run (`emulated::HostEngine`): to fill the PTX cache.
     pub fn on_host() -> CudaDevice {
-        CudaDevice::with_engine(Box::new(emulated::HostEngine))
+        CudaDevice::with_engine(Box::new(emulated::HostEngine::from_env()))
     }
 
     fn with_engine(engine: Box<dyn Engine>) -> CudaDevice {
@@ -126,13 +109,15 @@ impl CudaDevice {
         &self.caps
     }
 
-    pub fn stats(&self) -> CudaStats {
-        CudaStats {
+    pub fn stats(&self) -> DeviceStats {
+        DeviceStats {
             kernels_launched: self.kernels_launched.load(Ordering::Relaxed),
+            // Realizations that launched something (each one launch list).
             submits: self.submits.load(Ordering::Relaxed),
             graphs_launched: self.graphs_launched.load(Ordering::Relaxed),
-            kernels_compiled: self.kernels.len() as u64,
+            pipelines_compiled: self.kernels.len() as u64,
             pool: self.pool.stats(),
+            tuning: Default::default(),
         }
     }
 
@@ -189,7 +174,7 @@ impl CudaDevice {
     }
 
     /// The kernels realizing `roots` would launch; nothing is launched.
-    pub fn plan(&self, roots: &[Node]) -> Result<Vec<PlannedLaunch>> {
+    pub fn plan(&self, roots: &[Node]) -> Result<Vec<PlannedKernel>> {
         let mut scheduler = self.scheduler();
         scheduler.run(roots)?;
         let variants = Variants::of(&self.caps);
@@ -198,7 +183,7 @@ impl CudaDevice {
             let mut item = &k.item;
             let pass;
             if let Some((gemm, _)) = self.gemm_plan(item) {
-                planned.push(PlannedLaunch { name: gemm.name().into(), nodes: k.covers.clone() });
+                planned.push(PlannedKernel { name: gemm.name().into(), nodes: k.covers.clone() });
                 if gemm.epilogue != GemmEpilogue::None {
                     continue;
                 }
@@ -208,7 +193,7 @@ impl CudaDevice {
                 item = &pass;
             }
             for key in launch::item_kernels(&self.caps, &variants, k.op, item, |_, _| self.matmul_config())? {
-                planned.push(PlannedLaunch { name: key.name(), nodes: k.covers.clone() });
+                planned.push(PlannedKernel { name: key.name(), nodes: k.covers.clone() });
             }
         }
         Ok(planned)

@@ -154,7 +154,7 @@ mod tests {
     /// buffer returns to the pool with the park, nothing allocated anew.
     #[test]
     fn a_park_keeps_one_buffer_for_its_use() {
-        let (pool, engine) = (Pool::default(), HostEngine);
+        let (pool, engine) = (Pool::default(), HostEngine::default());
         let park = pool.park(1000);
         let (first, parked) = pool.get_parked(&engine, &park, 0).unwrap();
         assert!(!parked);

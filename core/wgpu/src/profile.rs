@@ -1,29 +1,18 @@
 //! Kernel timings from the device's own clock. While profiling is on, every
 //! launch gets a compute pass of its own whose start and end the device
 //! timestamps (the `timestamp-query` feature of WebGPU; without profiling
-//! all of a submit's launches share one pass); [`Device::kernel_profile`]
+//! all of a submit's launches share one pass); `Device::kernel_profile`
 //! reads the stamps back. The device clock leaves out what the host spends
 //! recording and submitting, which is what separates a slow kernel from a
 //! slow dispatch.
 //!
-//! [`Device::kernel_profile`]: super::Device::kernel_profile
 
 use super::context::Context;
 use super::pipelines::Kernel;
 use crate::error::{KilnError, Result};
+use kiln_runtime::KernelTiming;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// One launch as the device timed it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KernelTiming {
-    /// The kernel's name, as `KILN_LOG=kernels` and `KILN_DUMP_WGSL` give it.
-    pub name: String,
-    /// Workgroups launched along x, y, z.
-    pub groups: [u32; 3],
-    /// Nanoseconds from the start to the end of its pass.
-    pub nanos: f64,
-}
 
 /// One launch to encode: its kernel, bindings and grid.
 pub(super) struct Launch<'a> {

@@ -4,17 +4,17 @@
 //! callback, so waits are futures: the browser cannot block, and native
 //! code drives them with `pollster::block_on`.
 
-use super::DeviceInfo;
 use super::oneshot::oneshot;
 use crate::codegen::Caps;
 use crate::error::{KilnError, Result};
+use kiln_runtime::DeviceInfo;
 use std::sync::{Arc, Mutex};
 
 pub(super) struct Context {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub info: DeviceInfo,
-    /// `info.caps()`, kept: kernel choices read it at every launch.
+    /// `info.caps`, kept: kernel choices read it at every launch.
     pub caps: Caps,
     /// Errors wgpu reported outside an error scope; any is a kiln bug,
     /// surfaced as `Err` by the next realization instead of a panic.
@@ -33,7 +33,7 @@ impl Context {
         device.set_device_lost_callback(move |reason, msg| {
             *lost_sink.lock().unwrap() = Some(format!("{reason:?}: {msg}"));
         });
-        Context { device, queue, caps: info.caps(), info, errors, lost }
+        Context { device, queue, caps: info.caps.clone(), info, errors, lost }
     }
 
     /// The first error wgpu reported since the last call, or the device's loss.

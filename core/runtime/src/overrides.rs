@@ -3,9 +3,9 @@
 //! [`TestHooks`], which exists only with the crate feature `testing`: they
 //! are not part of the API a program uses.
 
-use crate::codegen::Caps;
-use crate::codegen::attention::KeySharing;
-use crate::codegen::launch::{AttentionPlan, Variants};
+use kiln_codegen::Caps;
+use kiln_codegen::attention::KeySharing;
+use kiln_codegen::launch::{AttentionPlan, Variants};
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 /// A subgroup width that stands for "no fixed width".
@@ -13,7 +13,7 @@ const NO_FIXED_WIDTH: u32 = u32::MAX;
 
 /// Each field 0 when the runtime decides (atomics: set through a shared device).
 #[derive(Debug, Default)]
-pub(super) struct Overrides {
+pub struct Overrides {
     /// The subgroup width row kernels assume instead of the adapter's
     /// ([`NO_FIXED_WIDTH`]: no fixed width).
     subgroup_width: AtomicU32,
@@ -103,8 +103,14 @@ pub trait TestHooks {
     fn set_attention(&self, plan: Option<AttentionPlan>);
 }
 
+/// What carries variant pins: a device, through its runtime's
+/// [`Overrides`] (`None` where the runtime has no variants to pin).
+pub trait Pinned {
+    fn overrides(&self) -> Option<&Overrides>;
+}
+
 #[cfg(feature = "testing")]
-impl TestHooks for super::Device {
+impl<T: Pinned + ?Sized> TestHooks for T {
     fn assume_subgroup_width(&self, width: Option<u32>) {
         if let Some(o) = self.overrides() {
             o.subgroup_width.store(width.unwrap_or(0), Ordering::Relaxed);

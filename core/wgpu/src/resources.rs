@@ -20,7 +20,7 @@ pub(super) struct Resources {
 }
 
 impl Resources {
-    pub fn new(device: &wgpu::Device, limits: &wgpu::Limits, own_spirv: bool) -> Resources {
+    pub fn new(device: &wgpu::Device, limits: &kiln_runtime::Limits, own_spirv: bool) -> Resources {
         Resources {
             pool: BufferPool::new(device.clone()),
             textures: TexturePool::new(device.clone()),

@@ -20,15 +20,16 @@
 //! `KILN_TUNE=off` uses the default config (natively). Every config sums k
 //! in the same order, so results do not depend on which one won.
 
+use super::Gpu;
 use super::launch::Recording;
 use super::pool::Pooled;
-use super::{DeviceInfo, Gpu};
 use crate::codegen::Caps;
 use crate::codegen::matmul::{MatmulConfig, ShapeClass};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::sched::schedule::{Item, Schedule, product_dims};
 use crate::shape::Layout;
+use kiln_runtime::{DeviceInfo, TuningStats};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -98,18 +99,6 @@ pub(super) struct Tuner {
     stats: Mutex<TuningStats>,
 }
 
-/// What the matmul tuner has done on a device (see `Device::stats`).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct TuningStats {
-    /// Shape classes tuned on this device (not read from the cache).
-    pub classes_tuned: u64,
-    /// Classes met but not tuned yet (in a browser, where tuning waits for
-    /// the next awaited realization).
-    pub classes_pending: u64,
-    /// Wall time spent tuning.
-    pub time: std::time::Duration,
-}
-
 /// A config being ranked: its fastest timing so far (seconds per run), its
 /// recorded product and how many submissions a timing takes.
 struct Candidate {
@@ -136,7 +125,7 @@ impl Tuner {
         Tuner {
             adapter: info.name.clone(),
             key,
-            caps: info.caps(),
+            caps: info.caps.clone(),
             chosen: Mutex::default(),
             forced: Mutex::default(),
             loaded: std::sync::OnceLock::new(),
