@@ -184,15 +184,15 @@ fn a_matmul_config_the_device_cannot_run_is_refused_by_name() {
 
 #[test]
 fn staged_matmuls_are_refused_without_workgroup_memory() {
-    use kiln_core::codegen::matmul::MatmulConfig;
+    use kiln_core::codegen::{Caps, matmul::MatmulConfig};
     // A Vulkan device without passthrough shaders (none on this machine).
-    let mut info = Device::cpu().info();
-    (info.name, info.backend, info.workgroup_memory) = ("some GPU".into(), "vulkan".into(), false);
+    let mut caps =
+        Caps { adapter: "some GPU".into(), backend: "vulkan".into(), workgroup_memory: false, ..Caps::webgpu() };
     let staged = MatmulConfig::CANDIDATES.into_iter().find(|c| c.staged).unwrap();
-    let why = staged.refusal(&info.caps).expect("refused");
+    let why = staged.refusal(&caps).expect("refused");
     assert!(why.contains(&staged.name()) && why.contains("some GPU") && why.contains("passthrough"), "{why}");
-    info.workgroup_memory = true;
-    assert_eq!(staged.refusal(&info.caps), None);
+    caps.workgroup_memory = true;
+    assert_eq!(staged.refusal(&caps), None);
 }
 
 #[test]

@@ -7,7 +7,8 @@
 // benchmark page, and fails on any GPU, WGSL or console error.
 // Env: CHROMIUM (default /usr/bin/chromium), KILN_E2E_STEPS (default 300),
 // KILN_NATIVE_LOSSES and KILN_NATIVE_GPT (the native runs to compare with),
-// KILN_E2E_ONLY=gpt or =bench (that page alone), KILN_BROWSER_BENCH=full
+// KILN_E2E_ONLY=gpt, =bench or =conformance (that page alone) or =pages
+// (every page but the conformance page), KILN_BROWSER_BENCH=full
 // (the benchmark page's full figures, written to
 // docs/benchmarks-browser.tsv; by default one quick run of each),
 // KILN_REQUIRE_ADAPTERS and KILN_REQUIRE (comma lists, as the native tests
@@ -89,7 +90,7 @@ async function main() {
     ],
   });
   try {
-    const only = { gpt: gptPage, bench: benchPage }[process.env.KILN_E2E_ONLY];
+    const only = { gpt: gptPage, bench: benchPage, conformance: conformancePage }[process.env.KILN_E2E_ONLY];
     if (only) {
       await only(browser, base);
       check(problems.length === 0, `no GPU, WGSL or console errors${problems.length ? ':\n' + problems.join('\n') : ''}`);
@@ -161,41 +162,49 @@ async function main() {
     await gptPage(browser, base);
     await benchPage(browser, base);
 
-    const tc = Date.now();
-    const conf = await browser.newPage();
-    watch(conf, 'conformance');
-    await conf.goto(`${base}/conformance.html`);
-    await waitFor(conf, () => window.conformance?.done, 20 * 60_000);
-    const summary = await conf.evaluate(() => window.conformance);
-    fs.writeFileSync(path.join(out, 'conformance.json'), JSON.stringify(summary, null, 1));
-    // The browser column of docs/CONFORMANCE.md (read by kiln-conformance's
-    // `conformance` binary; format in tests/src/browser.rs).
-    const field = (v) => String(v ?? '').replace(/[\t\r\n]+/g, ' ');
-    const tsv = [`adapter\t${field(summary.adapter?.label)}`, ...summary.cases.map((c) =>
-      [c.op, c.detail, c.passed ? 1 : 0, c.max_abs_err ?? '', c.failure ?? ''].map(field).join('\t'))];
-    fs.writeFileSync(path.join(root, 'docs/conformance-browser.tsv'), tsv.join('\n') + '\n');
-    check(!summary.error, `the conformance page ran${summary.error ? `: ${summary.error}` : ''}`);
-    for (const c of summary.cases.filter((c) => !c.passed)) console.log(`FAILED ${c.op} [${c.detail}]: ${c.failure}`);
-    const family = summary.matmul_family ?? { checked: 0, skipped: [], failures: ['did not run'] };
-    for (const s of family.skipped) console.log(`skipped in the browser: ${s}`);
-    if (!summary.adapter?.shader_f16) console.log('skipped in the browser: f16 arithmetic (the adapter has no shader-f16; f16 ran packed, computed in f32)');
-    check(family.failures.length === 0 && family.checked > 0, `matmul kernel family in the browser: ${family.checked} (case, config) pairs match the reference${family.failures.length ? '; failures:\n' + family.failures.join('\n') : ''}`);
-    const reductions = summary.workgroup_reductions ?? { failures: ['did not run'] };
-    check(reductions.failures.length === 0, `reductions through workgroup memory in the browser match the reference${reductions.failures.length ? ':\n' + reductions.failures.join('\n') : ''}`);
-    const attention = summary.fused_attention ?? { failures: ['did not run'] };
-    check(attention.failures.length === 0, `attention as one kernel in the browser matches the reference${attention.failures.length ? ':\n' + attention.failures.join('\n') : ''}`);
-    const vmapped = summary.cases.filter((c) => c.op.startsWith('vmap: '));
-    check(vmapped.length > 0 && vmapped.every((c) => c.passed), `batching checks (vmap) in the browser: ${vmapped.filter((c) => c.passed).length} of ${vmapped.length} match the stacked examples (${summary.skipped.length} cases without inputs skipped)`);
-    const perExample = summary.cases.filter((c) => c.op.startsWith('vmap(grad): '));
-    check(perExample.length > 0 && perExample.every((c) => c.passed), `per-example gradients (vmap of grad) in the browser: ${perExample.filter((c) => c.passed).length} of ${perExample.length} match the stacked vjps`);
-    const composed = summary.cases.filter((c) => c.op.startsWith('vmap composition: '));
-    check(composed.length > 0 && composed.every((c) => c.passed), `vmap against a loop and composed with grad, jit and itself in the browser: ${composed.filter((c) => c.passed).length} of ${composed.length} pass`);
-    check(summary.failed === 0 && summary.passed > 0, `conformance in the browser: ${summary.passed} passed, ${summary.failed} failed (${summary.pipelines} kernels compiled by Dawn) in ${((Date.now() - tc) / 1000).toFixed(1)} s`);
+    if (process.env.KILN_E2E_ONLY !== 'pages') await conformancePage(browser, base);
     check(problems.length === 0, `no GPU, WGSL or console errors${problems.length ? ':\n' + problems.join('\n') : ''}`);
   } finally {
     await browser.close();
     server.close();
   }
+}
+
+// The conformance page: every case, gradient, vmap check and the matmul
+// family on WebGPU against the CPU reference, and the browser column of
+// docs/CONFORMANCE.md (docs/conformance-browser.tsv).
+async function conformancePage(browser, base) {
+  const tc = Date.now();
+  const conf = await browser.newPage();
+  watch(conf, 'conformance');
+  await conf.goto(`${base}/conformance.html`);
+  await waitFor(conf, () => window.conformance?.done, 20 * 60_000);
+  const summary = await conf.evaluate(() => window.conformance);
+  fs.writeFileSync(path.join(out, 'conformance.json'), JSON.stringify(summary, null, 1));
+  // The browser column of docs/CONFORMANCE.md (read by kiln-conformance's
+  // `conformance` binary; format in tests/src/browser.rs).
+  const field = (v) => String(v ?? '').replace(/[\t\r\n]+/g, ' ');
+  const tsv = [`adapter\t${field(summary.adapter?.label)}`, ...summary.cases.map((c) =>
+    [c.op, c.detail, c.passed ? 1 : 0, c.max_abs_err ?? '', c.failure ?? ''].map(field).join('\t'))];
+  fs.writeFileSync(path.join(root, 'docs/conformance-browser.tsv'), tsv.join('\n') + '\n');
+  check(!summary.error, `the conformance page ran${summary.error ? `: ${summary.error}` : ''}`);
+  for (const c of summary.cases.filter((c) => !c.passed)) console.log(`FAILED ${c.op} [${c.detail}]: ${c.failure}`);
+  const family = summary.matmul_family ?? { checked: 0, skipped: [], failures: ['did not run'] };
+  for (const s of family.skipped) console.log(`skipped in the browser: ${s}`);
+  if (!summary.adapter?.shader_f16) console.log('skipped in the browser: f16 arithmetic (the adapter has no shader-f16; f16 ran packed, computed in f32)');
+  check(family.failures.length === 0 && family.checked > 0, `matmul kernel family in the browser: ${family.checked} (case, config) pairs match the reference${family.failures.length ? '; failures:\n' + family.failures.join('\n') : ''}`);
+  const reductions = summary.workgroup_reductions ?? { failures: ['did not run'] };
+  check(reductions.failures.length === 0, `reductions through workgroup memory in the browser match the reference${reductions.failures.length ? ':\n' + reductions.failures.join('\n') : ''}`);
+  const attention = summary.fused_attention ?? { failures: ['did not run'] };
+  check(attention.failures.length === 0, `attention as one kernel in the browser matches the reference${attention.failures.length ? ':\n' + attention.failures.join('\n') : ''}`);
+  const vmapped = summary.cases.filter((c) => c.op.startsWith('vmap: '));
+  check(vmapped.length > 0 && vmapped.every((c) => c.passed), `batching checks (vmap) in the browser: ${vmapped.filter((c) => c.passed).length} of ${vmapped.length} match the stacked examples (${summary.skipped.length} cases without inputs skipped)`);
+  const perExample = summary.cases.filter((c) => c.op.startsWith('vmap(grad): '));
+  check(perExample.length > 0 && perExample.every((c) => c.passed), `per-example gradients (vmap of grad) in the browser: ${perExample.filter((c) => c.passed).length} of ${perExample.length} match the stacked vjps`);
+  const composed = summary.cases.filter((c) => c.op.startsWith('vmap composition: '));
+  check(composed.length > 0 && composed.every((c) => c.passed), `vmap against a loop and composed with grad, jit and itself in the browser: ${composed.filter((c) => c.passed).length} of ${composed.length} pass`);
+  check(summary.failed === 0 && summary.passed > 0, `conformance in the browser: ${summary.passed} passed, ${summary.failed} failed (${summary.pipelines} kernels compiled by Dawn) in ${((Date.now() - tc) / 1000).toFixed(1)} s`);
+  await conf.close();
 }
 
 // The GPT page with a small model (the numbers of
