@@ -16,6 +16,7 @@ runs a shell command from the repository's root as one more job (one that
 needs the binaries built, such as the browser e2e).
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -49,6 +50,23 @@ def test_binaries(cargo_args, excluded):
         kind = "unittests " if msg["target"]["kind"] != ["test"] else ""
         found.append((f"{kind}{source} ({msg['executable']})", msg["executable"], folder))
     return found
+
+
+@functools.cache
+def toolchain_libraries():
+    """The toolchain's libraries for the host (libstd as a shared library)."""
+    sysroot = subprocess.run(["rustc", "--print", "sysroot"], stdout=subprocess.PIPE, text=True).stdout.strip()
+    version = subprocess.run(["rustc", "-vV"], stdout=subprocess.PIPE, text=True).stdout
+    host = next(line.split(": ", 1)[1] for line in version.splitlines() if line.startswith("host: "))
+    return os.path.join(sysroot, "lib", "rustlib", host, "lib")
+
+
+def library_path(executable):
+    """LD_LIBRARY_PATH as cargo gives a test binary: its own folder and the
+    toolchain's libraries (a proc-macro crate's tests link libstd
+    dynamically), before the caller's."""
+    dirs = [os.path.dirname(executable), toolchain_libraries()]
+    return os.pathsep.join(dirs + [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p])
 
 
 def times_file():
@@ -96,8 +114,11 @@ def main():
     def run(binary):
         label, command, folder = binary
         t0 = time.monotonic()
-        command = command if isinstance(command, list) else [command]
-        out = subprocess.run(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        env = dict(os.environ)
+        if not isinstance(command, list):
+            env["LD_LIBRARY_PATH"] = library_path(command)
+            command = [command]
+        out = subprocess.run(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         seconds = time.monotonic() - t0
         with lock:
             took[name_of(label)] = seconds
