@@ -115,10 +115,7 @@ impl Runtime for CudaDevice {
         Ok(())
     }
 
-    /// A cuBLAS call's grid is one block: cuBLAS picks its own.
     fn kernel_profile(&self) -> DeviceFuture<'_, Result<Vec<KernelTiming>>> {
-        let timings = CudaDevice::kernel_profile(self)
-            .map(|ts| ts.into_iter().map(|t| KernelTiming { name: t.name, groups: t.grid, nanos: t.nanos }).collect());
-        Box::pin(std::future::ready(timings))
+        Box::pin(std::future::ready(CudaDevice::kernel_profile(self)))
     }
 }

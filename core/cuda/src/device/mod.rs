@@ -25,7 +25,6 @@ mod waiter;
 
 pub use driver::available as driver_available;
 pub use engine::EngineInfo;
-pub use profile::CallTiming;
 pub use program::CudaProgram;
 
 use blas::{Gemm, GemmEpilogue};
@@ -39,7 +38,7 @@ use kiln_ir::error::{KilnError, Result};
 use kiln_ir::interp::HostArray;
 use kiln_ir::ir::{DeviceArray, DeviceBuffer, Node, Realized};
 use kiln_ir::shape::{Layout, numel};
-use kiln_runtime::{DeviceStats, PlannedKernel};
+use kiln_runtime::{DeviceStats, KernelTiming, PlannedKernel};
 use kiln_sched::schedule::{Item, Schedule, slot_of};
 use kiln_sched::walk::{HostInputs, Scheduler};
 use lt::LT_ALIGNMENT;
@@ -234,7 +233,7 @@ impl CudaDevice {
 
     /// The calls timed since profiling began or since the last call, in
     /// enqueue order; waits for them to run.
-    pub fn kernel_profile(&self) -> Result<Vec<CallTiming>> {
+    pub fn kernel_profile(&self) -> Result<Vec<KernelTiming>> {
         self.profiler.take()
     }
 

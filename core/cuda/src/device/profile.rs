@@ -8,18 +8,9 @@
 
 use super::engine::{Call, Engine, Stamp};
 use kiln_ir::error::Result;
+use kiln_runtime::KernelTiming;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// One call as the device timed it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallTiming {
-    /// The kernel's name (as `KILN_DUMP_CUDA` names it), or the cuBLAS routine's.
-    pub name: String,
-    /// Blocks launched along x, y, z (one for a cuBLAS call).
-    pub grid: [u32; 3],
-    pub nanos: f64,
-}
 
 struct Timed {
     name: String,
@@ -60,12 +51,13 @@ impl Profiler {
     }
 
     /// The calls timed since the last take, in enqueue order, once they
-    /// have run.
-    pub fn take(&self) -> Result<Vec<CallTiming>> {
+    /// have run: a kernel by its name (as `KILN_DUMP_CUDA` names it) and
+    /// grid, a cuBLAS call by its routine's name and a grid of one block.
+    pub fn take(&self) -> Result<Vec<KernelTiming>> {
         let timed = std::mem::take(&mut *self.pending.lock().unwrap());
         timed
             .into_iter()
-            .map(|t| Ok(CallTiming { nanos: t.end.nanos_since(&*t.start)?, name: t.name, grid: t.grid }))
+            .map(|t| Ok(KernelTiming { nanos: t.end.nanos_since(&*t.start)?, name: t.name, groups: t.grid }))
             .collect()
     }
 }
