@@ -12,9 +12,11 @@ use std::fmt;
 pub struct Path(Vec<String>);
 
 impl Path {
+    /// Append a segment (a field name, an index or a map key).
     pub fn push(&mut self, segment: impl fmt::Display) {
         self.0.push(segment.to_string());
     }
+    /// Remove the last segment.
     pub fn pop(&mut self) {
         self.0.pop();
     }
@@ -33,6 +35,7 @@ pub struct Leaves {
 }
 
 impl Leaves {
+    /// `items`, handed out first to last.
     pub fn new(items: Vec<Tensor>) -> Leaves {
         Leaves { total: items.len(), items: items.into_iter() }
     }
@@ -58,8 +61,11 @@ fn tree_err(detail: String) -> KilnError {
 /// structure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeafDef {
+    /// Where the leaf sits, e.g. `layers.0.weight` (`<root>` for a lone tensor).
     pub path: String,
+    /// The leaf's shape.
     pub shape: Vec<usize>,
+    /// The leaf's dtype.
     pub dtype: DType,
 }
 
@@ -112,10 +118,12 @@ pub trait Tree: Sized {
         out
     }
 
+    /// The leaves without their paths, in `visit` order.
     fn leaves(&self) -> Vec<Tensor> {
         self.named_leaves().into_iter().map(|(_, t)| t).collect()
     }
 
+    /// Every leaf's path, shape and dtype, in `visit` order.
     fn structure(&self) -> Structure {
         let leaf = |(path, t): (String, Tensor)| LeafDef { path, shape: t.shape().to_vec(), dtype: t.dtype() };
         Structure(self.named_leaves().into_iter().map(leaf).collect())

@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn every_layout_validates() {
         for (name, source, _, _) in layouts(Some(8), false) {
-            kiln::core::validate::translate_all(&source).unwrap_or_else(|e| panic!("{name}: {e}\n{source}"));
+            kiln_codegen::validate::translate_all(&source).unwrap_or_else(|e| panic!("{name}: {e}\n{source}"));
         }
     }
 }

@@ -73,9 +73,15 @@ impl Device {
     }
 
     /// `cuda`, or `cuda-host`: its runtime with the kernels run on the CPU.
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
     fn cuda_selected(on_host: bool) -> Result<Device> {
         if on_host { Ok(Device::cuda_on_host()) } else { Device::cuda() }
+    }
+
+    #[cfg(all(not(feature = "cuda"), not(target_arch = "wasm32")))]
+    fn cuda_selected(_: bool) -> Result<Device> {
+        let detail = "kiln was built without its `cuda` feature: add `features = [\"cuda\"]` to kiln in Cargo.toml";
+        Err(KilnError::Unavailable { what: "CUDA", detail: detail.into() })
     }
 
     #[cfg(target_arch = "wasm32")]
@@ -98,7 +104,7 @@ impl Device {
     /// NVRTC for its architecture. An error, never a panic, names what is
     /// missing where it cannot run: the driver library, a GPU, or NVRTC
     /// (`libnvrtc.so.13`). `KILN_ADAPTER=cuda` picks it for [`Device::gpu`].
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
     pub fn cuda() -> Result<Device> {
         Device::cuda_on(0)
     }
@@ -106,7 +112,7 @@ impl Device {
     /// The NVIDIA GPU of CUDA ordinal `ordinal` (fastest first, unless
     /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` orders them as `nvidia-smi` does), as
     /// [`Device::cuda`] opens the first: one device per GPU of a mesh.
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
     pub fn cuda_on(ordinal: usize) -> Result<Device> {
         Ok(Device(Arc::new(kiln_cuda::device::CudaDevice::open(ordinal)?)))
     }
@@ -114,7 +120,7 @@ impl Device {
     /// The CUDA runtime with its kernels run on the CPU, built by the
     /// host's C++ compiler (env `CXX`, else `c++`): what [`Device::cuda`]
     /// runs, without a GPU and slowly. For tests and for debugging a kernel.
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
     pub fn cuda_on_host() -> Device {
         Device(Arc::new(kiln_cuda::device::CudaDevice::on_host()))
     }

@@ -32,10 +32,12 @@ impl Vocab {
         Ok(vocab)
     }
 
+    /// Characters in the vocabulary.
     pub fn len(&self) -> usize {
         self.chars.len()
     }
 
+    /// Whether it has no characters.
     pub fn is_empty(&self) -> bool {
         self.chars.is_empty()
     }
@@ -74,12 +76,17 @@ impl Vocab {
 /// A text split for training: `train` then `valid` (the last
 /// `valid_fraction` of the characters).
 pub struct Corpus {
+    /// The text's characters.
     pub vocab: Vocab,
+    /// Ids of the training part (the start of the text).
     pub train: Vec<u32>,
+    /// Ids of the validation part (the end of the text).
     pub valid: Vec<u32>,
 }
 
 impl Corpus {
+    /// `text` with its last `valid_fraction` (in [0, 1)) kept for validation;
+    /// errors on a text under 2 characters.
     pub fn from_text(text: &str, valid_fraction: f64) -> Result<Corpus> {
         let vocab = Vocab::of(text);
         let ids = vocab.encode(text)?;

@@ -2,6 +2,7 @@
 //! the model (a pre-norm transformer with tied embeddings), a jit-captured
 //! AdamW training step, validation in bits per character, and sampling
 //! with an explicit key, with or without a KV cache.
+#![deny(missing_docs)]
 
 mod corpus;
 mod model;

@@ -8,11 +8,15 @@ use kiln_nn::{Block, Embedding, KvCache, LayerNorm, QuantizedTree, codes_under};
 /// The shape of a model.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GptConfig {
+    /// Characters the model reads and predicts.
     pub vocab: usize,
     /// The most positions the model reads at once.
     pub context: usize,
+    /// Embedding width.
     pub width: usize,
+    /// Attention heads per layer; must divide `width`.
     pub heads: usize,
+    /// Transformer blocks.
     pub layers: usize,
     /// Positions from ALiBi's distance penalty in every attention layer
     /// instead of a learned `[context, width]` table.
@@ -27,6 +31,8 @@ impl GptConfig {
         GptConfig { vocab, context: 128, width: 128, heads: 4, layers: 4, alibi: true }
     }
 
+    /// Errors unless `vocab`, `context`, `heads` and `layers` are positive and
+    /// `heads` divides `width`.
     pub fn check(&self) -> Result<()> {
         let GptConfig { vocab, context, width, heads, layers, .. } = *self;
         if vocab == 0 || context == 0 || layers == 0 || heads == 0 || !width.is_multiple_of(heads) {
@@ -36,13 +42,16 @@ impl GptConfig {
     }
 }
 
+/// A character-level GPT of a `GptConfig`.
 #[derive(Tree, Clone, Debug)]
 pub struct Gpt {
     /// `[vocab, width]`, also the output layer.
     pub tokens: Embedding,
     /// `[context, width]`, unless the attention layers use ALiBi.
     pub positions: Option<Embedding>,
+    /// The transformer blocks, input first.
     pub blocks: Vec<Block>,
+    /// The final layer norm, before the output layer.
     pub norm: LayerNorm,
     #[tree(skip)]
     config: GptConfig,
@@ -77,6 +86,7 @@ impl Gpt {
         })
     }
 
+    /// The shape it was built with.
     pub fn config(&self) -> GptConfig {
         self.config
     }
@@ -90,6 +100,7 @@ impl Gpt {
         Ok(Gpt { blocks, ..self.clone() })
     }
 
+    /// Elements in all leaves (for a float model, the parameter count).
     pub fn parameters(&self) -> usize {
         self.leaves().iter().map(|t| t.numel()).sum()
     }
@@ -109,8 +120,8 @@ impl Gpt {
             let at = Tensor::arange(ids.device(), 0.0, ids.shape()[1] as f64, 1.0, DType::I32)?;
             x = x.add(&table.forward(&at)?)?;
         }
-        for block in &self.blocks {
-            x = block.forward(&x, None)?;
+        for (i, block) in self.blocks.iter().enumerate() {
+            x = block.forward(&x, None).map_err(|e| e.within(&format!("blocks.{i}")))?;
         }
         self.tokens.attend(&self.norm.forward(&x)?)
     }

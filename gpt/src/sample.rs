@@ -12,7 +12,7 @@
 use crate::corpus::Vocab;
 use crate::model::Gpt;
 use kiln::prelude::*;
-use kiln::{Jit, Key, KilnError};
+use kiln::{FlatJit, Key, KilnError};
 
 type Program = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
 
@@ -23,6 +23,7 @@ pub struct Sampling {
     pub temperature: f64,
     /// Draw among the `k` most likely characters only.
     pub top_k: Option<usize>,
+    /// Draws the `i`-th new character from `key.fold_in(i)`.
     pub key: Key,
     /// Use the KV cache (one position per step) or re-read the window.
     pub cached: bool,
@@ -97,7 +98,7 @@ struct Reader {
     params: Vec<Tensor>,
     context: usize,
     vocab: usize,
-    program: Jit<Program>,
+    program: FlatJit<Program>,
     /// With a cache: the caches' leaves and the window positions they hold.
     cache: Option<(Vec<Tensor>, usize)>,
 }
@@ -125,7 +126,7 @@ impl Reader {
             params: model.leaves(),
             context: config.context,
             vocab: config.vocab,
-            program: kiln::jit(program),
+            program: kiln::jit_flat(program),
             cache,
         })
     }

@@ -10,13 +10,19 @@ use kiln::prelude::*;
 use kiln::{Jit, Key, KilnError};
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::optim::{
-    AddDecayedWeights, Chain, ClipByGlobalNorm, ScaleByAdam, ScaleByLearningRate, StepFn, Transform, adamw,
+    AddDecayedWeights, Chain, ClipByGlobalNorm, ScaleByAdam, ScaleByLearningRate, StepOutput, adamw,
     add_decayed_weights, chain, clip_by_global_norm, matrices_only, training_step, warmup_cosine_decay,
 };
 use std::sync::Arc;
 
 type Optimizer = Chain<(ClipByGlobalNorm, Chain<(ScaleByAdam, AddDecayedWeights, ScaleByLearningRate)>)>;
 type OptState = <Optimizer as Transform<Gpt>>::State;
+/// A batch: ids and next-character targets, `[batch, context]` each.
+type Batch = (Tensor, Tensor);
+/// One training step over (model, state, batch), as `kiln::jit` captures it.
+type StepFn = Box<dyn Fn(&(Gpt, OptState, Batch)) -> Result<StepOutput<Gpt, OptState>>>;
+/// The validation loss of (model, batch).
+type EvalFn = Box<dyn Fn(&(Gpt, Batch)) -> Result<Tensor>>;
 
 /// Validation windows read by `evaluate`, spread evenly over the split.
 const EVAL_WINDOWS: usize = 64;
@@ -24,13 +30,18 @@ const EVAL_WINDOWS: usize = 64;
 /// Everything that decides a run.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TrainConfig {
+    /// The model's sizes: vocabulary, context, width, heads, layers.
     pub model: GptConfig,
     /// Sequences of `model.context` characters per step.
     pub batch: usize,
+    /// Optimizer steps in the run: warmup over a tenth of them (1 to 100),
+    /// then cosine decay to the last.
     pub steps: u64,
     /// Peak learning rate, reached after the warmup and decayed to a tenth.
     pub lr: f64,
+    /// AdamW's decoupled weight decay, applied to matrices only.
     pub weight_decay: f64,
+    /// Seeds the initial weights and the batch draws.
     pub seed: u64,
 }
 
@@ -42,6 +53,8 @@ impl TrainConfig {
         TrainConfig { model: GptConfig::small(vocab), batch: 16, steps: 450, lr: 3e-3, weight_decay: 0.1, seed: 0 }
     }
 
+    /// Errors unless the model config is valid, `batch` and `steps` are
+    /// positive, `lr` is finite and positive and `weight_decay` finite and ≥ 0.
     pub fn check(&self) -> Result<()> {
         self.model.check()?;
         let rates_valid =
@@ -52,6 +65,7 @@ impl TrainConfig {
         Ok(())
     }
 
+    /// Characters trained on per step: `batch · model.context`.
     pub fn tokens_per_step(&self) -> usize {
         self.batch * self.model.context
     }
@@ -67,16 +81,16 @@ impl TrainConfig {
     }
 }
 
+/// A training run over a corpus: the model, its optimizer state, and the
+/// jit-captured training step and validation loss.
 pub struct GptTrainer {
     device: Device,
     config: TrainConfig,
     corpus: Arc<Corpus>,
-    template: Gpt,
-    opt_template: OptState,
-    /// The parameters' leaves, then the optimizer state's.
-    leaves: Vec<Tensor>,
-    step_fn: Jit<StepFn>,
-    eval_fn: Jit<StepFn>,
+    model: Gpt,
+    state: OptState,
+    step_fn: Jit<StepFn, StepOutput<Gpt, OptState>>,
+    eval_fn: Jit<EvalFn, Tensor>,
     steps: u64,
 }
 
@@ -116,41 +130,35 @@ impl GptTrainer {
             });
         }
         let opt = config.optimizer();
-        let opt_template = opt.init(&model)?;
         let state = match state {
             Some(s) => s,
             None => opt.init(&model)?,
         };
-        let leaves = [model.leaves(), state.leaves()].concat();
-        // (ids, targets, params.., state..) → (loss, params.., state..)
-        let step = training_step(&model, &opt_template, opt, 2, |p: &Gpt, d: &[Tensor]| p.loss(&d[0], &d[1]));
-        let template = model.clone();
-        // (ids, targets, params..) → (loss,)
-        let eval: StepFn = Box::new(move |inputs: &[Tensor]| {
-            let p = template.unflatten(inputs[2..].to_vec())?;
-            Ok(vec![p.loss(&inputs[0], &inputs[1])?])
-        });
+        let step: StepFn = Box::new(training_step(opt, |p: &Gpt, (ids, targets): &Batch| p.loss(ids, targets)));
+        let eval: EvalFn = Box::new(|(p, (ids, targets)): &(Gpt, Batch)| p.loss(ids, targets));
         Ok(GptTrainer {
             device: device.clone(),
             config,
             corpus,
-            template: model,
-            opt_template,
-            leaves,
+            model,
+            state,
             step_fn: kiln::jit(step),
             eval_fn: kiln::jit(eval),
             steps,
         })
     }
 
+    /// The run's settings.
     pub fn config(&self) -> &TrainConfig {
         &self.config
     }
 
+    /// The device the run computes on.
     pub fn device(&self) -> &Device {
         &self.device
     }
 
+    /// The corpus's character vocabulary.
     pub fn vocab(&self) -> &Vocab {
         &self.corpus.vocab
     }
@@ -167,7 +175,7 @@ impl GptTrainer {
 
     /// The current parameters as a model.
     pub fn model(&self) -> Result<Gpt> {
-        self.template.unflatten(self.leaves[..self.template.leaves().len()].to_vec())
+        Ok(self.model.clone())
     }
 
     /// `windows` (start offsets into `ids`) as ids and next-character
@@ -192,11 +200,11 @@ impl GptTrainer {
     /// One training step (one submit); returns its loss (computed, not read).
     pub async fn step(&mut self) -> Result<Tensor> {
         let (ids, targets) = self.windows(&self.corpus.train, &self.batch_starts(self.steps))?;
-        let inputs = [vec![ids, targets], self.leaves.clone()].concat();
-        let mut out = self.step_fn.call(&inputs).await?;
-        self.leaves = out.split_off(1);
+        let loss;
+        (loss, self.model, self.state) =
+            self.step_fn.call(&(self.model.clone(), self.state.clone(), (ids, targets))).await?;
         self.steps += 1;
-        Ok(out.remove(0))
+        Ok(loss)
     }
 
     /// `n` steps (at most to the end of the run); their losses in nats,
@@ -220,12 +228,10 @@ impl GptTrainer {
         let valid = &self.corpus.valid;
         let last = valid.len() - self.config.model.context - 1;
         let starts: Vec<usize> = (0..EVAL_WINDOWS).map(|i| i * last / (EVAL_WINDOWS - 1)).collect();
-        let params = &self.leaves[..self.template.leaves().len()];
         let mut losses = Vec::new();
         for chunk in starts.chunks(self.config.batch) {
-            let (ids, targets) = self.windows(valid, chunk)?;
-            let out = self.eval_fn.call(&[vec![ids, targets], params.to_vec()].concat()).await?;
-            losses.push((out[0].clone(), chunk.len()));
+            let batch = self.windows(valid, chunk)?;
+            losses.push((self.eval_fn.call(&(self.model.clone(), batch)).await?, chunk.len()));
         }
         let mut total = 0.0;
         for (loss, windows) in losses {
@@ -236,11 +242,9 @@ impl GptTrainer {
 
     /// The parameters, the optimizer state, the vocabulary and the config.
     pub async fn checkpoint(&self) -> Result<Checkpoint> {
-        let n = self.template.leaves().len();
-        let state = self.opt_template.unflatten(self.leaves[n..].to_vec())?;
         let mut ck = Checkpoint::new();
-        ck.add("params", &self.model()?).await?;
-        ck.add("opt", &state).await?;
+        ck.add("params", &self.model).await?;
+        ck.add("opt", &self.state).await?;
         let c = &self.config;
         let m = &c.model;
         for (k, v) in [

@@ -32,15 +32,21 @@
 //! assert_eq!(g.named_leaves()[1].0, "bias");
 //! # Ok(()) }
 //! ```
+#![deny(missing_docs)]
 
-pub use kiln_autodiff::{Tree, Vjp, VmapJit, grad, stop_gradient, tree, value_and_grad, vjp, vmap};
+pub use kiln_autodiff::{
+    Jit, Transform, Tree, Vjp, VmapJit, grad, jit, optimizer, stop_gradient, tree, value_and_grad, vjp, vmap,
+};
 pub use kiln_core::{
     self as core, DType, Device, DeviceInfo, DeviceOptions, DeviceStats, Element, KernelTiming, KilnError, QuantFormat,
     Result, TuningStats,
 };
 /// `#[derive(Tree)]` for parameter structs (see [`Tree`]).
 pub use kiln_derive::Tree;
-pub use kiln_ops::{DotView, Graph, Jit, Key, Tensor, jit, random};
+pub use kiln_ops::{DotView, Graph, Key, Operand, Tensor, random};
+/// `jit` over a flat slice of tensors, the layer under [`jit`](fn@jit):
+/// `jit_flat(|xs: &[Tensor]| ..)`, and its `.vmap(..)` ([`VmapJit`]).
+pub use kiln_ops::{Jit as FlatJit, jit as jit_flat};
 
 /// Run a future to completion on native targets (readback is async).
 #[cfg(not(target_arch = "wasm32"))]
@@ -48,9 +54,10 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     pollster::block_on(f)
 }
 
+/// What most programs use: `use kiln::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        DType, Device, DeviceOptions, Key, KilnError, QuantFormat, Result, Tensor, Tree, VmapJit, grad, jit,
+        DType, Device, DeviceOptions, Key, KilnError, QuantFormat, Result, Tensor, Transform, Tree, VmapJit, grad, jit,
         stop_gradient, value_and_grad, vjp, vmap,
     };
 }

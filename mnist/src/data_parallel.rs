@@ -15,13 +15,16 @@ use crate::trainer::{Batches, OptState, Optimizer, SavedRun, checkpoint, evaluat
 use kiln::core::PendingRead;
 use kiln::core::interp::HostArray;
 use kiln::prelude::*;
-use kiln::{Jit, Key};
+use kiln::{FlatJit, Key};
 use kiln_nn::Sequential;
 use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::{ImageLayout, Mnist};
 use kiln_nn::loss::cross_entropy;
-use kiln_nn::optim::{StepFn, Transform, apply_updates};
+use kiln_nn::optim::apply_updates;
 use kiln_shard::{Mesh, Sharded, Sharding, ravel, unravel};
+
+/// A rank's half of a step over flat leaves.
+type StepFn = Box<dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>>;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
@@ -37,10 +40,10 @@ pub struct DataParallelTrainer {
     /// device, not yet applied to `leaves`.
     pending: Option<Vec<Tensor>>,
     /// `(x, labels, params..)` → this rank's `[loss, gradient..]`.
-    first: Jit<StepFn>,
+    first: FlatJit<StepFn>,
     /// `(x, labels, params.., state.., pending)` → the rank's part, then
     /// the updated parameters and state.
-    steady: Jit<StepFn>,
+    steady: FlatJit<StepFn>,
     apply: Arc<Update>,
     steps: u64,
     /// Seconds each step of this trainer spent in its all-reduce.
@@ -181,8 +184,8 @@ impl DataParallelTrainer {
             config,
             leaves,
             pending: None,
-            first: kiln::jit(first),
-            steady: kiln::jit(steady),
+            first: kiln::jit_flat(first),
+            steady: kiln::jit_flat(steady),
             apply,
             steps,
             all_reduces: Vec::new(),

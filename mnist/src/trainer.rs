@@ -12,7 +12,7 @@ use kiln_nn::checkpoint::Checkpoint;
 use kiln_nn::data::{Dataset, ImageLayout, Mnist};
 use kiln_nn::optim::{
     AdamState, Chain, CountState, DynamicLossScale, LossScaleConfig, LossScaleState, ScaleByAdam, ScaleByLearningRate,
-    StepFn, Transform, adam, dynamic_loss_scale, training_step, warmup_cosine_decay,
+    StepOutput, adam, dynamic_loss_scale, training_step, warmup_cosine_decay,
 };
 use kiln_nn::{Layer, Sequential};
 use std::sync::Arc;
@@ -21,6 +21,8 @@ use std::sync::Arc;
 /// same state tree, unscaled).
 pub(crate) type Optimizer = DynamicLossScale<Chain<(ScaleByAdam, ScaleByLearningRate)>>;
 pub(crate) type OptState = LossScaleState<(AdamState<Sequential>, CountState)>;
+/// One step over (model, state, (images, labels)), as `kiln::jit` captures it.
+type Step = Box<dyn Fn(&(Sequential, OptState, (Tensor, Tensor))) -> Result<StepOutput<Sequential, OptState>>>;
 
 /// Test images per forward pass when evaluating.
 const EVAL_CHUNK: usize = 500;
@@ -30,10 +32,8 @@ pub struct Trainer {
     config: Config,
     data: Arc<Mnist>,
     model: Sequential,
-    opt_template: OptState,
-    /// The parameters' leaves, then the optimizer state's.
-    leaves: Vec<Tensor>,
-    step_fn: Jit<StepFn>,
+    state: OptState,
+    step_fn: Jit<Step, StepOutput<Sequential, OptState>>,
     steps: u64,
     batches: Batches,
 }
@@ -115,29 +115,16 @@ impl Trainer {
             });
         }
         let opt = optimizer(&config, data.train.len());
-        let opt_template = opt.init(&model)?;
         let state = match state {
             Some(s) => s,
             None => opt.init(&model)?,
         };
-        let leaves = [model.leaves(), state.leaves()].concat();
-        // (x, labels, params.., state..) → (loss, params.., state..)
         let precision = config.precision;
-        let step = training_step(&model, &opt_template, opt, 2, move |p: &Sequential, d: &[Tensor]| {
-            kiln_nn::loss::cross_entropy(&forward(p, &d[0], precision)?, &d[1])
-        });
+        let step: Step = Box::new(training_step(opt, move |p: &Sequential, (x, labels): &(Tensor, Tensor)| {
+            kiln_nn::loss::cross_entropy(&forward(p, x, precision)?, labels)
+        }));
         let batches = Batches::new(data.clone(), &config);
-        Ok(Trainer {
-            device: device.clone(),
-            config,
-            data,
-            model,
-            opt_template,
-            leaves,
-            step_fn: kiln::jit(step),
-            steps,
-            batches,
-        })
+        Ok(Trainer { device: device.clone(), config, data, model, state, step_fn: kiln::jit(step), steps, batches })
     }
 
     pub fn config(&self) -> &Config {
@@ -168,7 +155,7 @@ impl Trainer {
 
     /// The current parameters as a model.
     pub fn model(&self) -> Result<Sequential> {
-        self.model.unflatten(self.leaves[..self.model.leaves().len()].to_vec())
+        Ok(self.model.clone())
     }
 
     fn batch(&mut self, step: u64) -> Result<(Tensor, Tensor)> {
@@ -179,21 +166,21 @@ impl Trainer {
     /// One training step (one submit); returns its loss (computed, not read).
     pub async fn step(&mut self) -> Result<Tensor> {
         let (x, labels) = self.batch(self.steps)?;
-        let inputs = [vec![x, labels], self.leaves.clone()].concat();
-        let mut out = self.step_fn.call(&inputs).await?;
-        self.leaves = out.split_off(1);
+        let loss;
+        (loss, self.model, self.state) =
+            self.step_fn.call(&(self.model.clone(), self.state.clone(), (x, labels))).await?;
         self.steps += 1;
-        Ok(out.remove(0))
+        Ok(loss)
     }
 
-    /// The next step's outputs (loss, params.., state..) as a lazy graph
-    /// over its realized inputs, as a call would capture it, but not run:
-    /// to look at its schedule. The trainer does not advance.
-    pub async fn traced_step(&mut self) -> Result<Vec<Tensor>> {
+    /// The next step's outputs (loss, model, state) as a lazy graph over
+    /// its realized inputs, as a call would capture it, but not run: to
+    /// look at its schedule. The trainer does not advance.
+    pub async fn traced_step(&mut self) -> Result<StepOutput<Sequential, OptState>> {
         let (x, labels) = self.batch(self.steps)?;
-        let inputs = [vec![x, labels], self.leaves.clone()].concat();
-        Tensor::realize_all(&inputs.iter().collect::<Vec<_>>()).await?;
-        self.step_fn.trace(&inputs)
+        let input = (self.model.clone(), self.state.clone(), (x, labels));
+        Tensor::realize_all(&input.leaves().iter().collect::<Vec<_>>()).await?;
+        self.step_fn.trace(&input)
     }
 
     /// `n` steps (at most to the end of the run); their losses, read back
@@ -245,8 +232,7 @@ impl Trainer {
     /// The loss scale and the steps skipped for overflowing, where the run
     /// scales its loss (f16); `None` otherwise.
     pub async fn loss_scale(&self) -> Result<Option<(f32, i32)>> {
-        let n = self.model.leaves().len();
-        loss_scale(&self.config, &self.opt_template.unflatten(self.leaves[n..].to_vec())?).await
+        loss_scale(&self.config, &self.state).await
     }
 
     /// Class probabilities for one 28×28 image (values in [0, 1], row-major).
@@ -264,9 +250,7 @@ impl Trainer {
 
     /// The parameters, the optimizer state and the run's config.
     pub async fn checkpoint(&self) -> Result<Checkpoint> {
-        let n = self.model.leaves().len();
-        let state = self.opt_template.unflatten(self.leaves[n..].to_vec())?;
-        checkpoint(&self.config, self.steps, &self.model()?, &state).await
+        checkpoint(&self.config, self.steps, &self.model, &self.state).await
     }
 
     /// The weights quantized to `format`, for inference: a checkpoint with

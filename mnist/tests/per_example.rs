@@ -112,7 +112,7 @@ fn a_dp_sgd_step_is_one_submit_and_replays_under_jit() {
         let eager = step(&inputs).unwrap();
         kiln::block_on(Tensor::realize_all(&eager.iter().collect::<Vec<_>>())).unwrap();
         assert_eq!(submits() - before, 1, "{label}: submits of one DP-SGD step");
-        let jitted = kiln::jit(step);
+        let jitted = kiln::jit_flat(step);
         kiln::block_on(jitted.call(&inputs)).unwrap();
         let before = submits();
         let replayed = kiln::block_on(jitted.call(&inputs)).unwrap();

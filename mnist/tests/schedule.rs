@@ -19,7 +19,7 @@ fn step_schedule(model: ModelKind, precision: DType) -> (Schedule, Vec<kiln::cor
     let config = Config { model, epochs: 1, batch_size: 64, lr: 2e-3, seed: 5, precision };
     let mut t = Trainer::new(&Device::cpu(), data, config).unwrap();
     let outs = kiln::block_on(t.traced_step()).unwrap();
-    let nodes: Vec<_> = outs.iter().map(|t| t.node().clone()).collect();
+    let nodes: Vec<_> = outs.leaves().iter().map(|t| t.node().clone()).collect();
     (schedule_for(&Caps::webgpu(), &nodes).unwrap(), nodes)
 }
 

@@ -197,6 +197,7 @@ impl Default for Checkpoint {
 }
 
 impl Checkpoint {
+    /// An empty checkpoint, with no tensors or metadata.
     pub fn new() -> Checkpoint {
         Checkpoint::default()
     }
@@ -361,6 +362,15 @@ impl Checkpoint {
         Checkpoint::from_bytes(&bytes, &path.display().to_string())
     }
 
+    /// The first segments of the tensors' names (`params`, `opt`): the
+    /// prefixes trees were stored under, sorted.
+    pub fn prefixes(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.names().map(|n| n.split('.').next().unwrap_or(n).to_string()).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// The tree stored under `prefix`, with `like`'s structure, built on
     /// `device`. Every difference (a missing or unexpected name, a shape,
     /// a dtype) is reported by name in one error.
@@ -390,6 +400,12 @@ impl Checkpoint {
                 (tensor_name(prefix, &p), t, elem)
             })
             .collect();
+        if !expected.is_empty() && !self.names().any(|n| under(prefix, n)) {
+            return Err(self.err(format!(
+                "holds no tensor under the prefix `{prefix}`; its prefixes are {}",
+                self.prefixes().iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+            )));
+        }
         let mut problems = Vec::new();
         for (name, t, elem) in &expected {
             match self.tensors.get(name) {

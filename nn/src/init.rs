@@ -4,14 +4,17 @@
 use kiln::prelude::*;
 use kiln::random;
 
+/// f32 zeros of `shape`.
 pub fn zeros(dev: &Device, shape: &[usize]) -> Result<Tensor> {
     Tensor::zeros(dev, shape, DType::F32)
 }
 
+/// f32 samples of N(0, `std`²) of `shape`.
 pub fn normal(dev: &Device, key: Key, shape: &[usize], std: f64) -> Result<Tensor> {
     random::normal(dev, key, shape, DType::F32, 0.0, std)
 }
 
+/// f32 samples of U(−`bound`, `bound`) of `shape`.
 pub fn uniform(dev: &Device, key: Key, shape: &[usize], bound: f64) -> Result<Tensor> {
     random::uniform(dev, key, shape, DType::F32, -bound, bound)
 }

@@ -1,6 +1,7 @@
 //! Layers, losses, initializers, optax-style optimizers, checkpoints and
 //! datasets for kiln. Models are parameter trees (`#[derive(Tree)]`), so
 //! `grad` returns a tree of the model's type.
+#![deny(missing_docs)]
 
 pub mod checkpoint;
 pub mod data;

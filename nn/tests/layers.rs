@@ -2,7 +2,7 @@
 //! rank give errors naming the layer, not panics.
 
 use kiln::prelude::*;
-use kiln_nn::{Conv2d, Conv2dConfig, Embedding, LayerNorm, Linear, RmsNorm};
+use kiln_nn::{Conv2d, Conv2dConfig, Embedding, Layer, LayerNorm, Linear, RmsNorm, mlp};
 
 #[test]
 fn a_weight_of_the_wrong_rank_is_an_error_naming_the_layer() {
@@ -23,4 +23,20 @@ fn a_weight_of_the_wrong_rank_is_an_error_naming_the_layer() {
     assert_eq!(err(rms.forward(&x)), "RmsNorm: its weight must have rank 1, got shape [3, 1]");
     let conv = Conv2d { weight: t(&[8, 3]), bias: None, config: Conv2dConfig::default() };
     assert_eq!(err(conv.forward(&t(&[1, 3, 5, 5]))), "Conv2d: its weight must have rank 4, got shape [8, 3]");
+}
+
+/// A layer's error from inside a model names the layer's path in the tree.
+#[test]
+fn a_layers_shape_error_names_its_path() {
+    let dev = Device::cpu();
+    let model = mlp(&dev, Key::new(0), &[2, 4, 3], Layer::Relu).unwrap();
+    let x = Tensor::zeros(&dev, &[5, 3], DType::F32).unwrap();
+    let e = model.forward(&x).unwrap_err();
+    assert_eq!(e.to_string(), "Linear at `layers.0`: expects input [.., 2], got shape [5, 3]");
+    assert!(matches!(e.innermost(), KilnError::Shape { op: "Linear", .. }), "{e:?}");
+    let wide = Tensor::zeros(&dev, &[5, 2], DType::F32).unwrap();
+    let mut broken = model.clone();
+    broken.layers[2] = Layer::Linear(Linear { weight: Tensor::zeros(&dev, &[5, 3], DType::F32).unwrap(), bias: None });
+    let e = broken.forward(&wide).unwrap_err().to_string();
+    assert_eq!(e, "Linear at `layers.2`: expects input [.., 5], got shape [5, 4]");
 }

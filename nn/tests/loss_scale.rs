@@ -123,9 +123,9 @@ fn bad_configs_are_errors_naming_the_values() {
 
 /// `(x, params..) → (loss, params.., state..)` of a loss whose f16
 /// gradients (at most about 6e-9) round to zero unless scaled.
-fn tiny_loss(p: &Params, data: &[Tensor]) -> Result<Tensor> {
+fn tiny_loss(p: &Params, x: &Tensor) -> Result<Tensor> {
     let half = |t: &Tensor| t.cast(DType::F16);
-    let y = half(&data[0])?.matmul(&half(&p.w)?)?.add(&half(&p.b)?)?.cast(DType::F32)?;
+    let y = half(x)?.matmul(&half(&p.w)?)?.add(&half(&p.b)?)?.cast(DType::F32)?;
     y.sub(&y.scalar_like(1.0)?)?.mul(&y)?.sum(&[], false)?.mul_scalar(1e-9)
 }
 
@@ -138,11 +138,10 @@ fn f16_gradients_of_a_tiny_loss_train_only_when_scaled() {
             let p = params(&dev);
             let opt = dynamic_loss_scale(adam(0.1, 0.9, 0.999, 1e-20), scaling);
             let s = opt.init(&p).unwrap();
-            let step = training_step(&p, &s, opt, 1, tiny_loss);
-            let out = step(&[vec![x.clone()], p.leaves(), s.leaves()].concat()).unwrap();
-            let loss = scalar(&out[0]);
+            let step = training_step(opt, tiny_loss);
+            let (loss, q, _) = step(&(p.clone(), s, x.clone())).unwrap();
+            let loss = scalar(&loss);
             assert!(loss.abs() < 1e-6 && loss != 0.0, "{label}: the loss comes back unscaled: {loss}");
-            let q = p.unflatten(out[1..3].to_vec()).unwrap();
             flat(&q).iter().zip(flat(&p)).map(|(a, b)| a - b).collect()
         };
         let off = LossScaleConfig::disabled();
@@ -167,21 +166,19 @@ fn a_jit_captured_mixed_precision_mlp_trains_with_f32_masters() {
             let model = mlp(&dev, Key::new(1), &[8, 32, 4], Layer::Relu).unwrap();
             let opt = dynamic_loss_scale(adam(3e-2, 0.9, 0.999, 1e-8), LossScaleConfig::default());
             let state = opt.init(&model).unwrap();
-            let step = kiln::jit(training_step(&model, &state, opt, 2, move |m: &Sequential, d: &[Tensor]| {
+            let step = kiln::jit(training_step(opt, move |m: &Sequential, (x, labels): &(Tensor, Tensor)| {
                 let low = m.map_leaves(|_, w| w.cast(half))?;
-                loss::cross_entropy(&low.forward(&d[0].cast(half)?)?.cast(DType::F32)?, &d[1])
+                loss::cross_entropy(&low.forward(&x.cast(half)?)?.cast(DType::F32)?, labels)
             }));
-            let (x, labels) = data(&dev);
-            let mut leaves = [model.leaves(), state.leaves()].concat();
+            let batch = data(&dev);
+            let (mut model, mut state) = (model, state);
             let mut losses = Vec::new();
             for _ in 0..25 {
-                let inputs = [vec![x.clone(), labels.clone()], leaves.clone()].concat();
-                let mut out = kiln::block_on(step.call(&inputs)).unwrap();
-                leaves = out.split_off(1);
-                losses.push(scalar(&out[0]));
+                let loss;
+                (loss, model, state) = kiln::block_on(step.call(&(model, state, batch.clone()))).unwrap();
+                losses.push(scalar(&loss));
             }
-            let n = model.leaves().len();
-            assert!(leaves[..n].iter().all(|w| w.dtype() == DType::F32), "{label} {half}: masters stay f32");
+            assert!(model.leaves().iter().all(|w| w.dtype() == DType::F32), "{label} {half}: masters stay f32");
             let (first, last) = (losses[0], losses[losses.len() - 1]);
             assert!(last < 0.5 * first, "{label} {half}: loss {first} → {last}");
         }

@@ -65,7 +65,7 @@ fn an_mlp_learns_mnist_with_a_jitted_adamw_step_and_resumes_from_a_checkpoint() 
         let s0 = opt.init(&p0).unwrap();
         let (np, ns) = (p0.leaves().len(), s0.leaves().len());
         // (x, one-hot y, params.., state..) → (loss, params.., state..)
-        let step = kiln::jit(|inputs: &[Tensor]| {
+        let step = kiln::jit_flat(|inputs: &[Tensor]| {
             let (x, y) = (&inputs[0], &inputs[1]);
             let p = p0.unflatten(inputs[2..2 + np].to_vec())?;
             let s = s0.unflatten(inputs[2 + np..].to_vec())?;

@@ -24,14 +24,17 @@ impl Tensor {
         Ok(Tensor { node: device.upload(dtype, shape, values)?, device: device.clone() })
     }
 
+    /// A tensor of `shape` and `dtype` with every element `value`.
     pub fn full(device: &Device, shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
         Tensor::build(device, Prim::Fill { value, shape: shape.to_vec(), dtype }, &[])
     }
 
+    /// A tensor of `shape` and `dtype` filled with zeros.
     pub fn zeros(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
         composite("zeros", || Tensor::full(device, shape, 0.0, dtype))
     }
 
+    /// A tensor of `shape` and `dtype` filled with ones.
     pub fn ones(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
         composite("ones", || Tensor::full(device, shape, 1.0, dtype))
     }
@@ -67,10 +70,12 @@ impl Tensor {
         Tensor::scalar(&self.device, value, self.dtype())
     }
 
+    /// Zeros with this tensor's shape and dtype.
     pub fn zeros_like(&self) -> Result<Tensor> {
         Tensor::zeros(&self.device, self.shape(), self.dtype())
     }
 
+    /// Ones with this tensor's shape and dtype.
     pub fn ones_like(&self) -> Result<Tensor> {
         Tensor::ones(&self.device, self.shape(), self.dtype())
     }

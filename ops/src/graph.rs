@@ -26,6 +26,8 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// The graph behind `outputs`; an error if there are none or they are on
+    /// different devices.
     pub fn new(outputs: &[&Tensor]) -> Result<Graph> {
         let Some(first) = outputs.first() else {
             return Err(KilnError::Invalid { op: "graph", detail: "no tensors to draw".into() });
@@ -50,6 +52,8 @@ impl Graph {
         self
     }
 
+    /// The graph as Graphviz DOT text: the primitives alone (`DotView::Ir`) or
+    /// grouped into kernels (`DotView::Kernels`).
     pub fn to_dot(&self, view: DotView) -> Result<String> {
         let nodes = all_nodes(&self.roots);
         let place = match view {

@@ -2,6 +2,7 @@
 
 use crate::Tensor;
 use crate::tensor::composite;
+use kiln_core::error::{dtype_mismatch, matmul_misaligned};
 use kiln_core::shape::broadcast_shapes;
 use kiln_core::{KilnError, Prim, Result};
 
@@ -23,11 +24,12 @@ impl Tensor {
         let a = if self.rank() == 1 { self.unsqueeze(0)? } else { self.clone() };
         let b = if other.rank() == 1 { other.unsqueeze(1)? } else { other.clone() };
         let (ra, rb) = (a.rank(), b.rank());
-        if a.shape()[ra - 1] != b.shape()[rb - 2] {
-            return Err(KilnError::Shape {
-                op: "matmul",
-                detail: format!("shapes {:?} and {:?} are not aligned", self.shape(), other.shape()),
-            });
+        let (k_a, k_b) = (a.shape()[ra - 1], b.shape()[rb - 2]);
+        if k_a != k_b {
+            return Err(matmul_misaligned("matmul", self.shape(), other.shape(), k_a, k_b));
+        }
+        if self.dtype() != other.dtype() {
+            return Err(dtype_mismatch("matmul", (self.dtype(), self.shape()), (other.dtype(), other.shape())));
         }
         let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
         let with = |t: &Tensor, r: usize| -> Result<Tensor> {

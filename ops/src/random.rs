@@ -48,10 +48,12 @@ impl Key {
         Key { words: [(seed >> 32) as u32, seed as u32] }
     }
 
+    /// The key with these two words (as `words` returns them).
     pub fn from_words(words: [u32; 2]) -> Key {
         Key { words }
     }
 
+    /// The key's two u32 words.
     pub fn words(&self) -> [u32; 2] {
         self.words
     }

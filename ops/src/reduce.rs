@@ -31,15 +31,21 @@ impl Tensor {
         x.op(Prim::Reduce { op, axes, keepdim }, &[])
     }
 
+    /// The sum over `axes` (all axes when empty; negative ones count from the
+    /// end); `keepdim` keeps them as size 1. Bools sum as i32.
     pub fn sum(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Sum, axes, keepdim)
     }
+    /// The product over `axes` (all axes when empty); `keepdim` keeps them as
+    /// size 1. Bools multiply as i32.
     pub fn prod(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Prod, axes, keepdim)
     }
+    /// The maximum over `axes` (all axes when empty); `keepdim` keeps them as size 1.
     pub fn max(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Max, axes, keepdim)
     }
+    /// The minimum over `axes` (all axes when empty); `keepdim` keeps them as size 1.
     pub fn min(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Min, axes, keepdim)
     }
@@ -59,6 +65,8 @@ impl Tensor {
         self.arg_reduce(ArgOp::ArgMax, axis, keepdim)
     }
 
+    /// Index (i32) of the first minimum along `axis`, or of the flattened
+    /// tensor when `axis` is `None`.
     pub fn argmin(&self, axis: Option<isize>, keepdim: bool) -> Result<Tensor> {
         self.arg_reduce(ArgOp::ArgMin, axis, keepdim)
     }

@@ -13,6 +13,8 @@ impl Tensor {
         Err(KilnError::DType { op, detail: format!("needs a float tensor, got {} {:?}", self.dtype(), self.shape()) })
     }
 
+    /// `exp(x) / sum(exp(x))` along `axis` (negative counts from the end),
+    /// computed stably; floats only.
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         self.float_only("softmax")?;
         composite("softmax", || {
@@ -21,6 +23,8 @@ impl Tensor {
         })
     }
 
+    /// `x − log(sum(exp(x)))` along `axis` (negative counts from the end),
+    /// computed stably; floats only.
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
         self.float_only("log_softmax")?;
         composite("log_softmax", || {

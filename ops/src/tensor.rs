@@ -3,6 +3,8 @@
 use kiln_core::interp::HostArray;
 use kiln_core::{DType, Device, Element, KilnError, Node, Prim, Result};
 
+/// A lazy n-dimensional array on a device: a node of the computation graph,
+/// computed when realized or read back. Clones share the node.
 #[derive(Clone, Debug)]
 pub struct Tensor {
     pub(crate) node: Node,
@@ -50,18 +52,23 @@ impl Tensor {
         Tensor::build(&self.device, prim, &inputs)
     }
 
+    /// The size of each axis.
     pub fn shape(&self) -> &[usize] {
         self.node.shape()
     }
+    /// The element type.
     pub fn dtype(&self) -> DType {
         self.node.dtype()
     }
+    /// The number of axes (0 for a scalar).
     pub fn rank(&self) -> usize {
         self.shape().len()
     }
+    /// The number of elements (1 for a scalar).
     pub fn numel(&self) -> usize {
         self.shape().iter().product()
     }
+    /// The device the tensor lives on.
     pub fn device(&self) -> &Device {
         &self.device
     }

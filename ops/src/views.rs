@@ -28,6 +28,8 @@ impl Tensor {
         self.op(Prim::Reshape { shape: resolved }, &[])
     }
 
+    /// Reorder the axes: output axis `i` is input axis `perm[i]` (negative
+    /// values count from the end).
     pub fn permute(&self, perm: &[isize]) -> Result<Tensor> {
         let perm = perm.iter().map(|&a| normalize_axis("permute", a, self.rank())).collect::<Result<Vec<_>>>()?;
         self.op(Prim::Permute { perm }, &[])

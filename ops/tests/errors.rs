@@ -289,3 +289,49 @@ fn an_upload_whose_values_do_not_fill_its_shape_is_an_error() {
     let m = cpu().upload(DType::F32, &[1 << 40, 1 << 40], &[1.0]).unwrap_err().to_string();
     assert_eq!(m, "upload: 1 values do not fill shape [1099511627776, 1099511627776]");
 }
+
+#[test]
+fn a_misaligned_matmul_names_the_two_dimensions() {
+    assert_eq!(
+        message(t(&[2, 3]).matmul(&t(&[2, 3]))),
+        "matmul: shapes [2, 3] and [2, 3] are not aligned (k = 3 vs 2)"
+    );
+    // A vector operand, as the user gave it.
+    assert_eq!(message(t(&[4]).matmul(&t(&[3, 5]))), "matmul: shapes [4] and [3, 5] are not aligned (k = 4 vs 3)");
+}
+
+#[test]
+fn dtype_errors_show_each_operands_own_shape() {
+    let i = Tensor::zeros(&cpu(), &[3], DType::I32).unwrap();
+    assert_eq!(message(t(&[2, 3]).add(&i)), "add: dtypes f32 [2, 3] and i32 [3] differ; cast one first");
+    let cond = Tensor::zeros(&cpu(), &[2, 3], DType::Bool).unwrap();
+    assert_eq!(
+        message(Tensor::where_cond(&cond, &t(&[2, 3]), &i)),
+        "where: dtypes f32 [2, 3] and i32 [3] differ; cast one first"
+    );
+    let h = Tensor::zeros(&cpu(), &[3, 2], DType::F16).unwrap();
+    assert_eq!(message(t(&[2, 3]).matmul(&h)), "matmul: dtypes f32 [2, 3] and f16 [3, 2] differ; cast one first");
+}
+
+/// The operators are the methods: same values, same errors.
+#[test]
+fn operators_are_the_methods() {
+    let dev = cpu();
+    let a = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    let b = Tensor::from_slice(&dev, &[10.0f32, 20.0], &[2]).unwrap();
+    let read = |t: kiln_core::Result<Tensor>| pollster::block_on(t.unwrap().to_vec::<f32>()).unwrap();
+    assert_eq!(read(&a + &b), [11.0, 22.0, 13.0, 24.0]);
+    assert_eq!(read(&a - b.clone()), [-9.0, -18.0, -7.0, -16.0]);
+    assert_eq!(read(a.clone() * &b), [10.0, 40.0, 30.0, 80.0]);
+    assert_eq!(read(&a / 2.0), [0.5, 1.0, 1.5, 2.0]);
+    assert_eq!(read(1.0 - &a), [0.0, -1.0, -2.0, -3.0]);
+    assert_eq!(read(-&a), [-1.0, -2.0, -3.0, -4.0]);
+    // An op's result on the left, and chained: (a @ a + b) * 2.
+    assert_eq!(read((a.matmul(&a) + &b).unwrap() * 2.0), [34.0, 60.0, 50.0, 84.0]);
+    let i = Tensor::from_slice(&dev, &[7i32, 8], &[2]).unwrap();
+    assert_eq!(pollster::block_on((&i * 3.0).unwrap().to_vec::<i32>()).unwrap(), [21, 24]);
+    assert_eq!(message(&a + &t(&[3])), "add: shapes [2, 2] and [3] cannot be broadcast together");
+    assert_eq!(message(&a * &i), "mul: dtypes f32 [2, 2] and i32 [2] differ; cast one first");
+    // An error on the left passes through unchanged.
+    assert_eq!(message(a.matmul(&t(&[3, 1])) + &b), "matmul: shapes [2, 2] and [3, 1] are not aligned (k = 2 vs 3)");
+}

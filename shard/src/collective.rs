@@ -32,6 +32,7 @@ pub struct InProcess {
 }
 
 impl InProcess {
+    /// `world` ranks, all in this process.
     pub fn new(world: usize) -> InProcess {
         InProcess { world }
     }

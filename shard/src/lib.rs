@@ -19,6 +19,7 @@
 //! assert_eq!(total.all_reduce().await?.gather().await?.data, [9.0, 12.0]);
 //! # Ok(()) }) }
 //! ```
+#![deny(missing_docs)]
 
 mod collective;
 mod grad;

@@ -67,6 +67,7 @@ impl Mesh {
         self.local_ranks().start == 0
     }
 
+    /// How the ranks exchange values.
     pub fn collective(&self) -> &dyn Collective {
         self.inner.collective.as_ref()
     }

@@ -58,6 +58,7 @@ impl MpiWorld {
         Ok(MpiWorld { comm: Mutex::new(Comm { world, _universe: universe }), rank, size, timeout })
     }
 
+    /// This process's rank in the job (0 for the first).
     pub fn rank(&self) -> usize {
         self.rank
     }

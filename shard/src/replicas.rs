@@ -52,6 +52,7 @@ impl<P: Tree + Clone> Replicas<P> {
         Ok(Replicas { mesh: mesh.clone(), trees })
     }
 
+    /// The mesh the copies live on.
     pub fn mesh(&self) -> &Mesh {
         &self.mesh
     }

@@ -148,9 +148,11 @@ impl Sharded {
         Ok(Sharded { mesh: mesh.clone(), sharding, shape, shards })
     }
 
+    /// The mesh it is laid across.
     pub fn mesh(&self) -> &Mesh {
         &self.mesh
     }
+    /// How it is laid across the mesh.
     pub fn sharding(&self) -> Sharding {
         self.sharding
     }
@@ -158,6 +160,7 @@ impl Sharded {
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
+    /// The element type (every shard's).
     pub fn dtype(&self) -> DType {
         self.shards[0].dtype()
     }
@@ -312,15 +315,19 @@ impl Sharded {
         Ok(self.with(sharding, shape, shards))
     }
 
+    /// Elementwise sum, broadcast; partial sums add to a partial sum.
     pub fn add(&self, other: &Sharded) -> Result<Sharded> {
         self.binary("add", other, Linearity::Additive, Tensor::add)
     }
+    /// Elementwise difference, broadcast; partial sums subtract to a partial sum.
     pub fn sub(&self, other: &Sharded) -> Result<Sharded> {
         self.binary("sub", other, Linearity::Additive, Tensor::sub)
     }
+    /// Elementwise product, broadcast; a partial sum times a replicated value stays partial.
     pub fn mul(&self, other: &Sharded) -> Result<Sharded> {
         self.binary("mul", other, Linearity::Product, Tensor::mul)
     }
+    /// Elementwise quotient, broadcast; a partial sum over a replicated value stays partial.
     pub fn div(&self, other: &Sharded) -> Result<Sharded> {
         self.binary("div", other, Linearity::Quotient, Tensor::div)
     }
@@ -450,10 +457,12 @@ impl Sharded {
         self.map(op, f)
     }
 
+    /// Softmax along `axis` on every shard; refused along the split axis.
     pub fn softmax(&self, axis: isize) -> Result<Sharded> {
         self.along("softmax", axis, |t| t.softmax(axis))
     }
 
+    /// Log-softmax along `axis` on every shard; refused along the split axis.
     pub fn log_softmax(&self, axis: isize) -> Result<Sharded> {
         self.along("log_softmax", axis, |t| t.log_softmax(axis))
     }

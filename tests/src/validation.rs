@@ -49,16 +49,13 @@ pub fn layer_dir() -> Result<PathBuf, String> {
 /// SwiftShader's Vulkan driver ships with Debian's chromium package.
 const SWIFTSHADER_ICD: &str = "/usr/lib/chromium/vk_swiftshader_icd.json";
 
-/// Make SwiftShader's Vulkan driver visible beside the system's, and
-/// silence the XDG_RUNTIME_DIR warning. Call before any wgpu instance
-/// exists and while no other thread reads the environment.
+/// Make SwiftShader's Vulkan driver visible beside the system's. Call
+/// before any wgpu instance exists and while no other thread reads the
+/// environment.
 pub fn env_for_adapters() {
     // SAFETY: callers run this before other threads touch the environment
     // (first in main, or inside a OnceLock that every test goes through).
     unsafe {
-        if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-            std::env::set_var("XDG_RUNTIME_DIR", "/tmp");
-        }
         if std::path::Path::new(SWIFTSHADER_ICD).exists() && std::env::var_os("VK_ICD_FILENAMES").is_none() {
             // Added to the loader's own list, so a real GPU's driver stays visible.
             std::env::set_var("VK_ADD_DRIVER_FILES", SWIFTSHADER_ICD);

@@ -219,7 +219,7 @@ impl Check {
             }
             Kind::JitOfVmap => {
                 let f = |x: &Vec<Tensor>| Ok(vec![x[0].exp()?.sum(&[-1], false)?]);
-                let step = kiln::jit(move |xs: &[Tensor]| kiln::vmap(f, vec![Some(0)], vec![0])(&xs.to_vec()));
+                let step = kiln::jit_flat(move |xs: &[Tensor]| kiln::vmap(f, vec![Some(0)], vec![0])(&xs.to_vec()));
                 for seed in 0..3 {
                     let x = crate::rng::tensor(dev, &[16, 32], seed, 0.0, 1.0);
                     let out = step.call(std::slice::from_ref(&x)).await?;
@@ -231,7 +231,7 @@ impl Check {
             }
             Kind::VmapOfJit => {
                 let f = |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1])?.tanh()?.sum(&[-1], false)?]);
-                let (per_example, batched) = (kiln::jit(f), kiln::jit(f).vmap(vec![Some(0), None], vec![0]));
+                let (per_example, batched) = (kiln::jit_flat(f), kiln::jit_flat(f).vmap(vec![Some(0), None], vec![0]));
                 let w = rng(&[8, 6], 7);
                 for seed in 0..3 {
                     let xs = rng(&[5, 3, 8], seed);
@@ -249,7 +249,7 @@ impl Check {
                 Ok(())
             }
             Kind::VmapOfTrace => {
-                let jitted = kiln::jit(|x: &[Tensor]| Ok(vec![x[0].exp()?.mul(&x[1])?]));
+                let jitted = kiln::jit_flat(|x: &[Tensor]| Ok(vec![x[0].exp()?.mul(&x[1])?]));
                 let (xs, w) = (rng(&[6, 4], 1), rng(&[4], 2));
                 let mapped = kiln::vmap(|x: &Vec<Tensor>| jitted.trace(x), vec![Some(0), None], vec![0])(&vec![
                     xs.clone(),

@@ -176,7 +176,7 @@ fn main() {
         if const_bitcast {
             failures.push(format!("a kernel bitcasts a constant to f32 (use f32_bits):\n{source}"));
         }
-        match kiln::core::validate::translate_all(source) {
+        match kiln_codegen::validate::translate_all(source) {
             Err(e) => failures.push(format!("translation failed: {e}")),
             Ok(_) if !run_spirv_val => {}
             Ok(t) => match spirv_val(&t.spirv, if source.contains("subgroup") { "vulkan1.1" } else { "vulkan1.0" }) {

@@ -224,7 +224,7 @@ fn jit_replays_on(label: &str, dev: &Device) {
     let cpu = Device::cpu();
     // A matmul with an epilogue (cuBLAS, then a pass), a raw one and a reduction.
     let f = |x: &[Tensor]| Ok(vec![x[0].matmul(&x[1])?.relu()?.sum(&[-1], false)?, x[0].matmul(&x[1])?]);
-    let step = kiln::jit(f);
+    let step = kiln::jit_flat(f);
     let w = input(dev, &[8, 6], 9);
     for seed in 0..3 {
         let x = input(dev, &[5, 8], seed);
@@ -267,7 +267,7 @@ fn cuda_graphs_on(label: &str, dev: &Device) {
         let next = x[0].matmul(&x[1])?.tanh()?.add(&x[0])?;
         Ok(vec![next.sum(&[0, 1], false)?, next])
     };
-    let step = kiln::jit(f);
+    let step = kiln::jit_flat(f);
     let w = input(dev, &[8, 8], 1);
     let read = |t: &Tensor| read(dev, t);
     // The loop alone first (so that nothing else takes its freed buffers).

@@ -50,7 +50,7 @@ fn every_launch_is_timed_where_the_adapter_has_timestamps() {
         assert!(timings.iter().map(|t| t.nanos).sum::<f64>() > 0.0, "{label}: no time at all: {timings:?}");
 
         // A jit replay's launches, then nothing once profiling is off.
-        let step = kiln::jit(|inputs: &[Tensor]| work(&inputs[0], &inputs[1]));
+        let step = kiln::jit_flat(|inputs: &[Tensor]| work(&inputs[0], &inputs[1]));
         let inputs = [x.clone(), w.clone()];
         let outs = kiln::block_on(step.call(&inputs)).unwrap();
         let _ = kiln::block_on(dev.kernel_profile()).unwrap();

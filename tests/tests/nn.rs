@@ -52,7 +52,7 @@ fn step(model: &Sequential, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
 }
 
 fn train(label: &str, dev: &Device, model: &Sequential, x_shape: &[usize]) -> (Vec<f32>, u64) {
-    let f = kiln::jit(|inputs: &[Tensor]| step(model, inputs));
+    let f = kiln::jit_flat(|inputs: &[Tensor]| step(model, inputs));
     let x = input(dev, 1, x_shape, DType::F32, 0.0, 1.0).unwrap();
     let labels = input(dev, 2, &[x_shape[0]], DType::I32, 0.0, 9.0).unwrap();
     let mut params = model.leaves();

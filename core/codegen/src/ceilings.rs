@@ -83,7 +83,7 @@ pub fn fma_flops() -> f64 {
     FMA_INVOCATIONS as f64 * FMA_ITERS as f64 * FMA_CHAINS as f64 * 2.0
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "translate"))]
 mod tests {
     use super::*;
 

@@ -18,6 +18,7 @@ pub fn validate_wgsl(source: &str) -> Result<(naga::Module, ModuleInfo)> {
 }
 
 /// Translations of one kernel to the other shading languages.
+#[cfg(feature = "translate")]
 #[derive(Debug)]
 pub struct Translations {
     pub spirv: Vec<u32>,
@@ -31,7 +32,8 @@ pub struct Translations {
 /// Validate `source` and translate its `main` entry point to SPIR-V (as
 /// [`crate::spirv::for_vulkan`] writes it), MSL,
 /// HLSL and GLSL (ES 3.1 compute, what wgpu's GL backend emits; not for
-/// kernels computing f16).
+/// kernels computing f16). With the `translate` feature.
+#[cfg(feature = "translate")]
 pub fn translate_all(source: &str) -> Result<Translations> {
     use naga::back::{glsl, hlsl, msl};
     let (module, info) = validate_wgsl(source)?;

@@ -64,6 +64,20 @@ pub enum KilnError {
     /// A file (checkpoint, data set) that cannot be read, written or parsed.
     #[error("{op}: {path}: {detail}")]
     File { op: &'static str, path: String, detail: String },
+
+    /// An error from one part of a tree (a layer of a model), with that
+    /// part's path: `Linear at `layers.0`: expects input [.., 2], got ...`.
+    #[error("{}", within_message(path, source))]
+    Within { path: String, source: Box<KilnError> },
+}
+
+fn within_message(path: &str, source: &KilnError) -> String {
+    match source {
+        KilnError::Shape { op, detail } | KilnError::DType { op, detail } | KilnError::Invalid { op, detail } => {
+            format!("{op} at `{path}`: {detail}")
+        }
+        other => format!("at `{path}`: {other}"),
+    }
 }
 
 impl KilnError {
@@ -80,6 +94,35 @@ impl KilnError {
             other => other,
         }
     }
+
+    /// The same error, from the part of a tree at `segment` (`layers.0`);
+    /// a path already named goes under it (`blocks.1` then `mlp.fc`).
+    pub fn within(self, segment: &str) -> KilnError {
+        match self {
+            KilnError::Within { path, source } => KilnError::Within { path: format!("{segment}.{path}"), source },
+            other => KilnError::Within { path: segment.to_string(), source: Box::new(other) },
+        }
+    }
+
+    /// The error itself, without the tree paths [`KilnError::within`] added.
+    pub fn innermost(&self) -> &KilnError {
+        match self {
+            KilnError::Within { source, .. } => source.innermost(),
+            other => other,
+        }
+    }
+}
+
+/// The error of a matmul whose contracted axes differ: `a`'s last (`k`)
+/// against `b`'s second-to-last (each operand as the user gave it).
+pub fn matmul_misaligned(op: &'static str, a: &[usize], b: &[usize], k_a: usize, k_b: usize) -> KilnError {
+    KilnError::Shape { op, detail: format!("shapes {a:?} and {b:?} are not aligned (k = {k_a} vs {k_b})") }
+}
+
+/// The error of an op given operands of two dtypes, each with its own shape
+/// (before any broadcast).
+pub fn dtype_mismatch(op: &'static str, a: (DType, &[usize]), b: (DType, &[usize])) -> KilnError {
+    KilnError::DType { op, detail: format!("dtypes {} {:?} and {} {:?} differ; cast one first", a.0, a.1, b.0, b.1) }
 }
 
 /// Shorthand used by the shape checks: `shape_err("add", format!(...))`.

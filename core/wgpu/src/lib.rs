@@ -14,6 +14,7 @@ mod pipelines;
 pub mod pool;
 mod profile;
 mod program;
+mod quiet_wayland;
 mod readback;
 mod realize;
 mod resources;
@@ -64,6 +65,7 @@ fn f16_compute_allowed() -> bool {
 }
 
 fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+    quiet_wayland::install();
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
     desc.backends = backends;
     wgpu::Instance::new(desc)

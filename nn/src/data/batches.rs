@@ -19,8 +19,11 @@ pub enum ImageLayout {
 pub struct Batch {
     /// `len × rows × cols` pixels, row-major.
     pub images: Vec<f32>,
+    /// Labels `[len]`, i32 class ids.
     pub labels: Vec<i32>,
+    /// Image height in pixels.
     pub rows: usize,
+    /// Image width in pixels.
     pub cols: usize,
 }
 
@@ -30,6 +33,7 @@ impl Batch {
         self.labels.len()
     }
 
+    /// Whether the batch holds no samples.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
     }

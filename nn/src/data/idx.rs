@@ -12,18 +12,26 @@ use std::path::Path;
 /// The elements of an IDX file, by type code.
 #[derive(Debug, Clone, PartialEq)]
 pub enum IdxData {
+    /// Type code 0x08.
     U8(Vec<u8>),
+    /// Type code 0x09.
     I8(Vec<i8>),
+    /// Type code 0x0B.
     I16(Vec<i16>),
+    /// Type code 0x0C.
     I32(Vec<i32>),
+    /// Type code 0x0D.
     F32(Vec<f32>),
+    /// Type code 0x0E.
     F64(Vec<f64>),
 }
 
 /// One IDX file: its dimensions and elements.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IdxArray {
+    /// Dimensions, outermost first.
     pub dims: Vec<usize>,
+    /// Elements, row-major.
     pub data: IdxData,
 }
 

@@ -9,9 +9,13 @@ use std::path::{Path, PathBuf};
 /// their labels as i32.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dataset {
+    /// `len × rows × cols` pixels in [0, 1], row-major.
     pub images: Vec<f32>,
+    /// One label per image.
     pub labels: Vec<i32>,
+    /// Image height in pixels.
     pub rows: usize,
+    /// Image width in pixels.
     pub cols: usize,
 }
 
@@ -70,6 +74,7 @@ impl Dataset {
         self.labels.len()
     }
 
+    /// Whether it holds no samples.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
     }
@@ -88,7 +93,9 @@ impl Dataset {
 /// MNIST's train and test sets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mnist {
+    /// The training split.
     pub train: Dataset,
+    /// The test split.
     pub test: Dataset,
 }
 

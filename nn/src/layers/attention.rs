@@ -16,7 +16,9 @@ const MASKED: f64 = -1e9;
 pub struct CausalSelfAttention {
     /// `[dim, 3·dim]`: the queries', keys' and values' projections side by side.
     pub qkv: Dense,
+    /// `[dim, dim]`: the merged heads back to the width.
     pub out: Dense,
+    /// Number of heads; must divide `dim`.
     #[tree(skip)]
     pub heads: usize,
     /// Add ALiBi's linear distance penalty to the scores (Press et al.
@@ -37,7 +39,9 @@ impl QuantizedTree for CausalSelfAttention {
 /// capacity, head_dim]` each; positions not yet written are masked out.
 #[derive(Tree, Clone, Debug)]
 pub struct KvCache {
+    /// Keys `[batch, heads, capacity, head_dim]`, f32.
     pub keys: Tensor,
+    /// Values `[batch, heads, capacity, head_dim]`, f32.
     pub values: Tensor,
 }
 
@@ -142,6 +146,7 @@ impl CausalSelfAttention {
         Ok(CausalSelfAttention { qkv: linear(kq, 3 * dim)?, out: linear(ko, dim)?, heads, alibi: false })
     }
 
+    /// Model width `dim` (the output projection's outputs).
     pub fn dim(&self) -> usize {
         self.out.outputs()
     }

@@ -12,13 +12,21 @@ use super::{bad_input, out_len, weight_dims};
 use crate::init;
 use kiln::prelude::*;
 
+/// Settings of a 2-D convolution. The default: stride 1, no padding,
+/// dilation 1, one group, a bias, im2col.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conv2dConfig {
+    /// Step between output positions, in input pixels.
     pub stride: usize,
+    /// Zeros added on each side of both spatial axes.
     pub padding: usize,
+    /// Spacing between kernel taps (1: adjacent).
     pub dilation: usize,
+    /// Channel groups: each output channel sees `in / groups` input channels.
     pub groups: usize,
+    /// Whether `Conv2d::new` adds a bias.
     pub bias: bool,
+    /// How the convolution is computed.
     pub algorithm: ConvAlgorithm,
 }
 
@@ -68,8 +76,11 @@ impl Conv2dConfig {
 /// `weight` is `[out, in / groups, KH, KW]`, `bias` `[out]`.
 #[derive(Tree, Clone, Debug)]
 pub struct Conv2d {
+    /// `[out, in / groups, KH, KW]`.
     pub weight: Tensor,
+    /// `[out]`, or none.
     pub bias: Option<Tensor>,
+    /// Stride, padding, dilation, groups and algorithm.
     #[tree(skip)]
     pub config: Conv2dConfig,
 }
@@ -144,6 +155,7 @@ impl Conv2d {
         Ok(Conv2d { weight, bias, config })
     }
 
+    /// `x` `[N, in, H, W]` → `[N, out, OH, OW]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let algorithm = self.config.algorithm;
         let w = weight_dims("Conv2d", &self.weight)?;

@@ -7,7 +7,9 @@ use kiln::prelude::*;
 /// `y = x @ weight + bias` over the last axis; `weight` is `[in, out]`.
 #[derive(Tree, Clone, Debug)]
 pub struct Linear {
+    /// `[in, out]`.
     pub weight: Tensor,
+    /// `[out]`, or none.
     pub bias: Option<Tensor>,
 }
 
@@ -18,10 +20,12 @@ impl Linear {
         Ok(Linear { weight, bias: Some(init::zeros(dev, &[outputs])?) })
     }
 
+    /// Input features (rows of the weight).
     pub fn inputs(&self) -> usize {
         self.weight.shape().first().copied().unwrap_or(0)
     }
 
+    /// `x` `[.., in]` → `[.., out]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let [n, _] = weight_dims("Linear", &self.weight)?;
         if x.rank() == 0 || x.shape()[x.rank() - 1] != n {
@@ -39,6 +43,7 @@ impl Linear {
 /// Out-of-range ids give zero rows (docs/SHARP_EDGES.md, indexing).
 #[derive(Tree, Clone, Debug)]
 pub struct Embedding {
+    /// The table, `[vocab, dim]`.
     pub weight: Tensor,
 }
 
@@ -48,6 +53,7 @@ impl Embedding {
         Ok(Embedding { weight: init::normal(dev, key, &[vocab, dim], 1.0)? })
     }
 
+    /// Ids (i32 or u32, any shape) → their rows, `[.., dim]`.
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         if !ids.dtype().is_int() {
             return Err(KilnError::DType {

@@ -4,13 +4,16 @@
 use kiln::prelude::*;
 use kiln::random;
 
+/// Inverted dropout (no parameters).
 #[derive(Tree, Clone, Debug)]
 pub struct Dropout {
+    /// Probability of zeroing an element, in [0, 1).
     #[tree(skip)]
     pub rate: f64,
 }
 
 impl Dropout {
+    /// Dropout at `rate`; errors unless it is in [0, 1).
     pub fn new(rate: f64) -> Result<Dropout> {
         if !(0.0..1.0).contains(&rate) {
             return Err(KilnError::Invalid { op: "Dropout", detail: format!("rate {rate} is not in [0, 1)") });

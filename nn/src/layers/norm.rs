@@ -3,10 +3,15 @@
 use super::{bad_input, weight_dims};
 use kiln::prelude::*;
 
+/// Layer normalization over the last axis (Ba et al. 2016):
+/// `(x − mean) / sqrt(var + eps) · weight + bias`.
 #[derive(Tree, Clone, Debug)]
 pub struct LayerNorm {
+    /// Scale `[dim]`.
     pub weight: Tensor,
+    /// Shift `[dim]`.
     pub bias: Tensor,
+    /// Added to the variance.
     #[tree(skip)]
     pub eps: f64,
 }
@@ -21,6 +26,7 @@ impl LayerNorm {
         })
     }
 
+    /// `x` `[.., dim]` normalized over its last axis, same shape.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let [d] = weight_dims("LayerNorm", &self.weight)?;
         if x.rank() == 0 || x.shape()[x.rank() - 1] != d {
@@ -36,7 +42,9 @@ impl LayerNorm {
 /// 2019): `x / sqrt(mean(x²) + eps) · weight`, no centering, no bias.
 #[derive(Tree, Clone, Debug)]
 pub struct RmsNorm {
+    /// Scale `[dim]`.
     pub weight: Tensor,
+    /// Added to the mean square.
     #[tree(skip)]
     pub eps: f64,
 }
@@ -47,6 +55,7 @@ impl RmsNorm {
         Ok(RmsNorm { weight: Tensor::ones(dev, &[dim], DType::F32)?, eps: 1e-6 })
     }
 
+    /// `x` `[.., dim]` normalized over its last axis, same shape.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let [d] = weight_dims("RmsNorm", &self.weight)?;
         if x.rank() == 0 || x.shape()[x.rank() - 1] != d {

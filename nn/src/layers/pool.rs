@@ -19,36 +19,45 @@ fn pooled(layer: &'static str, x: &Tensor, kernel: usize, stride: usize) -> Resu
 /// `stride` defaults to `kernel` in [`MaxPool2d::new`].
 #[derive(Tree, Clone, Debug)]
 pub struct MaxPool2d {
+    /// Window side.
     #[tree(skip)]
     pub kernel: usize,
+    /// Step between windows.
     #[tree(skip)]
     pub stride: usize,
 }
 
 impl MaxPool2d {
+    /// Windows of `kernel × kernel`, stride `kernel`.
     pub fn new(kernel: usize) -> MaxPool2d {
         MaxPool2d { kernel, stride: kernel }
     }
 
+    /// `x` `[N, C, H, W]` → `[N, C, OH, OW]`: each window's maximum.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let views = pooled("MaxPool2d", x, self.kernel, self.stride)?;
         views[1..].iter().try_fold(views[0].clone(), |m, v| m.maximum(v))
     }
 }
 
+/// Average pooling; `stride` defaults to `kernel` in `AvgPool2d::new`.
 #[derive(Tree, Clone, Debug)]
 pub struct AvgPool2d {
+    /// Window side.
     #[tree(skip)]
     pub kernel: usize,
+    /// Step between windows.
     #[tree(skip)]
     pub stride: usize,
 }
 
 impl AvgPool2d {
+    /// Windows of `kernel × kernel`, stride `kernel`.
     pub fn new(kernel: usize) -> AvgPool2d {
         AvgPool2d { kernel, stride: kernel }
     }
 
+    /// `x` `[N, C, H, W]` → `[N, C, OH, OW]`: each window's mean.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let views = pooled("AvgPool2d", x, self.kernel, self.stride)?;
         let sum = views[1..].iter().try_fold(views[0].clone(), |s, v| s.add(v))?;

@@ -81,9 +81,13 @@ fn product(
 /// `codes` `[out, in / per_word]` and `scales` `[out, ⌈in / group⌉]`.
 #[derive(Tree, Clone, Debug)]
 pub struct QuantizedLinear {
+    /// u32 words `[out, in / per_word]`.
     pub codes: Tensor,
+    /// f16 scales `[out, ⌈in / group⌉]`.
     pub scales: Tensor,
+    /// `[out]`, kept in float, or none.
     pub bias: Option<Tensor>,
+    /// The codes' format.
     #[tree(skip)]
     pub format: QuantFormat,
     /// x quantized to int8 as well ([`Tensor::quant_matmul_w8a8`]; int8
@@ -101,10 +105,12 @@ impl Linear {
 }
 
 impl QuantizedLinear {
+    /// Input features `in`.
     pub fn inputs(&self) -> usize {
         self.codes.shape().get(1).map_or(0, |words| words * self.format.per_word())
     }
 
+    /// `x` `[.., in]` (cast to f32) → `[.., out]` f32.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let n = self.inputs();
         if x.rank() == 0 || x.shape()[x.rank() - 1] != n {
@@ -123,14 +129,19 @@ impl QuantizedLinear {
 /// and scales over rows of `in / groups · KH · KW`.
 #[derive(Tree, Clone, Debug)]
 pub struct QuantizedConv2d {
+    /// u32 words `[out, row / per_word]`, a row being `in / groups · KH · KW`.
     pub codes: Tensor,
+    /// f16 scales `[out, ⌈row / group⌉]`.
     pub scales: Tensor,
+    /// `[out]`, kept in float, or none.
     pub bias: Option<Tensor>,
+    /// The codes' format.
     #[tree(skip)]
     pub format: QuantFormat,
     /// The float weight's shape.
     #[tree(skip)]
     pub shape: [usize; 4],
+    /// The float layer's stride, padding, dilation and groups.
     #[tree(skip)]
     pub config: Conv2dConfig,
     /// Patches quantized to int8 as well, as [`QuantizedLinear::int8_activations`].
@@ -158,6 +169,7 @@ impl Conv2d {
 }
 
 impl QuantizedConv2d {
+    /// `x` `[N, in, H, W]` (cast to f32) → `[N, out, OH, OW]` f32.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let x = x.cast(DType::F32)?;
         convolve("QuantizedConv2d", &x, self.shape, &self.config, self.bias.as_ref(), |g, patches| {
@@ -178,7 +190,9 @@ impl QuantizedConv2d {
 /// are the inner layer's (`weight`, `bias`; or `codes`, `scales`, `bias`).
 #[derive(Clone, Debug)]
 pub enum Dense {
+    /// Float weights.
     Float(Linear),
+    /// Integer weights.
     Quantized(QuantizedLinear),
 }
 
@@ -214,6 +228,7 @@ impl QuantizedTree for Dense {
 }
 
 impl Dense {
+    /// `x` `[.., in]` → `[.., out]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Dense::Float(l) => l.forward(x),

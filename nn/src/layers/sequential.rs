@@ -12,18 +12,31 @@ use kiln::tree::{Leaves, Path};
 /// dropout layer, or a parameter-free function.
 #[derive(Clone, Debug)]
 pub enum Layer {
+    /// A `Linear` layer: `x @ weight + bias`.
     Linear(Linear),
+    /// A `Conv2d` layer over `[N, C, H, W]`.
     Conv2d(Conv2d),
+    /// A `QuantizedLinear` layer: a `Linear` with integer weights.
     QuantizedLinear(QuantizedLinear),
+    /// A `QuantizedConv2d` layer: a `Conv2d` with integer weights.
     QuantizedConv2d(QuantizedConv2d),
+    /// A `LayerNorm` over the last axis.
     LayerNorm(LayerNorm),
+    /// An `Embedding`: integer ids → rows of its table.
     Embedding(Embedding),
+    /// A `MaxPool2d`: each window's maximum.
     MaxPool2d(MaxPool2d),
+    /// An `AvgPool2d`: each window's mean.
     AvgPool2d(AvgPool2d),
+    /// A `Dropout`: drops only when given a key, else the identity.
     Dropout(Dropout),
+    /// `max(x, 0)`, elementwise.
     Relu,
+    /// GELU (tanh approximation, as GPT-2), elementwise.
     Gelu,
+    /// `tanh(x)`, elementwise.
     Tanh,
+    /// `1 / (1 + e^-x)`, elementwise.
     Sigmoid,
     /// Merge every axis after the first (`[N, C, H, W]` → `[N, C·H·W]`).
     Flatten,
@@ -102,17 +115,30 @@ impl QuantizedTree for Sequential {
 /// Layers applied in order. Its leaves are named `layers.<i>.<param>`.
 #[derive(Tree, Clone, Debug)]
 pub struct Sequential {
+    /// The layers, applied first to last.
     pub layers: Vec<Layer>,
 }
 
 impl Sequential {
+    /// A model of `layers`, applied in order.
     pub fn new(layers: Vec<Layer>) -> Sequential {
         Sequential { layers }
     }
 
-    /// Evaluation mode: dropout is the identity.
+    /// Evaluation mode: dropout is the identity. A layer's error names
+    /// its path (`Linear at `layers.0`: ...`).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.layers.iter().try_fold(x.clone(), |h, l| l.forward(&h, None))
+        self.run(x, None)
+    }
+
+    /// Every layer in order; layer `i` draws with `key.fold_in(i)`.
+    fn run(&self, x: &Tensor, key: Option<Key>) -> Result<Tensor> {
+        let mut h = x.clone();
+        for (i, l) in self.layers.iter().enumerate() {
+            let key = key.map(|k| k.fold_in(i as u32));
+            h = l.forward(&h, key).map_err(|e| e.within(&format!("layers.{i}")))?;
+        }
+        Ok(h)
     }
 
     /// This model for inference with integer weights in `format`: the same
@@ -162,11 +188,7 @@ impl Sequential {
 
     /// Training mode: layer `i` draws with `key.fold_in(i)`.
     pub fn forward_train(&self, x: &Tensor, key: Key) -> Result<Tensor> {
-        let mut h = x.clone();
-        for (i, l) in self.layers.iter().enumerate() {
-            h = l.forward(&h, Some(key.fold_in(i as u32)))?;
-        }
-        Ok(h)
+        self.run(x, Some(key))
     }
 }
 

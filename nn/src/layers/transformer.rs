@@ -10,7 +10,9 @@ use kiln::prelude::*;
 /// `gelu(x @ up) @ down`, 4× wider in between (GPT-2).
 #[derive(Tree, Clone, Debug)]
 pub struct GeluMlp {
+    /// `[dim, 4·dim]`, before the GELU.
     pub up: Dense,
+    /// `[4·dim, dim]`, back to the width.
     pub down: Dense,
 }
 
@@ -41,6 +43,7 @@ impl GeluMlp {
         })
     }
 
+    /// `x` `[.., dim]` → `[.., dim]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.down.forward(&self.up.forward(x)?.gelu()?)
     }
@@ -51,11 +54,17 @@ impl GeluMlp {
     }
 }
 
+/// A pre-norm transformer block: `x + attention(norm1(x))`, then
+/// `x + mlp(norm2(x))`.
 #[derive(Tree, Clone, Debug)]
 pub struct Block {
+    /// Before the attention.
     pub norm1: LayerNorm,
+    /// Causal self-attention.
     pub attention: CausalSelfAttention,
+    /// Before the MLP.
     pub norm2: LayerNorm,
+    /// The feed-forward half.
     pub mlp: GeluMlp,
 }
 

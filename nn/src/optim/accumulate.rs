@@ -8,6 +8,7 @@ use kiln_autodiff::Tree;
 use kiln_core::{DType, KilnError, Result};
 use kiln_ops::Tensor;
 
+/// Gradient accumulation around `inner` (see `multi_steps`).
 #[derive(Debug, Clone)]
 pub struct MultiSteps<T> {
     inner: T,
@@ -19,6 +20,7 @@ pub fn multi_steps<T>(inner: T, every: usize) -> MultiSteps<T> {
     MultiSteps { inner, every }
 }
 
+/// The state of `MultiSteps`.
 #[derive(kiln_derive::Tree, Debug, Clone)]
 #[tree(crate = "kiln_autodiff")]
 pub struct MultiStepsState<P, S> {

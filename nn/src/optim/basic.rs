@@ -16,6 +16,7 @@ fn scale_leaves<P: Tree>(op: &'static str, updates: &P, factor: &Tensor) -> Resu
 #[derive(Debug, Clone, Copy)]
 pub struct Scale(pub f64);
 
+/// Multiply every update by `factor`.
 pub fn scale(factor: f64) -> Scale {
     Scale(factor)
 }
@@ -74,6 +75,8 @@ pub struct AddDecayedWeights {
     mask: Option<DecayMask>,
 }
 
+/// Add `weight_decay · params` to every update (restrict it with
+/// `AddDecayedWeights::masked`).
 pub fn add_decayed_weights(weight_decay: f64) -> AddDecayedWeights {
     AddDecayedWeights { weight_decay, mask: None }
 }
@@ -149,6 +152,7 @@ pub fn global_norm<P: Tree>(tree: &P) -> Result<Tensor> {
 #[derive(Debug, Clone, Copy)]
 pub struct ClipByGlobalNorm(pub f64);
 
+/// Scale all updates together to a global norm of at most `max_norm`.
 pub fn clip_by_global_norm(max_norm: f64) -> ClipByGlobalNorm {
     ClipByGlobalNorm(max_norm)
 }

@@ -10,6 +10,7 @@ use kiln_core::Result;
 #[derive(Debug, Clone, Copy)]
 pub struct Chain<T>(pub T);
 
+/// Apply `transforms`, a tuple of up to six, in order.
 pub fn chain<T>(transforms: T) -> Chain<T> {
     Chain(transforms)
 }

@@ -9,10 +9,12 @@ use kiln_core::Result;
 /// dtypes (computed in f32), so it can be used wherever they are.
 #[derive(Debug, Clone, Copy)]
 pub struct ParamEma {
+    /// Share of the old average kept per update, in [0, 1] (e.g. 0.999).
     pub decay: f64,
 }
 
 impl ParamEma {
+    /// An average that keeps `decay` of itself per update.
     pub fn new(decay: f64) -> ParamEma {
         ParamEma { decay }
     }

@@ -60,6 +60,7 @@ impl LossScaleConfig {
     }
 }
 
+/// Dynamic loss scaling around `inner` (see `dynamic_loss_scale`).
 #[derive(Debug, Clone)]
 pub struct DynamicLossScale<T> {
     inner: T,
@@ -72,6 +73,7 @@ pub fn dynamic_loss_scale<T>(inner: T, config: LossScaleConfig) -> DynamicLossSc
     DynamicLossScale { inner, config }
 }
 
+/// The state of `DynamicLossScale`.
 #[derive(kiln_derive::Tree, Debug, Clone)]
 #[tree(crate = "kiln_autodiff")]
 pub struct LossScaleState<S> {

@@ -44,6 +44,7 @@ pub use basic::{
 };
 pub use chain::{Chain, chain};
 pub use ema::ParamEma;
+pub use kiln_autodiff::Transform;
 pub use loss_scale::{DynamicLossScale, LossScaleConfig, LossScaleState, all_finite, dynamic_loss_scale};
 pub use moments::{
     AdamState, RmsState, ScaleByAdam, ScaleByRms, Trace, TraceState, scale_by_adam, scale_by_rms, trace,
@@ -51,33 +52,11 @@ pub use moments::{
 pub use schedule::{
     Constant, CosineDecay, Join, Linear, Schedule, constant, cosine_decay, join, linear, warmup_cosine_decay,
 };
-pub use step::{StepFn, training_step};
+pub use step::{StepInput, StepOutput, training_step};
 
 use kiln_autodiff::Tree;
 use kiln_core::{DType, KilnError, Result};
 use kiln_ops::Tensor;
-
-/// A gradient transformation over parameter trees of type `P`.
-pub trait Transform<P: Tree> {
-    /// The state between steps: a tree of tensors.
-    type State: Tree;
-
-    /// The state before the first step.
-    fn init(&self, params: &P) -> Result<Self::State>;
-
-    /// Transform `updates` (gradients, or the previous link's output);
-    /// `params` is needed by transformations that read the parameters
-    /// (`add_decayed_weights`).
-    fn update(&self, updates: &P, state: &Self::State, params: Option<&P>) -> Result<(P, Self::State)>;
-
-    /// What the loss is multiplied by before differentiating, so that the
-    /// gradients reaching `update` are scaled by it ([`dynamic_loss_scale`]);
-    /// `None` for transformations that take plain gradients.
-    /// [`training_step`] applies it.
-    fn loss_scale(&self, _state: &Self::State) -> Option<Tensor> {
-        None
-    }
-}
 
 /// `cond ? a : b` leaf by leaf over two trees of the same shape.
 pub(crate) fn select<P: Tree>(cond: &Tensor, a: &P, b: &P) -> Result<P> {

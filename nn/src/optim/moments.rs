@@ -11,17 +11,22 @@ use kiln_ops::Tensor;
 /// `g + decay · trace` with Nesterov (as optax's `trace`).
 #[derive(Debug, Clone, Copy)]
 pub struct Trace {
+    /// Momentum coefficient (e.g. 0.9).
     pub decay: f64,
+    /// Update with Nesterov momentum.
     pub nesterov: bool,
 }
 
+/// Momentum of `decay`, Nesterov's when `nesterov`.
 pub fn trace(decay: f64, nesterov: bool) -> Trace {
     Trace { decay, nesterov }
 }
 
+/// The state of `Trace`.
 #[derive(kiln_derive::Tree, Debug, Clone)]
 #[tree(crate = "kiln_autodiff")]
 pub struct TraceState<P> {
+    /// Momentum per leaf, f32.
     pub trace: P,
 }
 
@@ -49,21 +54,28 @@ impl<P: Tree> Transform<P> for Trace {
 /// `m̂ / (sqrt(v̂) + eps)` (as optax's `scale_by_adam`).
 #[derive(Debug, Clone, Copy)]
 pub struct ScaleByAdam {
+    /// Decay of the first moment (e.g. 0.9).
     pub b1: f64,
+    /// Decay of the second moment (e.g. 0.999).
     pub b2: f64,
+    /// Added to `sqrt(v̂)` (e.g. 1e-8).
     pub eps: f64,
 }
 
+/// Adam's scaling with moment decays `b1`, `b2` and `eps`.
 pub fn scale_by_adam(b1: f64, b2: f64, eps: f64) -> ScaleByAdam {
     ScaleByAdam { b1, b2, eps }
 }
 
+/// The state of `ScaleByAdam`.
 #[derive(kiln_derive::Tree, Debug, Clone)]
 #[tree(crate = "kiln_autodiff")]
 pub struct AdamState<P> {
     /// Steps taken (i32, rank 0): the bias corrections read it.
     pub count: Tensor,
+    /// First moments per leaf, f32.
     pub mu: P,
+    /// Second moments per leaf, f32.
     pub nu: P,
 }
 
@@ -106,17 +118,22 @@ impl<P: Tree> Transform<P> for ScaleByAdam {
 /// `g / (sqrt(v) + eps)` (PyTorch's placement of eps).
 #[derive(Debug, Clone, Copy)]
 pub struct ScaleByRms {
+    /// Decay of the running mean square (e.g. 0.9).
     pub decay: f64,
+    /// Added to `sqrt(v)`.
     pub eps: f64,
 }
 
+/// RMSprop's scaling with `decay` and `eps`.
 pub fn scale_by_rms(decay: f64, eps: f64) -> ScaleByRms {
     ScaleByRms { decay, eps }
 }
 
+/// The state of `ScaleByRms`.
 #[derive(kiln_derive::Tree, Debug, Clone)]
 #[tree(crate = "kiln_autodiff")]
 pub struct RmsState<P> {
+    /// Running mean squares per leaf, f32.
     pub nu: P,
 }
 

@@ -26,6 +26,7 @@ fn f32_scalar(count: &Tensor, v: f64) -> Result<Tensor> {
 #[derive(Debug, Clone, Copy)]
 pub struct Constant(pub f64);
 
+/// `value` at every step.
 pub fn constant(value: f64) -> Constant {
     Constant(value)
 }
@@ -48,11 +49,15 @@ impl Schedule for f64 {
 /// `end` from the start.
 #[derive(Debug, Clone, Copy)]
 pub struct Linear {
+    /// The value at step 0.
     pub init: f64,
+    /// The value from step `steps` on.
     pub end: f64,
+    /// Length of the ramp, in steps.
     pub steps: u64,
 }
 
+/// From `init` to `end` over `steps` steps, then `end`.
 pub fn linear(init: f64, end: f64, steps: u64) -> Linear {
     Linear { init, end, steps }
 }
@@ -72,11 +77,15 @@ impl Schedule for Linear {
 /// `cosine_decay_schedule`). `steps == 0` acts as 1.
 #[derive(Debug, Clone, Copy)]
 pub struct CosineDecay {
+    /// The value at step 0.
     pub init: f64,
+    /// Length of the decay, in steps.
     pub steps: u64,
+    /// The final value as a fraction of `init`.
     pub alpha: f64,
 }
 
+/// Cosine decay from `init` to `alpha · init` over `steps` steps.
 pub fn cosine_decay(init: f64, steps: u64, alpha: f64) -> CosineDecay {
     CosineDecay { init, steps, alpha }
 }

@@ -3,7 +3,7 @@
 
 use super::{Prim, TypeInfo};
 use crate::dtype::DType;
-use crate::error::{KilnError, Result, dtype_err, shape_err};
+use crate::error::{KilnError, Result, dtype_err, dtype_mismatch, matmul_misaligned, shape_err};
 use crate::quant::QuantFormat;
 use crate::shape::numel;
 
@@ -49,10 +49,7 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
                 return shape_err(op, format!("shapes {:?} and {:?} differ", x.shape, y.shape));
             }
             if x.dtype != y.dtype {
-                return dtype_err(
-                    op,
-                    format!("dtypes {} and {} differ (shapes {:?}); cast one first", x.dtype, y.dtype, x.shape),
-                );
+                return Err(dtype_mismatch(op, (x.dtype, &x.shape), (y.dtype, &y.shape)));
             }
             if !b.accepts(x.dtype) {
                 return dtype_err(op, format!("not defined for {} (shape {:?})", x.dtype, x.shape));
@@ -69,7 +66,7 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
                 return dtype_err(op, format!("condition must be bool, got {}", c.dtype));
             }
             if a.dtype != b.dtype {
-                return dtype_err(op, format!("branches have dtypes {} and {}", a.dtype, b.dtype));
+                return Err(dtype_mismatch(op, (a.dtype, &a.shape), (b.dtype, &b.shape)));
             }
             Ok(a.clone())
         }
@@ -135,11 +132,20 @@ pub(super) fn infer(prim: &Prim, inputs: &[&TypeInfo]) -> Result<TypeInfo> {
         Prim::Matmul => {
             let (a, b) = (inputs[0], inputs[1]);
             let (ra, rb) = (a.shape.len(), b.shape.len());
-            if ra < 2 || ra != rb || a.shape[..ra - 2] != b.shape[..rb - 2] || a.shape[ra - 1] != b.shape[rb - 2] {
-                return shape_err(op, format!("shapes {:?} and {:?} are not aligned", a.shape, b.shape));
+            if ra < 2 || ra != rb || a.shape[..ra - 2] != b.shape[..rb - 2] {
+                return shape_err(op, format!("shapes {:?} and {:?} have different batch axes", a.shape, b.shape));
+            }
+            if a.shape[ra - 1] != b.shape[rb - 2] {
+                return Err(matmul_misaligned(op, &a.shape, &b.shape, a.shape[ra - 1], b.shape[rb - 2]));
             }
             if a.dtype != b.dtype || !a.dtype.is_float() {
-                return dtype_err(op, format!("needs two inputs of one float dtype, got {} and {}", a.dtype, b.dtype));
+                return dtype_err(
+                    op,
+                    format!(
+                        "needs two inputs of one float dtype, got {} {:?} and {} {:?}",
+                        a.dtype, a.shape, b.dtype, b.shape
+                    ),
+                );
             }
             let mut shape = a.shape.clone();
             shape[ra - 1] = b.shape[rb - 1];
