@@ -208,11 +208,22 @@ mod low_precision {
     }
 }
 
-/// Compiled only: the GPT demo's run and a mesh of two adapters.
+/// Compiled only: the GPT demo's run, a mesh of two adapters, and a
+/// Hugging Face model (run on the same fixture in models/tests).
 #[allow(dead_code)]
 mod compiled_only {
     use kiln::prelude::*;
     use kiln_nn::Sequential;
+
+    async fn hugging_face(dev: Device) -> Result<()> {
+        let dir = std::path::Path::new("models/tests/fixtures/gpt2");
+        let model = kiln_models::Model::load(dir, &dev)?;
+        let tokenizer = kiln_models::Tokenizer::from_folder(dir)?;
+        let prompt = tokenizer.encode("In the beginning")?;
+        let next = model.greedy(&prompt, 20).await?; // 20 tokens, greedily
+        println!("{}", tokenizer.decode(&next)?);
+        Ok(())
+    }
 
     async fn gpt(dev: Device) -> Result<String> {
         use kiln_gpt::{Corpus, GptTrainer, Sampling, TrainConfig, generate};

@@ -1,0 +1,105 @@
+//! `GPT2LMHeadModel`: learned positions, pre-norm blocks whose projections
+//! are `Conv1D` (weights stored `[in, out]`, as kiln's `Linear`), GELU in
+//! its tanh form (`gelu_new`), and the token table as the output layer.
+
+use crate::config::Gpt2Config;
+use crate::weights::Weights;
+use crate::{as_f32, check_ids, merge_heads, split_heads};
+use kiln::prelude::*;
+use kiln_nn::{Embedding, LayerNorm, Linear, causal_attention};
+
+/// One pre-norm block: `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`.
+#[derive(Tree, Clone, Debug)]
+pub struct Gpt2Block {
+    /// The norm before attention.
+    pub ln_1: LayerNorm,
+    /// Queries, keys and values in one product: `[width, 3 · width]`.
+    pub c_attn: Linear,
+    /// Attention's output projection.
+    pub attn_proj: Linear,
+    /// The norm before the MLP.
+    pub ln_2: LayerNorm,
+    /// The MLP's first layer, `[width, inner]`.
+    pub c_fc: Linear,
+    /// The MLP's second layer, `[inner, width]`.
+    pub mlp_proj: Linear,
+    #[tree(skip)]
+    heads: usize,
+}
+
+/// GPT-2 with its language-model head (tied to the token table).
+#[derive(Tree, Clone, Debug)]
+pub struct Gpt2 {
+    /// Token embeddings `[vocab, width]`, also the output layer.
+    pub wte: Embedding,
+    /// Position embeddings `[positions, width]`.
+    pub wpe: Embedding,
+    /// The blocks, input first.
+    pub h: Vec<Gpt2Block>,
+    /// The final norm.
+    pub ln_f: LayerNorm,
+    #[tree(skip)]
+    config: Gpt2Config,
+}
+
+impl Gpt2Block {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let width = x.shape()[2];
+        let qkv = self.c_attn.forward(&self.ln_1.forward(x)?)?;
+        let [q, k, v] = [0, 1, 2].map(|i| qkv.narrow(2, i * width, width).and_then(|t| split_heads(&t, self.heads)));
+        let attended = merge_heads(&causal_attention(&q?, &k?, &v?, false)?)?;
+        let x = (x + self.attn_proj.forward(&attended)?)?;
+        let hidden = self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu()?;
+        &x + self.mlp_proj.forward(&hidden)?
+    }
+}
+
+impl Gpt2 {
+    /// The model of `config` from `weights` (names with or without the
+    /// `transformer.` prefix), on `device`.
+    pub fn load(config: Gpt2Config, weights: &mut Weights, device: &Device) -> Result<Gpt2> {
+        let prefix = if weights.contains("transformer.wte.weight") { "transformer." } else { "" };
+        let Gpt2Config { vocab, positions, width, inner, eps, .. } = config;
+        let mut take = |name: &str, shape: &[usize]| weights.take(&format!("{prefix}{name}"), shape, device);
+        let wte = Embedding { weight: take("wte.weight", &[vocab, width])? };
+        let wpe = Embedding { weight: take("wpe.weight", &[positions, width])? };
+        let mut h = Vec::new();
+        for i in 0..config.layers {
+            let mut linear = |name: &str, inputs: usize, outputs: usize| -> Result<Linear> {
+                let weight = take(&format!("h.{i}.{name}.weight"), &[inputs, outputs])?;
+                Ok(Linear { weight, bias: Some(take(&format!("h.{i}.{name}.bias"), &[outputs])?) })
+            };
+            let (c_attn, attn_proj) = (linear("attn.c_attn", width, 3 * width)?, linear("attn.c_proj", width, width)?);
+            let (c_fc, mlp_proj) = (linear("mlp.c_fc", width, inner)?, linear("mlp.c_proj", inner, width)?);
+            let mut norm = |name: &str| -> Result<LayerNorm> {
+                let weight = take(&format!("h.{i}.{name}.weight"), &[width])?;
+                Ok(LayerNorm { weight, bias: take(&format!("h.{i}.{name}.bias"), &[width])?, eps })
+            };
+            let (ln_1, ln_2) = (norm("ln_1")?, norm("ln_2")?);
+            h.push(Gpt2Block { ln_1, c_attn, attn_proj, ln_2, c_fc, mlp_proj, heads: config.heads });
+        }
+        let ln_f = LayerNorm { weight: take("ln_f.weight", &[width])?, bias: take("ln_f.bias", &[width])?, eps };
+        if weights.contains("lm_head.weight") {
+            // Saved beside the tied table by some exports: the same values.
+            weights.take("lm_head.weight", &[vocab, width], device)?;
+        }
+        Ok(Gpt2 { wte, wpe, h, ln_f, config })
+    }
+
+    /// The config the model was read with.
+    pub fn config(&self) -> &Gpt2Config {
+        &self.config
+    }
+
+    /// Logits `[B, T, vocab]` (f32) of `ids` (`[B, T]`, `T ≤ positions`).
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        check_ids("Gpt2", ids, Some(self.config.positions))?;
+        let m = as_f32(self)?;
+        let positions = Tensor::arange(ids.device(), 0.0, ids.shape()[1] as f64, 1.0, DType::I32)?;
+        let mut x = (m.wte.forward(ids)? + m.wpe.forward(&positions)?)?;
+        for (i, block) in m.h.iter().enumerate() {
+            x = block.forward(&x).map_err(|e| e.within(&format!("h.{i}")))?;
+        }
+        m.wte.attend(&m.ln_f.forward(&x)?)
+    }
+}

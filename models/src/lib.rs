@@ -1,0 +1,122 @@
+//! Hugging Face checkpoints in kiln: a model folder as people download it
+//! (`config.json`, and `model.safetensors` or its shards with
+//! `model.safetensors.index.json`), read into a kiln parameter tree whose
+//! weights keep the dtype they are stored in (f32, f16 or bf16), and run.
+//!
+//! - [`config`]: `config.json` for the architectures kiln runs.
+//! - [`weights`]: the safetensors files, by tensor name, checked as taken.
+//! - [`gpt2`]: `GPT2LMHeadModel`; [`llama`]: `LlamaForCausalLM` (SmolLM,
+//!   TinyLlama, Llama 3.2).
+//! - [`Tokenizer`]: Hugging Face's `tokenizers` over the folder's files.
+//!
+//! ```no_run
+//! # fn main() -> kiln::Result<()> {
+//! let dev = kiln::block_on(kiln::Device::gpu())?;
+//! let model = kiln_models::Model::load("models/tests/fixtures/gpt2", &dev)?;
+//! let ids = kiln::Tensor::from_slice(&dev, &[5i32, 17, 42], &[1, 3])?;
+//! let logits = model.forward(&ids)?; // [1, 3, vocab]
+//! let next: Vec<u32> = kiln::block_on(model.greedy(&[5, 17, 42], 8))?;
+//! # let _ = (logits, next); Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod gpt2;
+pub mod llama;
+mod rope;
+mod tokenizer;
+pub mod weights;
+
+pub use tokenizer::Tokenizer;
+
+use config::Architecture;
+use kiln::prelude::*;
+use std::path::Path;
+
+/// A causal language model read from a Hugging Face folder.
+#[derive(Clone, Debug)]
+pub enum Model {
+    /// `GPT2LMHeadModel`.
+    Gpt2(gpt2::Gpt2),
+    /// `LlamaForCausalLM`.
+    Llama(llama::Llama),
+}
+
+impl Model {
+    /// The model in folder `dir` (its `config.json` and safetensors), on
+    /// `device`. A missing or misshapen tensor, an unknown `model_type` or
+    /// a truncated file is an error naming it.
+    pub fn load(dir: impl AsRef<Path>, device: &Device) -> Result<Model> {
+        let dir = dir.as_ref();
+        let mut weights = weights::Weights::open(dir)?;
+        let model = match config::read(dir)? {
+            Architecture::Gpt2(c) => Model::Gpt2(gpt2::Gpt2::load(c, &mut weights, device)?),
+            Architecture::Llama(c) => Model::Llama(llama::Llama::load(c, &mut weights, device)?),
+        };
+        weights.finish()?;
+        Ok(model)
+    }
+
+    /// Logits `[B, T, vocab]` (f32) of the next token after each position of
+    /// `ids` (`[B, T]`, i32 or u32).
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        match self {
+            Model::Gpt2(m) => m.forward(ids),
+            Model::Llama(m) => m.forward(ids),
+        }
+    }
+
+    /// The `n` tokens that greedy decoding (the most likely token, each
+    /// step) appends to `prompt` (a [`Tokenizer`]'s ids): what
+    /// `transformers`' `generate` gives with `do_sample=False`. Each step
+    /// runs the whole window again (no KV cache yet).
+    pub async fn greedy(&self, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
+        let device = self.device();
+        let mut ids = prompt.to_vec();
+        for _ in 0..n {
+            let x = Tensor::from_slice(&device, &ids, &[1, ids.len()])?;
+            let last = self.forward(&x)?.narrow(1, ids.len() - 1, 1)?;
+            ids.push(last.argmax(Some(-1), false)?.reshape(&[])?.item::<i32>().await? as u32);
+        }
+        Ok(ids.split_off(prompt.len()))
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> Device {
+        match self {
+            Model::Gpt2(m) => m.wte.weight.device().clone(),
+            Model::Llama(m) => m.embed_tokens.weight.device().clone(),
+        }
+    }
+}
+
+/// `tree` with every floating leaf as f32: the models compute in f32 over
+/// weights stored in any float dtype (the casts are lazy, and fuse).
+pub(crate) fn as_f32<T: Tree>(tree: &T) -> Result<T> {
+    tree.map_leaves(|_, w| if w.dtype().is_float() { w.cast(DType::F32) } else { Ok(w.clone()) })
+}
+
+/// `[B, T, heads · head_dim]` → `[B, heads, T, head_dim]`.
+pub(crate) fn split_heads(x: &Tensor, heads: usize) -> Result<Tensor> {
+    let [b, t, width] = x.shape()[..] else { unreachable!("a [B, T, width] activation") };
+    x.reshape(&[b as isize, t as isize, heads as isize, (width / heads) as isize])?.permute(&[0, 2, 1, 3])
+}
+
+/// `[B, heads, T, head_dim]` → `[B, T, heads · head_dim]`.
+pub(crate) fn merge_heads(x: &Tensor) -> Result<Tensor> {
+    let [b, heads, t, d] = x.shape()[..] else { unreachable!("[B, heads, T, head_dim]") };
+    x.permute(&[0, 2, 1, 3])?.reshape(&[b as isize, t as isize, (heads * d) as isize])
+}
+
+/// The error of a forward pass given ids it cannot take.
+pub(crate) fn check_ids(model: &'static str, ids: &Tensor, context: Option<usize>) -> Result<()> {
+    let fits = context.is_none_or(|c| ids.shape().get(1).is_some_and(|&t| t <= c));
+    if ids.rank() != 2 || !ids.dtype().is_int() || !fits {
+        let limit = context.map_or(String::new(), |c| format!(" with T ≤ {c}"));
+        return Err(KilnError::Shape {
+            op: model,
+            detail: format!("takes integer ids [B, T]{limit}, got {} {:?}", ids.dtype(), ids.shape()),
+        });
+    }
+    Ok(())
+}

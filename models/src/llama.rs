@@ -1,0 +1,190 @@
+//! `LlamaForCausalLM` (SmolLM, TinyLlama, Llama 3.2): RMS norms, rotary
+//! positions, SwiGLU, grouped-query attention, and a tied or untied head.
+//! Projections are stored as PyTorch's `nn.Linear` keeps them, `[out, in]`.
+
+use crate::config::LlamaConfig;
+use crate::weights::Weights;
+use crate::{as_f32, check_ids, merge_heads, rope, split_heads};
+use kiln::prelude::*;
+use kiln_nn::{Embedding, causal_attention};
+
+/// `x @ weightᵀ + bias` over a weight stored `[out, in]`.
+#[derive(Tree, Clone, Debug)]
+pub struct Projection {
+    /// `[out, in]`.
+    pub weight: Tensor,
+    /// `[out]`, where the config asks for biases.
+    pub bias: Option<Tensor>,
+}
+
+impl Projection {
+    fn load(weights: &mut Weights, name: &str, shape: [usize; 2], bias: bool, device: &Device) -> Result<Projection> {
+        let weight = weights.take(&format!("{name}.weight"), &shape, device)?;
+        let bias = if bias { Some(weights.take(&format!("{name}.bias"), &shape[..1], device)?) } else { None };
+        Ok(Projection { weight, bias })
+    }
+
+    /// `[.., in]` → `[.., out]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x.matmul(&self.weight.t()?)?;
+        match &self.bias {
+            Some(b) => y + b,
+            None => Ok(y),
+        }
+    }
+}
+
+/// `x / rms(x) · weight`, the mean square taken in f32 (as transformers).
+#[derive(Tree, Clone, Debug)]
+pub struct LlamaNorm {
+    /// `[hidden]`.
+    pub weight: Tensor,
+    #[tree(skip)]
+    eps: f64,
+}
+
+impl LlamaNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mean_square = x.square()?.mean(&[-1], true)?;
+        (x * mean_square.add_scalar(self.eps)?.rsqrt()?)? * &self.weight
+    }
+}
+
+/// One decoder layer: `x + attention(norm(x))`, then `x + mlp(norm(x))`.
+#[derive(Tree, Clone, Debug)]
+pub struct LlamaLayer {
+    /// The norm before attention.
+    pub input_layernorm: LlamaNorm,
+    /// Queries, `[heads · head_dim, hidden]`.
+    pub q_proj: Projection,
+    /// Keys, `[kv_heads · head_dim, hidden]`.
+    pub k_proj: Projection,
+    /// Values, `[kv_heads · head_dim, hidden]`.
+    pub v_proj: Projection,
+    /// Attention's output, `[hidden, heads · head_dim]`.
+    pub o_proj: Projection,
+    /// The norm before the MLP.
+    pub post_attention_layernorm: LlamaNorm,
+    /// SwiGLU's gate, `[intermediate, hidden]`.
+    pub gate_proj: Projection,
+    /// SwiGLU's value, `[intermediate, hidden]`.
+    pub up_proj: Projection,
+    /// The MLP's output, `[hidden, intermediate]`.
+    pub down_proj: Projection,
+}
+
+/// Llama with its language-model head.
+#[derive(Tree, Clone, Debug)]
+pub struct Llama {
+    /// Token embeddings `[vocab, hidden]`.
+    pub embed_tokens: Embedding,
+    /// The decoder layers, input first.
+    pub layers: Vec<LlamaLayer>,
+    /// The final norm.
+    pub norm: LlamaNorm,
+    /// The output layer `[vocab, hidden]`; `None` where it is the token table.
+    pub lm_head: Option<Projection>,
+    #[tree(skip)]
+    config: LlamaConfig,
+}
+
+impl LlamaLayer {
+    fn load(c: &LlamaConfig, weights: &mut Weights, i: usize, device: &Device) -> Result<LlamaLayer> {
+        let (h, q, kv, m) = (c.hidden, c.heads * c.head_dim, c.kv_heads * c.head_dim, c.intermediate);
+        let mut proj = |name: &str, shape: [usize; 2], bias: bool| {
+            Projection::load(weights, &format!("model.layers.{i}.{name}"), shape, bias, device)
+        };
+        let (q_proj, k_proj) =
+            (proj("self_attn.q_proj", [q, h], c.attention_bias)?, proj("self_attn.k_proj", [kv, h], c.attention_bias)?);
+        let (v_proj, o_proj) =
+            (proj("self_attn.v_proj", [kv, h], c.attention_bias)?, proj("self_attn.o_proj", [h, q], c.attention_bias)?);
+        let (gate_proj, up_proj) =
+            (proj("mlp.gate_proj", [m, h], c.mlp_bias)?, proj("mlp.up_proj", [m, h], c.mlp_bias)?);
+        let down_proj = proj("mlp.down_proj", [h, m], c.mlp_bias)?;
+        let mut norm = |name: &str| -> Result<LlamaNorm> {
+            Ok(LlamaNorm {
+                weight: weights.take(&format!("model.layers.{i}.{name}.weight"), &[h], device)?,
+                eps: c.eps,
+            })
+        };
+        let (input_layernorm, post_attention_layernorm) = (norm("input_layernorm")?, norm("post_attention_layernorm")?);
+        Ok(LlamaLayer {
+            input_layernorm,
+            q_proj,
+            k_proj,
+            v_proj,
+            o_proj,
+            post_attention_layernorm,
+            gate_proj,
+            up_proj,
+            down_proj,
+        })
+    }
+
+    fn forward(&self, x: &Tensor, c: &LlamaConfig, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let a = self.input_layernorm.forward(x)?;
+        let q = rope::apply(&split_heads(&self.q_proj.forward(&a)?, c.heads)?, cos, sin)?;
+        let k = rope::apply(&split_heads(&self.k_proj.forward(&a)?, c.kv_heads)?, cos, sin)?;
+        let v = split_heads(&self.v_proj.forward(&a)?, c.kv_heads)?;
+        let (k, v) = (shared_by_groups(&k, c.heads)?, shared_by_groups(&v, c.heads)?);
+        let x = (x + self.o_proj.forward(&merge_heads(&causal_attention(&q, &k, &v, false)?)?)?)?;
+        let m = self.post_attention_layernorm.forward(&x)?;
+        let gate = self.gate_proj.forward(&m)?;
+        let swiglu = ((&gate * gate.sigmoid()?)? * self.up_proj.forward(&m)?)?;
+        &x + self.down_proj.forward(&swiglu)?
+    }
+}
+
+/// Key or value heads `[B, kv_heads, T, d]` repeated for the `heads`
+/// queries that share each (grouped-query attention): `[B, heads, T, d]`.
+fn shared_by_groups(x: &Tensor, heads: usize) -> Result<Tensor> {
+    let [b, kv, t, d] = x.shape()[..] else { unreachable!("[B, kv_heads, T, head_dim]") };
+    if kv == heads {
+        return Ok(x.clone());
+    }
+    let wide = x.unsqueeze(2)?.expand(&[b, kv, heads / kv, t, d])?;
+    wide.reshape(&[b as isize, heads as isize, t as isize, d as isize])
+}
+
+impl Llama {
+    /// The model of `config` from `weights`, on `device`.
+    pub fn load(config: LlamaConfig, weights: &mut Weights, device: &Device) -> Result<Llama> {
+        let (vocab, hidden) = (config.vocab, config.hidden);
+        let embed_tokens = Embedding { weight: weights.take("model.embed_tokens.weight", &[vocab, hidden], device)? };
+        let layers =
+            (0..config.layers).map(|i| LlamaLayer::load(&config, weights, i, device)).collect::<Result<_>>()?;
+        let norm = LlamaNorm { weight: weights.take("model.norm.weight", &[hidden], device)?, eps: config.eps };
+        // Tied checkpoints may still store the head (the same values).
+        let lm_head = match (config.tied, weights.contains("lm_head.weight")) {
+            (true, true) => {
+                weights.take("lm_head.weight", &[vocab, hidden], device)?;
+                None
+            }
+            (true, false) => None,
+            (false, _) => Some(Projection::load(weights, "lm_head", [vocab, hidden], false, device)?),
+        };
+        Ok(Llama { embed_tokens, layers, norm, lm_head, config })
+    }
+
+    /// The config the model was read with.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// Logits `[B, T, vocab]` (f32) of `ids` (`[B, T]`).
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        check_ids("Llama", ids, None)?;
+        let m = as_f32(self)?;
+        let c = &self.config;
+        let (cos, sin) = rope::tables(ids.device(), &c.rope, c.head_dim, ids.shape()[1])?;
+        let mut x = m.embed_tokens.forward(ids)?;
+        for (i, layer) in m.layers.iter().enumerate() {
+            x = layer.forward(&x, c, &cos, &sin).map_err(|e| e.within(&format!("model.layers.{i}")))?;
+        }
+        let x = m.norm.forward(&x)?;
+        match &m.lm_head {
+            Some(head) => head.forward(&x),
+            None => m.embed_tokens.attend(&x),
+        }
+    }
+}
