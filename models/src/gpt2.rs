@@ -2,11 +2,12 @@
 //! are `Conv1D` (weights stored `[in, out]`, as kiln's `Linear`), GELU in
 //! its tanh form (`gelu_new`), and the token table as the output layer.
 
+use crate::cache::{self, Past};
 use crate::config::Gpt2Config;
 use crate::weights::Weights;
-use crate::{as_f32, check_ids, merge_heads, split_heads};
+use crate::{as_f32, check_ids, merge_heads, no_caches, split_heads};
 use kiln::prelude::*;
-use kiln_nn::{Embedding, LayerNorm, Linear, causal_attention};
+use kiln_nn::{Embedding, KvCache, LayerNorm, Linear};
 
 /// One pre-norm block: `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`.
 #[derive(Tree, Clone, Debug)]
@@ -43,14 +44,14 @@ pub struct Gpt2 {
 }
 
 impl Gpt2Block {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, past: Past) -> Result<(Tensor, KvCache)> {
         let width = x.shape()[2];
         let qkv = self.c_attn.forward(&self.ln_1.forward(x)?)?;
         let [q, k, v] = [0, 1, 2].map(|i| qkv.narrow(2, i * width, width).and_then(|t| split_heads(&t, self.heads)));
-        let attended = merge_heads(&causal_attention(&q?, &k?, &v?, false)?)?;
-        let x = (x + self.attn_proj.forward(&attended)?)?;
+        let (attended, cache) = cache::attend(&q?, &k?, &v?, past, |t| Ok(t.clone()))?;
+        let x = (x + self.attn_proj.forward(&merge_heads(&attended)?)?)?;
         let hidden = self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu()?;
-        &x + self.mlp_proj.forward(&hidden)?
+        Ok(((&x + self.mlp_proj.forward(&hidden)?)?, cache))
     }
 }
 
@@ -94,12 +95,41 @@ impl Gpt2 {
     /// Logits `[B, T, vocab]` (f32) of `ids` (`[B, T]`, `T ≤ positions`).
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         check_ids("Gpt2", ids, Some(self.config.positions))?;
+        Ok(self.run(ids, &[], Past::Window { capacity: ids.shape()[1] })?.0)
+    }
+
+    /// [`Gpt2::forward`] over a prompt, with each block's keys and values
+    /// in a cache of `capacity` positions (at most `positions`) for
+    /// [`Gpt2::step`].
+    pub fn prefill(&self, ids: &Tensor, capacity: usize) -> Result<(Tensor, Vec<KvCache>)> {
+        check_ids("Gpt2", ids, Some(capacity.min(self.config.positions)))?;
+        self.run(ids, &[], Past::Window { capacity })
+    }
+
+    /// Logits `[B, 1, vocab]` of one token per sequence (`[B, 1]`) at
+    /// position `pos` (an i32 scalar) after `caches`, and the caches with
+    /// it written in.
+    pub fn step(&self, token: &Tensor, pos: &Tensor, caches: &[KvCache]) -> Result<(Tensor, Vec<KvCache>)> {
+        check_ids("Gpt2", token, Some(1))?;
+        let Some(first) = caches.first() else { return Err(no_caches("Gpt2")) };
+        self.run(token, caches, Past::Step { cache: first, pos })
+    }
+
+    /// A pass over `ids`; a step reads block `i`'s cache from `caches`.
+    fn run(&self, ids: &Tensor, caches: &[KvCache], past: Past) -> Result<(Tensor, Vec<KvCache>)> {
         let m = as_f32(self)?;
-        let positions = Tensor::arange(ids.device(), 0.0, ids.shape()[1] as f64, 1.0, DType::I32)?;
+        let positions = cache::positions(ids.device(), past, ids.shape()[1])?;
         let mut x = (m.wte.forward(ids)? + m.wpe.forward(&positions)?)?;
+        let mut after = Vec::new();
         for (i, block) in m.h.iter().enumerate() {
-            x = block.forward(&x).map_err(|e| e.within(&format!("h.{i}")))?;
+            let past = match past {
+                Past::Step { pos, .. } => Past::Step { cache: &caches[i], pos },
+                window => window,
+            };
+            let (y, cache) = block.forward(&x, past).map_err(|e| e.within(&format!("h.{i}")))?;
+            x = y;
+            after.push(cache);
         }
-        m.wte.attend(&m.ln_f.forward(&x)?)
+        Ok((m.wte.attend(&m.ln_f.forward(&x)?)?, after))
     }
 }

@@ -8,6 +8,8 @@
 //! - [`gpt2`]: `GPT2LMHeadModel`; [`llama`]: `LlamaForCausalLM` (SmolLM,
 //!   TinyLlama, Llama 3.2).
 //! - [`Tokenizer`]: Hugging Face's `tokenizers` over the folder's files.
+//! - [`Decoder`]: greedy decoding through a KV cache, one captured step
+//!   per token.
 //!
 //! ```no_run
 //! # fn main() -> kiln::Result<()> {
@@ -20,17 +22,21 @@
 //! ```
 #![deny(missing_docs)]
 
+mod cache;
 pub mod config;
+mod decode;
 pub mod gpt2;
 pub mod llama;
 mod rope;
 mod tokenizer;
 pub mod weights;
 
+pub use decode::{Decoded, Decoder};
 pub use tokenizer::Tokenizer;
 
 use config::Architecture;
 use kiln::prelude::*;
+use kiln_nn::KvCache;
 use std::path::Path;
 
 /// A causal language model read from a Hugging Face folder.
@@ -69,7 +75,8 @@ impl Model {
     /// The `n` tokens that greedy decoding (the most likely token, each
     /// step) appends to `prompt` (a [`Tokenizer`]'s ids): what
     /// `transformers`' `generate` gives with `do_sample=False`. Each step
-    /// runs the whole window again (no KV cache yet).
+    /// runs the whole window again; [`Decoder`] gives the same tokens
+    /// through a KV cache.
     pub async fn greedy(&self, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
         let device = self.device();
         let mut ids = prompt.to_vec();
@@ -81,12 +88,49 @@ impl Model {
         Ok(ids.split_off(prompt.len()))
     }
 
+    /// [`Model::forward`] over a prompt `[B, T]`, with each layer's keys
+    /// and values in caches of `capacity` positions for [`Model::step`].
+    pub fn prefill(&self, ids: &Tensor, capacity: usize) -> Result<(Tensor, Vec<KvCache>)> {
+        match self {
+            Model::Gpt2(m) => m.prefill(ids, capacity),
+            Model::Llama(m) => m.prefill(ids, capacity),
+        }
+    }
+
+    /// Logits `[B, 1, vocab]` of one token per sequence (`[B, 1]`) at
+    /// position `pos` (an i32 scalar) after `caches`, and the caches with
+    /// it written in.
+    pub fn step(&self, token: &Tensor, pos: &Tensor, caches: &[KvCache]) -> Result<(Tensor, Vec<KvCache>)> {
+        match self {
+            Model::Gpt2(m) => m.step(token, pos, caches),
+            Model::Llama(m) => m.step(token, pos, caches),
+        }
+    }
+
     /// The device the weights live on.
     pub fn device(&self) -> Device {
         match self {
             Model::Gpt2(m) => m.wte.weight.device().clone(),
             Model::Llama(m) => m.embed_tokens.weight.device().clone(),
         }
+    }
+}
+
+/// The model's weights as a tree (under `Gpt2` or `Llama`'s own paths),
+/// so that `kiln::jit` takes it.
+impl Tree for Model {
+    fn visit<'a>(&'a self, path: &mut kiln::tree::Path, f: &mut dyn FnMut(&kiln::tree::Path, &'a Tensor)) {
+        match self {
+            Model::Gpt2(m) => m.visit(path, f),
+            Model::Llama(m) => m.visit(path, f),
+        }
+    }
+
+    fn rebuild(&self, path: &mut kiln::tree::Path, leaves: &mut kiln::tree::Leaves) -> Result<Self> {
+        Ok(match self {
+            Model::Gpt2(m) => Model::Gpt2(m.rebuild(path, leaves)?),
+            Model::Llama(m) => Model::Llama(m.rebuild(path, leaves)?),
+        })
     }
 }
 
@@ -106,6 +150,11 @@ pub(crate) fn split_heads(x: &Tensor, heads: usize) -> Result<Tensor> {
 pub(crate) fn merge_heads(x: &Tensor) -> Result<Tensor> {
     let [b, heads, t, d] = x.shape()[..] else { unreachable!("[B, heads, T, head_dim]") };
     x.permute(&[0, 2, 1, 3])?.reshape(&[b as isize, t as isize, (heads * d) as isize])
+}
+
+/// The error of a step given no caches.
+pub(crate) fn no_caches(model: &'static str) -> KilnError {
+    KilnError::Invalid { op: model, detail: "a step needs the caches prefill made".into() }
 }
 
 /// The error of a forward pass given ids it cannot take.

@@ -2,11 +2,12 @@
 //! positions, SwiGLU, grouped-query attention, and a tied or untied head.
 //! Projections are stored as PyTorch's `nn.Linear` keeps them, `[out, in]`.
 
+use crate::cache::{self, Past};
 use crate::config::LlamaConfig;
 use crate::weights::Weights;
-use crate::{as_f32, check_ids, merge_heads, rope, split_heads};
+use crate::{as_f32, check_ids, merge_heads, no_caches, rope, split_heads};
 use kiln::prelude::*;
-use kiln_nn::{Embedding, causal_attention};
+use kiln_nn::{Embedding, KvCache};
 
 /// `x @ weightᵀ + bias` over a weight stored `[out, in]`.
 #[derive(Tree, Clone, Debug)]
@@ -121,17 +122,17 @@ impl LlamaLayer {
         })
     }
 
-    fn forward(&self, x: &Tensor, c: &LlamaConfig, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, c: &LlamaConfig, rope: (&Tensor, &Tensor), past: Past) -> Result<(Tensor, KvCache)> {
         let a = self.input_layernorm.forward(x)?;
-        let q = rope::apply(&split_heads(&self.q_proj.forward(&a)?, c.heads)?, cos, sin)?;
-        let k = rope::apply(&split_heads(&self.k_proj.forward(&a)?, c.kv_heads)?, cos, sin)?;
+        let q = rope::apply(&split_heads(&self.q_proj.forward(&a)?, c.heads)?, rope.0, rope.1)?;
+        let k = rope::apply(&split_heads(&self.k_proj.forward(&a)?, c.kv_heads)?, rope.0, rope.1)?;
         let v = split_heads(&self.v_proj.forward(&a)?, c.kv_heads)?;
-        let (k, v) = (shared_by_groups(&k, c.heads)?, shared_by_groups(&v, c.heads)?);
-        let x = (x + self.o_proj.forward(&merge_heads(&causal_attention(&q, &k, &v, false)?)?)?)?;
+        let (attended, cache) = cache::attend(&q, &k, &v, past, |t| shared_by_groups(t, c.heads))?;
+        let x = (x + self.o_proj.forward(&merge_heads(&attended)?)?)?;
         let m = self.post_attention_layernorm.forward(&x)?;
         let gate = self.gate_proj.forward(&m)?;
         let swiglu = ((&gate * gate.sigmoid()?)? * self.up_proj.forward(&m)?)?;
-        &x + self.down_proj.forward(&swiglu)?
+        Ok(((&x + self.down_proj.forward(&swiglu)?)?, cache))
     }
 }
 
@@ -174,17 +175,54 @@ impl Llama {
     /// Logits `[B, T, vocab]` (f32) of `ids` (`[B, T]`).
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         check_ids("Llama", ids, None)?;
+        Ok(self.run(ids, &[], Past::Window { capacity: ids.shape()[1] })?.0)
+    }
+
+    /// [`Llama::forward`] over a prompt, with each layer's keys and values
+    /// in a cache of `capacity` positions for [`Llama::step`].
+    pub fn prefill(&self, ids: &Tensor, capacity: usize) -> Result<(Tensor, Vec<KvCache>)> {
+        check_ids("Llama", ids, Some(capacity))?;
+        self.run(ids, &[], Past::Window { capacity })
+    }
+
+    /// Logits `[B, 1, vocab]` of one token per sequence (`[B, 1]`) at
+    /// position `pos` (an i32 scalar) after `caches`, and the caches with
+    /// it written in.
+    pub fn step(&self, token: &Tensor, pos: &Tensor, caches: &[KvCache]) -> Result<(Tensor, Vec<KvCache>)> {
+        check_ids("Llama", token, Some(1))?;
+        let Some(first) = caches.first() else { return Err(no_caches("Llama")) };
+        self.run(token, caches, Past::Step { cache: first, pos })
+    }
+
+    /// A pass over `ids`; a step reads layer `i`'s cache from `caches`.
+    fn run(&self, ids: &Tensor, caches: &[KvCache], past: Past) -> Result<(Tensor, Vec<KvCache>)> {
         let m = as_f32(self)?;
         let c = &self.config;
-        let (cos, sin) = rope::tables(ids.device(), &c.rope, c.head_dim, ids.shape()[1])?;
+        let (cos, sin) = match past {
+            Past::Window { .. } => rope::tables(ids.device(), &c.rope, c.head_dim, ids.shape()[1])?,
+            Past::Step { cache, pos } => {
+                let (cos, sin) = rope::tables(ids.device(), &c.rope, c.head_dim, cache.capacity())?;
+                let at = pos.reshape(&[1])?;
+                (cos.index_select(0, &at)?, sin.index_select(0, &at)?)
+            }
+        };
         let mut x = m.embed_tokens.forward(ids)?;
+        let mut after = Vec::new();
         for (i, layer) in m.layers.iter().enumerate() {
-            x = layer.forward(&x, c, &cos, &sin).map_err(|e| e.within(&format!("model.layers.{i}")))?;
+            let past = match past {
+                Past::Step { pos, .. } => Past::Step { cache: &caches[i], pos },
+                window => window,
+            };
+            let (y, cache) =
+                layer.forward(&x, c, (&cos, &sin), past).map_err(|e| e.within(&format!("model.layers.{i}")))?;
+            x = y;
+            after.push(cache);
         }
         let x = m.norm.forward(&x)?;
-        match &m.lm_head {
-            Some(head) => head.forward(&x),
-            None => m.embed_tokens.attend(&x),
-        }
+        let logits = match &m.lm_head {
+            Some(head) => head.forward(&x)?,
+            None => m.embed_tokens.attend(&x)?,
+        };
+        Ok((logits, after))
     }
 }

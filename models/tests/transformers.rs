@@ -1,8 +1,9 @@
 //! kiln against Hugging Face `transformers` itself, on the fixtures
 //! `scripts/make-hf-fixtures.py` made (tiny random GPT-2 and Llama models
 //! saved with `save_pretrained`, and transformers' outputs for them): the
-//! logits of two fixed rows of ids, and 32 greedily generated tokens, on
-//! the CPU reference and every adapter, each reported by name.
+//! logits of two fixed rows of ids, and 32 greedily generated tokens
+//! (re-reading the window, and through the KV cache), on the CPU
+//! reference and every adapter, each reported by name.
 
 use kiln::prelude::*;
 use kiln_models::Model;
@@ -80,6 +81,12 @@ fn check(fixture: &str, stored: DType) {
             let greedy: Vec<i32> = greedy.iter().map(|&i| i as i32).collect();
             assert_eq!(greedy, want.greedy, "{fixture} on {label}: greedy tokens");
             line += &format!(", its {} greedy tokens match", greedy.len());
+            let decoder = kiln_models::Decoder::new(model.clone());
+            let cached = kiln::block_on(decoder.greedy(&prompt, want.greedy.len())).unwrap();
+            let tokens: Vec<i32> = cached.tokens.iter().map(|&i| i as i32).collect();
+            assert_eq!(tokens, want.greedy, "{fixture} on {label}: greedy tokens through the KV cache");
+            assert_eq!(decoder.captures(), usize::from(!dev.is_cpu()), "{fixture} on {label}: one captured step");
+            line += &format!(" (also through the KV cache: {:.0} tokens/s)", cached.decode_rate());
         }
         eprintln!("{line}");
     }

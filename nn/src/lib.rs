@@ -14,5 +14,5 @@ pub mod optim;
 pub use layers::{
     AvgPool2d, Block, CausalSelfAttention, Conv2d, Conv2dConfig, ConvAlgorithm, Dense, Dropout, Embedding, GeluMlp,
     KvCache, Layer, LayerNorm, Linear, MaxPool2d, QuantizedConv2d, QuantizedLinear, QuantizedTree, RmsNorm, Sequential,
-    causal_attention, causal_attention_flops, codes_under, mlp,
+    attention_at, causal_attention, causal_attention_flops, codes_under, mlp,
 };

@@ -220,8 +220,8 @@ mod compiled_only {
         let model = kiln_models::Model::load(dir, &dev)?;
         let tokenizer = kiln_models::Tokenizer::from_folder(dir)?;
         let prompt = tokenizer.encode("In the beginning")?;
-        let next = model.greedy(&prompt, 20).await?; // 20 tokens, greedily
-        println!("{}", tokenizer.decode(&next)?);
+        let decoded = kiln_models::Decoder::new(model).greedy(&prompt, 20).await?;
+        println!("{} ({:.0} tokens/s)", tokenizer.decode(&decoded.tokens)?, decoded.decode_rate());
         Ok(())
     }
 

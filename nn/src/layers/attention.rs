@@ -94,6 +94,26 @@ pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, alibi: bool) -> Resu
     mix([q, k, v], alibi, &at.unsqueeze(1)?, &at.unsqueeze(0)?, None)
 }
 
+/// Attention of queries at positions `query_pos` (`[Tq, 1]`, i32) over
+/// keys and values at `key_pos` (`[1, Tk]`): each query sees the keys not
+/// after it, so a fixed-capacity cache's unwritten tail is never seen. `q`
+/// is `[B, heads, Tq, head_dim]`, `k` and `v` `[B, heads, Tk, head_dim]`;
+/// the scores are scaled by `1/√head_dim`. What a KV-cached decoding step
+/// runs for a model whose layers are its own (`kiln-models`).
+pub fn attention_at(q: &Tensor, k: &Tensor, v: &Tensor, query_pos: &Tensor, key_pos: &Tensor) -> Result<Tensor> {
+    let (qs, ks) = (q.shape(), k.shape());
+    if q.rank() != 4 || k.rank() != 4 || v.shape() != ks || qs[..2] != ks[..2] || qs[3] != ks[3] {
+        return Err(KilnError::Shape {
+            op: "attention_at",
+            detail: format!(
+                "takes q [B, heads, Tq, d] and k, v [B, heads, Tk, d], got {qs:?}, {ks:?} and {:?}",
+                v.shape()
+            ),
+        });
+    }
+    mix([q, k, v], false, query_pos, key_pos, None)
+}
+
 /// The floating-point operations of [`causal_attention`] over heads of
 /// `shape` `[B, heads, T, head_dim]`: its two `T × T` products, the masked
 /// half counted (as benchmarks count it, so that rates compare across

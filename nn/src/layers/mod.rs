@@ -11,7 +11,7 @@ mod quantized;
 mod sequential;
 mod transformer;
 
-pub use attention::{CausalSelfAttention, KvCache, causal_attention, causal_attention_flops};
+pub use attention::{CausalSelfAttention, KvCache, attention_at, causal_attention, causal_attention_flops};
 pub use conv::{Conv2d, Conv2dConfig, ConvAlgorithm};
 pub use dense::{Embedding, Linear};
 pub use dropout::Dropout;
