@@ -8,8 +8,8 @@
 //! - [`gpt2`]: `GPT2LMHeadModel`; [`llama`]: `LlamaForCausalLM` (SmolLM,
 //!   TinyLlama, Llama 3.2).
 //! - [`Tokenizer`]: Hugging Face's `tokenizers` over the folder's files.
-//! - [`Decoder`]: greedy decoding through a KV cache, one captured step
-//!   per token.
+//! - [`Decoder`]: decoding through a KV cache, one captured step per
+//!   token, greedy or drawn on the device ([`Sampling`]).
 //!
 //! ```no_run
 //! # fn main() -> kiln::Result<()> {
@@ -28,10 +28,12 @@ mod decode;
 pub mod gpt2;
 pub mod llama;
 mod rope;
+pub mod sample;
 mod tokenizer;
 pub mod weights;
 
 pub use decode::{Decoded, Decoder};
+pub use sample::Sampling;
 pub use tokenizer::Tokenizer;
 
 use config::Architecture;
