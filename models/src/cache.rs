@@ -16,6 +16,18 @@ pub(crate) enum Past<'a> {
     Step { cache: &'a KvCache, pos: &'a Tensor },
 }
 
+impl<'a> Past<'a> {
+    /// This pass's past for layer `i`: a step reads that layer's cache.
+    pub(crate) fn of_layer(self, caches: &'a [KvCache], i: usize) -> Result<Past<'a>> {
+        match self {
+            Past::Step { pos, .. } => caches.get(i).map(|cache| Past::Step { cache, pos }).ok_or_else(|| {
+                KilnError::Invalid { op: "step", detail: format!("{} caches for a model of more layers", caches.len()) }
+            }),
+            window => Ok(window),
+        }
+    }
+}
+
 /// Keys and values `[B, kv_heads, T, d]` of a window from position 0, in a
 /// cache of `capacity` positions (zeros after `T`).
 pub(crate) fn filled(k: &Tensor, v: &Tensor, capacity: usize) -> Result<KvCache> {

@@ -122,10 +122,7 @@ impl Gpt2 {
         let mut x = (m.wte.forward(ids)? + m.wpe.forward(&positions)?)?;
         let mut after = Vec::new();
         for (i, block) in m.h.iter().enumerate() {
-            let past = match past {
-                Past::Step { pos, .. } => Past::Step { cache: &caches[i], pos },
-                window => window,
-            };
+            let past = past.of_layer(caches, i)?;
             let (y, cache) = block.forward(&x, past).map_err(|e| e.within(&format!("h.{i}")))?;
             x = y;
             after.push(cache);

@@ -1,13 +1,15 @@
 //! `LlamaForCausalLM` (SmolLM, TinyLlama, Llama 3.2): RMS norms, rotary
 //! positions, SwiGLU, grouped-query attention, and a tied or untied head.
 //! Projections are stored as PyTorch's `nn.Linear` keeps them, `[out, in]`.
+//! The norms are kiln-nn's `RmsNorm`; the forward pass is in f32, as
+//! transformers computes Llama's mean squares.
 
 use crate::cache::{self, Past};
 use crate::config::LlamaConfig;
 use crate::weights::Weights;
 use crate::{as_f32, check_ids, merge_heads, no_caches, rope, split_heads};
 use kiln::prelude::*;
-use kiln_nn::{Embedding, KvCache};
+use kiln_nn::{Embedding, KvCache, RmsNorm};
 
 /// `x @ weightᵀ + bias` over a weight stored `[out, in]`.
 #[derive(Tree, Clone, Debug)]
@@ -35,27 +37,11 @@ impl Projection {
     }
 }
 
-/// `x / rms(x) · weight`, the mean square taken in f32 (as transformers).
-#[derive(Tree, Clone, Debug)]
-pub struct LlamaNorm {
-    /// `[hidden]`.
-    pub weight: Tensor,
-    #[tree(skip)]
-    eps: f64,
-}
-
-impl LlamaNorm {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mean_square = x.square()?.mean(&[-1], true)?;
-        (x * mean_square.add_scalar(self.eps)?.rsqrt()?)? * &self.weight
-    }
-}
-
 /// One decoder layer: `x + attention(norm(x))`, then `x + mlp(norm(x))`.
 #[derive(Tree, Clone, Debug)]
 pub struct LlamaLayer {
     /// The norm before attention.
-    pub input_layernorm: LlamaNorm,
+    pub input_layernorm: RmsNorm,
     /// Queries, `[heads · head_dim, hidden]`.
     pub q_proj: Projection,
     /// Keys, `[kv_heads · head_dim, hidden]`.
@@ -65,7 +51,7 @@ pub struct LlamaLayer {
     /// Attention's output, `[hidden, heads · head_dim]`.
     pub o_proj: Projection,
     /// The norm before the MLP.
-    pub post_attention_layernorm: LlamaNorm,
+    pub post_attention_layernorm: RmsNorm,
     /// SwiGLU's gate, `[intermediate, hidden]`.
     pub gate_proj: Projection,
     /// SwiGLU's value, `[intermediate, hidden]`.
@@ -82,7 +68,7 @@ pub struct Llama {
     /// The decoder layers, input first.
     pub layers: Vec<LlamaLayer>,
     /// The final norm.
-    pub norm: LlamaNorm,
+    pub norm: RmsNorm,
     /// The output layer `[vocab, hidden]`; `None` where it is the token table.
     pub lm_head: Option<Projection>,
     #[tree(skip)]
@@ -102,11 +88,8 @@ impl LlamaLayer {
         let (gate_proj, up_proj) =
             (proj("mlp.gate_proj", [m, h], c.mlp_bias)?, proj("mlp.up_proj", [m, h], c.mlp_bias)?);
         let down_proj = proj("mlp.down_proj", [h, m], c.mlp_bias)?;
-        let mut norm = |name: &str| -> Result<LlamaNorm> {
-            Ok(LlamaNorm {
-                weight: weights.take(&format!("model.layers.{i}.{name}.weight"), &[h], device)?,
-                eps: c.eps,
-            })
+        let mut norm = |name: &str| -> Result<RmsNorm> {
+            Ok(RmsNorm { weight: weights.take(&format!("model.layers.{i}.{name}.weight"), &[h], device)?, eps: c.eps })
         };
         let (input_layernorm, post_attention_layernorm) = (norm("input_layernorm")?, norm("post_attention_layernorm")?);
         Ok(LlamaLayer {
@@ -154,7 +137,7 @@ impl Llama {
         let embed_tokens = Embedding { weight: weights.take("model.embed_tokens.weight", &[vocab, hidden], device)? };
         let layers =
             (0..config.layers).map(|i| LlamaLayer::load(&config, weights, i, device)).collect::<Result<_>>()?;
-        let norm = LlamaNorm { weight: weights.take("model.norm.weight", &[hidden], device)?, eps: config.eps };
+        let norm = RmsNorm { weight: weights.take("model.norm.weight", &[hidden], device)?, eps: config.eps };
         // Tied checkpoints may still store the head (the same values).
         let lm_head = match (config.tied, weights.contains("lm_head.weight")) {
             (true, true) => {
@@ -209,10 +192,7 @@ impl Llama {
         let mut x = m.embed_tokens.forward(ids)?;
         let mut after = Vec::new();
         for (i, layer) in m.layers.iter().enumerate() {
-            let past = match past {
-                Past::Step { pos, .. } => Past::Step { cache: &caches[i], pos },
-                window => window,
-            };
+            let past = past.of_layer(caches, i)?;
             let (y, cache) =
                 layer.forward(&x, c, (&cos, &sin), past).map_err(|e| e.within(&format!("model.layers.{i}")))?;
             x = y;

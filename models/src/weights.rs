@@ -21,10 +21,17 @@ struct Entry {
     bytes: (usize, usize),
 }
 
+/// One safetensors file: its path, its bytes, and where its data starts
+/// (after the header).
+struct File {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    data: usize,
+}
+
 /// The tensors of a model folder, by name.
 pub struct Weights {
-    /// Each file's path and its data (the bytes after the header).
-    files: Vec<(PathBuf, Vec<u8>)>,
+    files: Vec<File>,
     entries: BTreeMap<String, Entry>,
     taken: BTreeSet<String>,
 }
@@ -57,7 +64,7 @@ impl Weights {
                 return Err(file_err(path, format!("tensor `{name}` is stored twice")));
             }
         }
-        self.files.push((path.to_path_buf(), bytes[8 + n..].to_vec()));
+        self.files.push(File { path: path.to_path_buf(), bytes, data: 8 + n });
         Ok(())
     }
 
@@ -75,15 +82,15 @@ impl Weights {
     /// dtype (f32, f16 or bf16).
     pub fn take(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
         let Some(entry) = self.entries.get(name) else {
-            let path = &self.files.first().map_or_else(PathBuf::new, |f| f.0.clone());
+            let path = &self.files.first().map_or_else(PathBuf::new, |f| f.path.clone());
             return Err(file_err(path, format!("tensor `{name}` {shape:?} is missing")));
         };
-        let (path, data) = &self.files[entry.file];
+        let File { path, bytes, data } = &self.files[entry.file];
         if entry.shape != shape {
             let detail = format!("tensor `{name}` is {:?} in the file, {shape:?} expected", entry.shape);
             return Err(file_err(path, detail));
         }
-        let bytes = &data[entry.bytes.0..entry.bytes.1];
+        let bytes = &bytes[data + entry.bytes.0..data + entry.bytes.1];
         let tensor = match entry.dtype {
             Dtype::F32 => Tensor::from_slice(device, &bytemuck::pod_collect_to_vec::<u8, f32>(bytes), shape),
             Dtype::F16 => Tensor::from_slice(device, &bytemuck::pod_collect_to_vec::<u8, half::f16>(bytes), shape),
@@ -104,7 +111,7 @@ impl Weights {
             .filter(|n| !self.taken.contains(*n) && !IGNORED_SUFFIXES.iter().any(|s| n.ends_with(s)))
             .collect();
         match (left.first(), self.files.first()) {
-            (Some(_), Some((path, _))) => {
+            (Some(_), Some(File { path, .. })) => {
                 let shown: Vec<String> = left.iter().take(5).map(|n| format!("`{n}`")).collect();
                 let more = if left.len() > 5 { format!(" and {} more", left.len() - 5) } else { String::new() };
                 Err(file_err(path, format!("tensors no layer uses: {}{more}", shown.join(", "))))
