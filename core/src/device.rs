@@ -14,7 +14,11 @@ use std::sync::Arc;
 
 /// A device tensors live on. Cheap to clone (shared).
 #[derive(Clone)]
-pub struct Device(pub(crate) Arc<dyn Runtime>);
+pub struct Device {
+    pub(crate) runtime: Arc<dyn Runtime>,
+    /// Bytes over which a tensor is held as pieces ([`Device::binding_limit`]).
+    pub(crate) binding_limit: u64,
+}
 
 /// How to pick a GPU adapter.
 #[derive(Debug, Clone)]
@@ -42,7 +46,7 @@ impl std::fmt::Debug for Device {
 
 impl PartialEq for Device {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        Arc::ptr_eq(&self.runtime, &other.runtime)
     }
 }
 
@@ -50,12 +54,17 @@ impl PartialEq for Device {
 impl Device {
     /// A device over `runtime`: how a backend outside kiln plugs in.
     pub fn from_runtime(runtime: Arc<dyn Runtime>) -> Device {
-        Device(runtime)
+        Device::over(runtime)
+    }
+
+    fn over(runtime: Arc<dyn Runtime>) -> Device {
+        let limit = runtime.info().limits.max_storage_buffer_binding_size;
+        Device { runtime, binding_limit: u64::MAX }.with_binding_limit(limit)
     }
 
     /// The CPU reference interpreter (f64), the oracle of the test suite.
     pub fn cpu() -> Device {
-        Device(Arc::new(CpuReference))
+        Device::over(Arc::new(CpuReference))
     }
 
     /// The best GPU adapter, or the one env `KILN_ADAPTER` names.
@@ -69,7 +78,7 @@ impl Device {
             return Device::cuda_selected(cuda == "cuda-host");
         }
         let gpu = kiln_wgpu::open_selected(selector.as_deref(), options.backends).await?;
-        Ok(Device(Arc::new(gpu)))
+        Ok(Device::over(Arc::new(gpu)))
     }
 
     /// `cuda`, or `cuda-host`: its runtime with the kernels run on the CPU.
@@ -92,12 +101,12 @@ impl Device {
     /// One device per adapter found on `backends` (each `Err` names its adapter).
     pub async fn all(backends: wgpu::Backends) -> Vec<(String, Result<Device>)> {
         let opened = kiln_wgpu::open_all(backends).await;
-        opened.into_iter().map(|(name, gpu)| (name, gpu.map(|g| Device(Arc::new(g))))).collect()
+        opened.into_iter().map(|(name, gpu)| (name, gpu.map(|g| Device::over(Arc::new(g))))).collect()
     }
 
     /// Open a device on `adapter` with the adapter's real limits.
     pub async fn from_adapter(adapter: wgpu::Adapter) -> Result<Device> {
-        Ok(Device(Arc::new(kiln_wgpu::Gpu::open(adapter).await?)))
+        Ok(Device::over(Arc::new(kiln_wgpu::Gpu::open(adapter).await?)))
     }
 
     /// The first NVIDIA GPU, through the CUDA driver: kernels compiled by
@@ -114,7 +123,7 @@ impl Device {
     /// [`Device::cuda`] opens the first: one device per GPU of a mesh.
     #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
     pub fn cuda_on(ordinal: usize) -> Result<Device> {
-        Ok(Device(Arc::new(kiln_cuda::device::CudaDevice::open(ordinal)?)))
+        Ok(Device::over(Arc::new(kiln_cuda::device::CudaDevice::open(ordinal)?)))
     }
 
     /// The CUDA runtime with its kernels run on the CPU, built by the
@@ -122,7 +131,7 @@ impl Device {
     /// runs, without a GPU and slowly. For tests and for debugging a kernel.
     #[cfg(all(feature = "cuda", not(target_arch = "wasm32")))]
     pub fn cuda_on_host() -> Device {
-        Device(Arc::new(kiln_cuda::device::CudaDevice::on_host()))
+        Device::over(Arc::new(kiln_cuda::device::CudaDevice::on_host()))
     }
 }
 
@@ -137,7 +146,7 @@ impl Device {
         if let Some(detail) = config.and_then(|c| c.refusal(&self.info().caps)) {
             return Err(KilnError::Invalid { op: "set_matmul_config", detail });
         }
-        self.0.set_matmul_config(config);
+        self.runtime.set_matmul_config(config);
         Ok(())
     }
 
@@ -146,7 +155,7 @@ impl Device {
     /// docs/SHARP_EDGES.md), or keep them exact f32, the default. An error
     /// on other devices, which have no TF32.
     pub fn set_matmul_tf32(&self, on: bool) -> Result<()> {
-        self.0.set_matmul_tf32(on)
+        self.runtime.set_matmul_tf32(on)
     }
 
     /// Turn the matmul autotuner on or off for this device (`None`: the
@@ -155,7 +164,7 @@ impl Device {
     /// most of a minute compiling and timing candidates). Off, matmuls of classes not
     /// yet tuned run the default config. No-op on the CPU reference and on CUDA.
     pub fn set_matmul_tuning(&self, on: Option<bool>) {
-        self.0.set_matmul_tuning(on)
+        self.runtime.set_matmul_tuning(on)
     }
 
     /// Time every kernel launch on the device's own clock from now on
@@ -165,19 +174,19 @@ impl Device {
     /// CPU device and on adapters without timestamp queries (browsers that
     /// do not grant `timestamp-query`, for one).
     pub fn set_kernel_profiling(&self, on: bool) -> Result<()> {
-        self.0.set_kernel_profiling(on)
+        self.runtime.set_kernel_profiling(on)
     }
 
     /// The launches timed since profiling began or since the last call, in
     /// launch order; waits for their submits to finish. Empty on the CPU
     /// device.
     pub async fn kernel_profile(&self) -> Result<Vec<KernelTiming>> {
-        self.0.kernel_profile().await
+        self.runtime.kernel_profile().await
     }
 
     /// The autotuner's choices so far: (shape class, config name).
     pub fn matmul_choices(&self) -> Vec<(String, String)> {
-        self.0.matmul_choices()
+        self.runtime.matmul_choices()
     }
 
     /// Tune now the matmul shape classes that realizing `roots` would meet.
@@ -187,30 +196,30 @@ impl Device {
     /// realization captured for replay ([`Device::capture`], `jit`), which
     /// would otherwise keep the default.
     pub async fn tune_matmuls(&self, roots: &[Node]) -> Result<()> {
-        self.0.tune_matmuls(roots).await
+        self.runtime.tune_matmuls(&self.storage(roots).0).await
     }
 
     /// A number identifying this device while it lives (for caches).
     pub fn id(&self) -> usize {
-        Arc::as_ptr(&self.0) as *const () as usize
+        Arc::as_ptr(&self.runtime) as *const () as usize
     }
 
     pub fn is_cpu(&self) -> bool {
-        self.0.is_reference()
+        self.runtime.is_reference()
     }
 
     pub fn info(&self) -> DeviceInfo {
-        self.0.info()
+        self.runtime.info()
     }
 
     pub fn stats(&self) -> DeviceStats {
-        self.0.stats()
+        self.runtime.stats()
     }
 
     /// The source of every kernel this device has compiled: WGSL, or on
     /// CUDA its CUDA C++.
     pub fn compiled_sources(&self) -> Vec<String> {
-        self.0.compiled_sources()
+        self.runtime.compiled_sources()
     }
 
     /// Put host data on this device as a realized input node.
@@ -221,8 +230,11 @@ impl Device {
                 detail: format!("{} values do not fill shape {shape:?}", values.len()),
             });
         }
+        if let Some(split) = self.upload_split(dtype, shape, values)? {
+            return Ok(split);
+        }
         let prim = Prim::Input { shape: shape.to_vec(), dtype };
-        Node::realized(prim, self.0.upload(dtype, shape, values)?)
+        Node::realized(prim, self.runtime.upload(dtype, shape, values)?)
     }
 
     /// Compute every node in `roots` that is not computed yet: on a GPU, all
@@ -230,11 +242,12 @@ impl Device {
     /// Nodes that read a `vmap` placeholder stay lazy (a function mapped by
     /// `vmap` may realize what it computes; its values exist only batched).
     pub async fn realize(&self, roots: &[Node]) -> Result<()> {
+        let roots = &self.storage(roots).0;
         if roots.iter().any(Node::reads_placeholder) {
             let computable: Vec<Node> = roots.iter().filter(|n| !n.reads_placeholder()).cloned().collect();
-            return self.0.realize(&computable).await;
+            return self.runtime.realize(&computable).await;
         }
-        self.0.realize(roots).await
+        self.runtime.realize(roots).await
     }
 
     /// Wait until every kernel submitted so far has finished. Realizing
@@ -244,14 +257,14 @@ impl Device {
     /// compiles a kernel on its queue thread at first launch, and one still
     /// compiling while the process exits crashes in LLVM's torn-down state.
     pub async fn synchronize(&self) -> Result<()> {
-        self.0.synchronize().await
+        self.runtime.synchronize().await
     }
 
     /// The kernels that realizing `roots` would launch, each with the IR
     /// nodes it computes; nothing is launched or stored. An error on the
     /// CPU reference, which runs node by node.
     pub fn plan_kernels(&self, roots: &[Node]) -> Result<Vec<PlannedKernel>> {
-        self.0.plan_kernels(roots)
+        self.runtime.plan_kernels(&self.storage(roots).0)
     }
 
     /// Realize `node` and read it back as a contiguous host array.
@@ -267,13 +280,16 @@ impl Device {
                 ),
             });
         }
-        self.0.read(node).await
+        if self.is_split(node) {
+            return self.read_split(node).await;
+        }
+        self.runtime.read(node).await
     }
 }
 
 /// Tests pin kernel variants through the runtime's [`Overrides`].
 impl Pinned for Device {
     fn overrides(&self) -> Option<&Overrides> {
-        self.0.overrides()
+        self.runtime.overrides()
     }
 }

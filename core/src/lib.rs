@@ -13,6 +13,7 @@
 
 mod device;
 mod program;
+mod split;
 
 pub use kiln_codegen as codegen;
 pub use kiln_codegen::{spirv, validate};
@@ -28,6 +29,7 @@ pub use kiln_wgpu::{describe_adapter, wgpu};
 
 pub use device::{Device, DeviceOptions};
 pub use program::{PendingRead, Program};
+pub use split::{Parts, node_bytes};
 
 /// Pins for the runtime's choices of kernel variant, for tests (feature `testing`).
 #[cfg(feature = "testing")]

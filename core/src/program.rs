@@ -4,6 +4,7 @@
 //! generation.
 
 use crate::device::Device;
+use crate::split::Parts;
 use kiln_ir::error::{KilnError, Result};
 use kiln_ir::interp::HostArray;
 use kiln_ir::ir::{DeviceArray, Node, Prim, Realized};
@@ -13,6 +14,8 @@ use kiln_runtime::{Captured, Replayed, Staged, device_arrays};
 pub struct Program {
     device: Device,
     recorded: Box<dyn Captured>,
+    /// How each output is stored: split outputs are recorded as their pieces.
+    outputs: Vec<Parts>,
 }
 
 impl std::fmt::Debug for Program {
@@ -37,8 +40,10 @@ impl Device {
                 ),
             });
         }
-        let recorded = self.0.capture(inputs, outputs)?;
-        Ok(recorded.map(|recorded| Program { device: self.clone(), recorded }))
+        let (inputs, _) = self.storage(inputs);
+        let (leaves, parts) = self.storage(outputs);
+        let recorded = self.runtime.capture(&inputs, &leaves)?;
+        Ok(recorded.map(|recorded| Program { device: self.clone(), recorded, outputs: parts }))
     }
 }
 
@@ -52,7 +57,7 @@ impl Program {
     /// capture); returns the outputs as realized nodes. One submit (on
     /// CUDA, one launch list).
     pub fn replay(&self, inputs: &[Node]) -> Result<Vec<Node>> {
-        realized(self.replay_with(inputs, None)?.outputs)
+        self.assemble(realized(self.replay_with(inputs, None)?.outputs)?)
     }
 
     /// `replay`, with output `read` also on its way to the host: on wgpu
@@ -61,14 +66,16 @@ impl Program {
     /// where the output is a contiguous run of words; otherwise it is read
     /// by a submit of its own.
     pub fn replay_reading(&self, inputs: &[Node], read: usize) -> Result<(Vec<Node>, PendingRead)> {
-        if read >= self.recorded.outputs() {
+        if read >= self.outputs.len() {
             return Err(KilnError::Invalid {
                 op: "jit",
-                detail: format!("reading output {read} of a function with {} outputs", self.recorded.outputs()),
+                detail: format!("reading output {read} of a function with {} outputs", self.outputs.len()),
             });
         }
-        let replayed = self.replay_with(inputs, Some(read))?;
-        let outputs = realized(replayed.outputs)?;
+        // The stored piece that is output `read`, where it is one piece.
+        let leaf = (self.outputs[read] == Parts::Whole).then(|| leaf_count(&self.outputs[..read]));
+        let replayed = self.replay_with(inputs, leaf)?;
+        let outputs = self.assemble(realized(replayed.outputs)?)?;
         let how = match replayed.staged {
             Some(staged) => Pending::Staged(staged),
             None => Pending::Node(outputs[read].clone()),
@@ -77,8 +84,26 @@ impl Program {
     }
 
     fn replay_with(&self, inputs: &[Node], read: Option<usize>) -> Result<Replayed> {
-        self.device.0.replay(&*self.recorded, &device_arrays("jit", inputs)?, read)
+        let (inputs, _) = self.device.storage(inputs);
+        self.device.runtime.replay(&*self.recorded, &device_arrays("jit", &inputs)?, read)
     }
+
+    /// The outputs from the stored pieces a replay gave.
+    fn assemble(&self, leaves: Vec<Node>) -> Result<Vec<Node>> {
+        let mut leaves = leaves.into_iter();
+        self.outputs.iter().map(|p| p.assemble(&mut leaves)).collect()
+    }
+}
+
+/// The stored pieces of outputs stored as `parts`.
+fn leaf_count(parts: &[Parts]) -> usize {
+    parts
+        .iter()
+        .map(|p| match p {
+            Parts::Whole => 1,
+            Parts::Split { parts, .. } => leaf_count(parts),
+        })
+        .sum()
 }
 
 /// A replay's outputs as realized nodes.
@@ -112,7 +137,7 @@ impl PendingRead {
     pub async fn wait(self) -> Result<HostArray> {
         match self.how {
             Pending::Node(node) => self.device.read(&node).await,
-            Pending::Staged(staged) => self.device.0.read_staged(staged).await,
+            Pending::Staged(staged) => self.device.runtime.read_staged(staged).await,
         }
     }
 }

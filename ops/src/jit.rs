@@ -12,7 +12,7 @@
 
 use crate::Tensor;
 use kiln_core::ir::DeviceArray as GpuArray;
-use kiln_core::{DType, KilnError, Node, PendingRead, Program, Realized, Result};
+use kiln_core::{DType, KilnError, Node, Parts, PendingRead, Program, Realized, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +22,8 @@ use std::sync::{Arc, Mutex};
 type InputSig = (Vec<usize>, DType, Vec<isize>, usize, usize);
 /// A device (by id), the signature of every input, and the caller's own
 /// part of the key (a tree's leaf paths).
-type Key = (usize, Vec<InputSig>, Vec<String>);
+/// Inputs held as pieces count by their pieces ([`Parts`]).
+type Key = (usize, Vec<InputSig>, Vec<Parts>, Vec<String>);
 
 /// Programs captured per input signature, each kept with a `T` of the
 /// caller's (what it needs to rebuild a replay's outputs: a tree's
@@ -48,8 +49,8 @@ pub struct Ran<T> {
     pub kept: T,
 }
 
-fn gpu_array(t: &Tensor) -> Option<GpuArray> {
-    match t.node().realized_value() {
+fn gpu_array(node: &Node) -> Option<GpuArray> {
+    match node.realized_value() {
         Some(Realized::Gpu(a)) => Some(a),
         _ => None,
     }
@@ -84,7 +85,9 @@ impl<T: Clone> Captures<T> {
             });
         }
         Tensor::realize_all(&inputs.iter().collect::<Vec<_>>()).await?;
-        let arrays: Vec<Option<GpuArray>> = inputs.iter().map(gpu_array).collect();
+        let nodes: Vec<Node> = inputs.iter().map(|t| t.node().clone()).collect();
+        let (leaves, parts) = device.storage(&nodes);
+        let arrays: Vec<Option<GpuArray>> = leaves.iter().map(gpu_array).collect();
         if arrays.iter().any(Option::is_none) {
             // The CPU reference: nothing to capture.
             let (outputs, kept) = trace(inputs)?;
@@ -92,8 +95,7 @@ impl<T: Clone> Captures<T> {
             return Ok(Ran { outputs, pending: None, kept });
         }
         let arrays: Vec<GpuArray> = arrays.into_iter().flatten().collect();
-        let key = (device.id(), signature(&arrays), tag);
-        let nodes: Vec<Node> = inputs.iter().map(|t| t.node().clone()).collect();
+        let key = (device.id(), signature(&arrays), parts, tag);
         let cached = self.programs.lock().unwrap().get(&key).cloned();
         if let Some((program, kept)) = cached {
             let (out, pending) = match read {

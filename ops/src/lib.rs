@@ -17,6 +17,7 @@ mod quant;
 pub mod random;
 mod reduce;
 mod softmax;
+mod split;
 mod tensor;
 mod views;
 

@@ -38,6 +38,12 @@ impl Tensor {
             }
         }
         let node = Node::new(prim, inputs.iter().map(|t| t.node.clone()).collect())?;
+        let pieces = inputs.iter().any(|t| device.is_split(&t.node));
+        if (pieces || kiln_core::node_bytes(&node) > device.binding_limit())
+            && let Some(t) = crate::split::build(device, node.prim(), inputs, &node)?
+        {
+            return Ok(t);
+        }
         let t = Tensor { node, device: device.clone() };
         #[cfg(not(target_arch = "wasm32"))]
         if eager() {
