@@ -58,11 +58,23 @@ fn relative_error(got: &[f32], want: &[f32]) -> f32 {
 }
 
 fn check(fixture: &str, stored: DType) {
+    check_within(fixture, stored, None)
+}
+
+/// [`check`] on devices whose binding limit is `limit`, where given: the
+/// token tables (and Llama's untied head) are then held in pieces.
+fn check_within(fixture: &str, stored: DType, limit: Option<u64>) {
     let want = expected(fixture);
     let adapters = kiln_conformance::adapters::shared();
     let cpu = [("cpu".to_string(), Device::cpu())];
     for (label, dev) in cpu.iter().chain(adapters.iter()) {
+        let dev = &limit.map_or(dev.clone(), |l| dev.with_binding_limit(l));
         let model = Model::load(dir(fixture), dev).unwrap();
+        let table = match &model {
+            Model::Gpt2(m) => m.wte.weight.clone(),
+            Model::Llama(m) => m.embed_tokens.weight.clone(),
+        };
+        assert_eq!(dev.is_split(table.node()), limit.is_some(), "{fixture} on {label}: the table in pieces");
         let dtypes: Vec<DType> = match &model {
             Model::Gpt2(m) => m.leaves().iter().map(|t| t.dtype()).collect(),
             Model::Llama(m) => m.leaves().iter().map(|t| t.dtype()).collect(),
@@ -105,6 +117,14 @@ fn gpt2_stored_in_f16_matches_transformers_within_its_bound() {
 #[test]
 fn a_sharded_llama_with_grouped_queries_and_llama3_rope_matches_transformers_in_f32() {
     check("llama", DType::F32);
+}
+
+#[test]
+fn gpt2_and_llama_match_transformers_with_their_tables_held_in_pieces() {
+    // 16 KiB: GPT-2's [300, 32] f32 table in 3 pieces, Llama's table and
+    // untied head [300, 64] in 5 each; the KV caches stay whole.
+    check_within("gpt2", DType::F32, Some(16384));
+    check_within("llama", DType::F32, Some(16384));
 }
 
 #[test]

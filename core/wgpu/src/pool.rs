@@ -83,7 +83,7 @@ impl BufferPool {
     pub fn get(&self, bytes: u64, usage: wgpu::BufferUsages) -> Arc<PooledBuffer> {
         let class = size_class(bytes);
         let mut state = self.state.lock().unwrap();
-        state.stats.bytes_in_use += class;
+        state.stats.take(class);
         let buffer = match state.free.get_mut(&(class, usage)).and_then(Vec::pop) {
             Some(buffer) => {
                 state.stats.bytes_free -= class;

@@ -134,7 +134,7 @@ impl Pool {
                 m
             }
         };
-        self.state.lock().unwrap().stats.bytes_in_use += class;
+        self.state.lock().unwrap().stats.take(class);
         let buffer = CudaBuffer { memory: Some(memory), class, owner, pool: Arc::downgrade(&self.state), park };
         Ok((Arc::new(buffer), parked))
     }

@@ -44,6 +44,16 @@ pub struct PoolStats {
     pub bytes_free: u64,
     /// Buffers created since the pool began (misses of the free list).
     pub buffers_created: u64,
+    /// The most bytes tensors and realizations have held at once.
+    pub peak_bytes_in_use: u64,
+}
+
+impl PoolStats {
+    /// `class` more bytes in use (the peak follows).
+    pub fn take(&mut self, class: u64) {
+        self.bytes_in_use += class;
+        self.peak_bytes_in_use = self.peak_bytes_in_use.max(self.bytes_in_use);
+    }
 }
 
 /// A pool's size class for `bytes`: four classes per power of two (≤ 25%
