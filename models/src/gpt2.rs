@@ -7,7 +7,7 @@ use crate::config::Gpt2Config;
 use crate::weights::Weights;
 use crate::{as_f32, check_ids, merge_heads, no_caches, split_heads};
 use kiln::prelude::*;
-use kiln_nn::{Embedding, KvCache, LayerNorm, Linear};
+use kiln_nn::{Dense, Embedding, KvCache, LayerNorm, Linear};
 
 /// One pre-norm block: `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`.
 #[derive(Tree, Clone, Debug)]
@@ -15,15 +15,15 @@ pub struct Gpt2Block {
     /// The norm before attention.
     pub ln_1: LayerNorm,
     /// Queries, keys and values in one product: `[width, 3 · width]`.
-    pub c_attn: Linear,
+    pub c_attn: Dense,
     /// Attention's output projection.
-    pub attn_proj: Linear,
+    pub attn_proj: Dense,
     /// The norm before the MLP.
     pub ln_2: LayerNorm,
     /// The MLP's first layer, `[width, inner]`.
-    pub c_fc: Linear,
+    pub c_fc: Dense,
     /// The MLP's second layer, `[inner, width]`.
-    pub mlp_proj: Linear,
+    pub mlp_proj: Dense,
     #[tree(skip)]
     heads: usize,
 }
@@ -44,6 +44,16 @@ pub struct Gpt2 {
 }
 
 impl Gpt2Block {
+    fn quantize(&self, format: QuantFormat) -> Result<Gpt2Block> {
+        Ok(Gpt2Block {
+            c_attn: self.c_attn.quantize(format)?,
+            attn_proj: self.attn_proj.quantize(format)?,
+            c_fc: self.c_fc.quantize(format)?,
+            mlp_proj: self.mlp_proj.quantize(format)?,
+            ..self.clone()
+        })
+    }
+
     fn forward(&self, x: &Tensor, past: Past) -> Result<(Tensor, KvCache)> {
         let width = x.shape()[2];
         let qkv = self.c_attn.forward(&self.ln_1.forward(x)?)?;
@@ -66,9 +76,9 @@ impl Gpt2 {
         let wpe = Embedding { weight: take("wpe.weight", &[positions, width])? };
         let mut h = Vec::new();
         for i in 0..config.layers {
-            let mut linear = |name: &str, inputs: usize, outputs: usize| -> Result<Linear> {
+            let mut linear = |name: &str, inputs: usize, outputs: usize| -> Result<Dense> {
                 let weight = take(&format!("h.{i}.{name}.weight"), &[inputs, outputs])?;
-                Ok(Linear { weight, bias: Some(take(&format!("h.{i}.{name}.bias"), &[outputs])?) })
+                Ok(Dense::Float(Linear { weight, bias: Some(take(&format!("h.{i}.{name}.bias"), &[outputs])?) }))
             };
             let (c_attn, attn_proj) = (linear("attn.c_attn", width, 3 * width)?, linear("attn.c_proj", width, width)?);
             let (c_fc, mlp_proj) = (linear("mlp.c_fc", width, inner)?, linear("mlp.c_proj", inner, width)?);
@@ -85,6 +95,13 @@ impl Gpt2 {
             weights.take("lm_head.weight", &[vocab, width], device)?;
         }
         Ok(Gpt2 { wte, wpe, h, ln_f, config })
+    }
+
+    /// The model with every block's projections in `format` (the token
+    /// table, also the head, stays float).
+    pub fn quantize(&self, format: QuantFormat) -> Result<Gpt2> {
+        let h = self.h.iter().map(|b| b.quantize(format)).collect::<Result<_>>()?;
+        Ok(Gpt2 { h, ..self.clone() })
     }
 
     /// The config the model was read with.

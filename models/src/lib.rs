@@ -109,6 +109,21 @@ impl Model {
         }
     }
 
+    /// The model with every projection of its blocks in `format`
+    /// (weight-only: int8 per output channel or int4 in groups; activations
+    /// stay f32). The token table and the output layer stay float.
+    pub fn quantize(&self, format: QuantFormat) -> Result<Model> {
+        Ok(match self {
+            Model::Gpt2(m) => Model::Gpt2(m.quantize(format)?),
+            Model::Llama(m) => Model::Llama(m.quantize(format)?),
+        })
+    }
+
+    /// Bytes the weights take on the device.
+    pub fn weight_bytes(&self) -> u64 {
+        self.leaves().iter().map(|t| t.dtype().storage_bytes(t.numel())).sum()
+    }
+
     /// The device the weights live on.
     pub fn device(&self) -> Device {
         match self {

@@ -9,31 +9,79 @@ use crate::config::LlamaConfig;
 use crate::weights::Weights;
 use crate::{as_f32, check_ids, merge_heads, no_caches, rope, split_heads};
 use kiln::prelude::*;
-use kiln_nn::{Embedding, KvCache, RmsNorm};
+use kiln_nn::{Embedding, KvCache, QuantizedLinear, RmsNorm};
 
-/// `x @ weightᵀ + bias` over a weight stored `[out, in]`.
+/// A weight as PyTorch's `nn.Linear` stores it, `[out, in]`, and its bias.
 #[derive(Tree, Clone, Debug)]
-pub struct Projection {
+pub struct StoredProjection {
     /// `[out, in]`.
     pub weight: Tensor,
     /// `[out]`, where the config asks for biases.
     pub bias: Option<Tensor>,
 }
 
+/// `x @ weightᵀ + bias`: float weights as stored, or integer codes made by
+/// [`Projection::quantize`]. Its leaves are the inner one's.
+#[derive(Clone, Debug)]
+pub enum Projection {
+    /// The stored weight.
+    Float(StoredProjection),
+    /// Integer weights (codes `[out, in / per_word]`).
+    Quantized(QuantizedLinear),
+}
+
 impl Projection {
     fn load(weights: &mut Weights, name: &str, shape: [usize; 2], bias: bool, device: &Device) -> Result<Projection> {
         let weight = weights.take(&format!("{name}.weight"), &shape, device)?;
         let bias = if bias { Some(weights.take(&format!("{name}.bias"), &shape[..1], device)?) } else { None };
-        Ok(Projection { weight, bias })
+        Ok(Projection::Float(StoredProjection { weight, bias }))
     }
 
     /// `[.., in]` → `[.., out]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.weight.t()?)?;
-        match &self.bias {
+        let p = match self {
+            Projection::Float(p) => p,
+            Projection::Quantized(q) => return q.forward(x),
+        };
+        let y = x.matmul(&p.weight.t()?)?;
+        match &p.bias {
             Some(b) => y + b,
             None => Ok(y),
         }
+    }
+
+    /// The weight in `format` where its rows fill whole words (otherwise,
+    /// or already quantized, unchanged); the bias stays float.
+    pub fn quantize(&self, format: QuantFormat) -> Result<Projection> {
+        Ok(match self {
+            Projection::Float(p) if format.packs(p.weight.shape()[1]) => {
+                let (codes, scales) = p.weight.quantize(format)?;
+                Projection::Quantized(QuantizedLinear {
+                    codes,
+                    scales,
+                    bias: p.bias.clone(),
+                    format,
+                    int8_activations: false,
+                })
+            }
+            other => other.clone(),
+        })
+    }
+}
+
+impl Tree for Projection {
+    fn visit<'a>(&'a self, path: &mut kiln::tree::Path, f: &mut dyn FnMut(&kiln::tree::Path, &'a Tensor)) {
+        match self {
+            Projection::Float(p) => p.visit(path, f),
+            Projection::Quantized(q) => q.visit(path, f),
+        }
+    }
+
+    fn rebuild(&self, path: &mut kiln::tree::Path, leaves: &mut kiln::tree::Leaves) -> Result<Self> {
+        Ok(match self {
+            Projection::Float(p) => Projection::Float(p.rebuild(path, leaves)?),
+            Projection::Quantized(q) => Projection::Quantized(q.rebuild(path, leaves)?),
+        })
     }
 }
 
@@ -105,6 +153,19 @@ impl LlamaLayer {
         })
     }
 
+    fn quantize(&self, format: QuantFormat) -> Result<LlamaLayer> {
+        Ok(LlamaLayer {
+            q_proj: self.q_proj.quantize(format)?,
+            k_proj: self.k_proj.quantize(format)?,
+            v_proj: self.v_proj.quantize(format)?,
+            o_proj: self.o_proj.quantize(format)?,
+            gate_proj: self.gate_proj.quantize(format)?,
+            up_proj: self.up_proj.quantize(format)?,
+            down_proj: self.down_proj.quantize(format)?,
+            ..self.clone()
+        })
+    }
+
     fn forward(&self, x: &Tensor, c: &LlamaConfig, rope: (&Tensor, &Tensor), past: Past) -> Result<(Tensor, KvCache)> {
         let a = self.input_layernorm.forward(x)?;
         let q = rope::apply(&split_heads(&self.q_proj.forward(&a)?, c.heads)?, rope.0, rope.1)?;
@@ -148,6 +209,13 @@ impl Llama {
             (false, _) => Some(Projection::load(weights, "lm_head", [vocab, hidden], false, device)?),
         };
         Ok(Llama { embed_tokens, layers, norm, lm_head, config })
+    }
+
+    /// The model with every layer's projections in `format` (the token
+    /// table and the head stay float).
+    pub fn quantize(&self, format: QuantFormat) -> Result<Llama> {
+        let layers = self.layers.iter().map(|l| l.quantize(format)).collect::<Result<_>>()?;
+        Ok(Llama { layers, ..self.clone() })
     }
 
     /// The config the model was read with.
