@@ -10,6 +10,7 @@
 mod ceilings;
 mod data_parallel;
 mod gpt;
+mod hf;
 mod measure;
 mod report;
 mod row_layouts;
@@ -47,6 +48,17 @@ struct Args {
     /// The page's section `--from-json` writes (its own markers).
     #[arg(long, default_value = "gpu")]
     section: String,
+    /// Measure nothing: write a Hugging Face folder with random weights in
+    /// the layout transformers saves (`gpt2-124m`, `tinyllama-1.1b`) to
+    /// `--hf-dir`, stored as `--hf-dtype`, for `native-demo --hf`.
+    #[arg(long, value_parser = hf_shape)]
+    write_hf: Option<hf::HfShape>,
+    /// Where `--write-hf` writes (default target/hf/NAME-DTYPE).
+    #[arg(long)]
+    hf_dir: Option<std::path::PathBuf>,
+    /// The stored dtype `--write-hf` writes: f32, f16 or bf16.
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    hf_dtype: String,
     /// Internal: time to the first result in a fresh process on this adapter.
     #[arg(long, hide = true)]
     cold_start: Option<String>,
@@ -98,6 +110,10 @@ fn cold_start(sel: &str) -> Result<()> {
     Ok(())
 }
 
+fn hf_shape(name: &str) -> std::result::Result<hf::HfShape, String> {
+    hf::HfShape::from_name(name).ok_or_else(|| format!("`{name}` is not gpt2-124m or tinyllama-1.1b"))
+}
+
 fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map_or("?".into(), |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -107,6 +123,13 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     if let Some(sel) = &args.cold_start {
         return Ok(cold_start(sel)?);
+    }
+    if let Some(shape) = args.write_hf {
+        let name = format!("target/hf/{}-{}", shape.name(), args.hf_dtype);
+        let dir = args.hf_dir.clone().unwrap_or_else(|| name.into());
+        hf::write(shape, &args.hf_dtype, &dir)?;
+        println!("wrote {} with random {} weights to {}", shape.name(), args.hf_dtype, dir.display());
+        return Ok(());
     }
     if !args.from_json.is_empty() {
         return render_json(&args);

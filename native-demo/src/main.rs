@@ -1,9 +1,11 @@
 //! kiln's desktop demo: trains an MLP or a CNN on MNIST, or a small
 //! character-level GPT on the King James Bible, on the best adapter found
 //! (or `--adapter`), with a progress bar, evaluations, a plot and a
-//! checkpoint; `--generate` samples text from a GPT checkpoint.
+//! checkpoint; `--generate` samples text from a GPT checkpoint; `--hf`
+//! generates from a Hugging Face GPT-2 or Llama folder.
 
 mod gpt;
+mod hf;
 mod notice;
 mod plot;
 mod progress;
@@ -43,6 +45,10 @@ struct Args {
     /// Sample text from this GPT checkpoint instead of training.
     #[arg(long, conflicts_with_all = ["resume", "eval_only"])]
     generate: Option<PathBuf>,
+    /// Generate from this Hugging Face model folder (GPT-2 or Llama:
+    /// config.json, the safetensors, the tokenizer) after --prompt.
+    #[arg(long, conflicts_with_all = ["resume", "eval_only", "generate"])]
+    hf: Option<PathBuf>,
     /// The text that generation continues.
     #[arg(long, default_value = "")]
     prompt: String,
@@ -55,6 +61,10 @@ struct Args {
     /// Sample among the k most likely characters only.
     #[arg(long)]
     top_k: Option<usize>,
+    /// With --hf: sample among the fewest most likely tokens whose
+    /// probabilities reach p.
+    #[arg(long, requires = "hf")]
+    top_p: Option<f64>,
     /// Generate without the KV cache (re-reading the whole window per character).
     #[arg(long)]
     no_cache: bool,
@@ -142,10 +152,13 @@ fn mib(bytes: u64) -> f64 {
 }
 
 async fn run(args: Args) -> Result<()> {
+    if let Some(dir) = &args.hf {
+        return hf::run(&args, dir).await;
+    }
     if args.quantize.is_some() && args.eval_only.is_none() && args.generate.is_none() {
         return Err(kiln::KilnError::Invalid {
             op: "native-demo",
-            detail: "--quantize goes with --eval-only CKPT (MNIST) or --generate CKPT (GPT)".into(),
+            detail: "--quantize goes with --eval-only CKPT (MNIST), --generate CKPT (GPT) or --hf DIR".into(),
         });
     }
     if args.model == "gpt" || args.generate.is_some() {
