@@ -41,7 +41,7 @@ fn sampled_step((model, caches, token, pos, cutoffs, key): &SampledInput) -> Res
 pub struct Decoded {
     /// The new tokens, after the prompt.
     pub tokens: Vec<u32>,
-    /// Seconds of the prompt's pass (to its first token on the device).
+    /// Seconds of the prompt's pass, until the device has its first token.
     pub prefill_seconds: f64,
     /// Seconds of the first step, which captures the step's program where
     /// this cache capacity is new (compiling its kernels).
@@ -100,7 +100,9 @@ impl Decoder {
         let cutoffs = sampling.tensors(&device, logits.shape()[1])?;
         let key = |i: usize| sampling.key.fold_in(i as u32).to_tensor(&device);
         let mut token = if greedy { most_likely(&logits)? } else { draw(&logits, &cutoffs, &key(0)?)? };
+        // Realizing only submits: the clock stops once the device is done.
         token.realize().await?;
+        device.synchronize().await?;
         let prefill_seconds = start.elapsed().as_secs_f64();
         let mut pos = Tensor::scalar(&device, prompt.len() as f64, DType::I32)?;
         let mut tokens = vec![token.clone()];
@@ -115,6 +117,7 @@ impl Decoder {
             tokens.push(token.clone());
             if i == 1 {
                 token.realize().await?;
+                device.synchronize().await?;
                 first_step_seconds = start.elapsed().as_secs_f64();
                 start = Instant::now();
             }

@@ -269,8 +269,14 @@ impl Tuner {
         // Staged configs wait on barriers, which CPU adapters pay for dearly
         // (every lane of the workgroup is switched out and in): not tried there.
         let cpu = self.caps.cpu;
-        let usable = MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.caps) && !(c.staged && cpu));
-        let usable = usable.take(if cpu { SIFT_CPU } else { usize::MAX });
+        let mut usable: Vec<MatmulConfig> =
+            MatmulConfig::CANDIDATES.into_iter().filter(|c| c.runs_on(&self.caps) && !(c.staged && cpu)).collect();
+        if ShapeClass::of(dtype, m, n, k).is_matrix_vector() {
+            // Few rows: the fewest rows per invocation first (a stable sort
+            // keeps the list's order among them).
+            usable.sort_by_key(|c| c.tm);
+        }
+        let usable = usable.into_iter().take(if cpu { SIFT_CPU } else { usize::MAX });
         let (sift, large) = if cpu { (TUNE_DIM, TUNE_DIM_LARGE) } else { (TUNE_DIM_GPU, TUNE_DIM_GPU) };
         let deadline = crate::clock::now() + BUDGET;
         let [sm, sn, sk] = [m, n, k].map(|d| d.min(sift));

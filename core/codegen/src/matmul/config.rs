@@ -186,6 +186,15 @@ impl MatmulConfig {
 /// one full run a buffer member, 2048³ at 0.245 of FMA where the texture
 /// members ran at 0.29–0.32; docs/BENCHMARKS.md, 'What was tried'
 /// (tuner)).
+/// Products with at most this many rows (a decoding step's, batch 1 to
+/// 8) are a class of their own: a texture member, chosen where the rows
+/// are many, copies the whole weight per call, and each invocation's `tm`
+/// rows repeat the last real one. GPT-2 124M decoding on lavapipe, batch 1:
+/// 1.0 tokens/s on the 52-row prefill's texture choice, 3.3 untuned.
+pub const MATRIX_VECTOR_ROWS: usize = 8;
+/// The row bucket of [`MATRIX_VECTOR_ROWS`] (its name's `mv`).
+const MATRIX_VECTOR: u8 = 4;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ShapeClass {
     dtype: DType,
@@ -200,19 +209,27 @@ impl ShapeClass {
             513..=1024 => 2,
             _ => 3,
         };
-        ShapeClass { dtype, buckets: [b(m), b(n), b(k)] }
+        let rows = if m <= MATRIX_VECTOR_ROWS { MATRIX_VECTOR } else { b(m) };
+        ShapeClass { dtype, buckets: [rows, b(n), b(k)] }
     }
 
-    /// e.g. `f32:m2n2k2`.
+    /// Whether the class is of products with at most
+    /// [`MATRIX_VECTOR_ROWS`] rows (a decoding step's).
+    pub fn is_matrix_vector(&self) -> bool {
+        self.buckets[0] == MATRIX_VECTOR
+    }
+
+    /// e.g. `f32:m2n2k2`, and `f32:mvn3k2` for matrix–vector products.
     pub fn name(&self) -> String {
         let [m, n, k] = self.buckets;
+        let m = if m == MATRIX_VECTOR { "v".to_string() } else { m.to_string() };
         format!("{}:m{m}n{n}k{k}", self.dtype.name())
     }
 
     pub fn parse(s: &str) -> Option<ShapeClass> {
         let all = DType::ALL
             .into_iter()
-            .flat_map(|dtype| (0..64u8).map(move |i| ShapeClass { dtype, buckets: [i / 16, i / 4 % 4, i % 4] }));
+            .flat_map(|dtype| (0..80u8).map(move |i| ShapeClass { dtype, buckets: [i / 16, i / 4 % 4, i % 4] }));
         all.into_iter().find(|c| c.name() == s)
     }
 }
@@ -236,5 +253,8 @@ mod tests {
             }
         }
         assert_eq!(ShapeClass::parse("f32:m4n0k0"), None);
+        assert_eq!(name(8, 2304, 768), "f32:mvn3k2");
+        assert_eq!(name(9, 2304, 768), "f32:m0n3k2");
+        assert!(ShapeClass::of(DType::F32, 1, 64, 64).is_matrix_vector());
     }
 }
