@@ -214,7 +214,7 @@ impl ShapeClass {
     }
 
     /// Whether the class is of products with at most
-    /// [`MATRIX_VECTOR_ROWS`] rows (a decoding step's).
+    /// `MATRIX_VECTOR_ROWS` rows (a decoding step's).
     pub fn is_matrix_vector(&self) -> bool {
         self.buckets[0] == MATRIX_VECTOR
     }
