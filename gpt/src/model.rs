@@ -35,7 +35,7 @@ impl GptConfig {
     /// `heads` divides `width`.
     pub fn check(&self) -> Result<()> {
         let GptConfig { vocab, context, width, heads, layers, .. } = *self;
-        if vocab == 0 || context == 0 || layers == 0 || heads == 0 || !width.is_multiple_of(heads) {
+        if vocab == 0 || context == 0 || width == 0 || layers == 0 || heads == 0 || !width.is_multiple_of(heads) {
             return Err(KilnError::Invalid { op: "GptConfig", detail: format!("{self:?} has no model") });
         }
         Ok(())

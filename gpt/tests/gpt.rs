@@ -142,8 +142,9 @@ fn bad_inputs_are_errors_that_name_them() {
     assert!(model.forward(&floats).unwrap_err().to_string().contains("f32"));
     let err = GptTrainer::new(&dev, corpus.clone(), TrainConfig { batch: 0, ..config }).err().unwrap().to_string();
     assert!(err.contains("TrainConfig"), "{err}");
-    let odd = GptConfig { heads: 3, ..config.model };
-    assert!(Gpt::new(&dev, Key::new(1), odd).err().unwrap().to_string().contains("GptConfig"));
+    for bad in [GptConfig { heads: 3, ..config.model }, GptConfig { width: 0, ..config.model }] {
+        assert!(Gpt::new(&dev, Key::new(1), bad).err().unwrap().to_string().contains("GptConfig"), "{bad:?}");
+    }
     let short = Arc::new(Corpus::from_text(&"abc ".repeat(40), 0.1).unwrap());
     let err = GptTrainer::new(&dev, short, TrainConfig { model: GptConfig { vocab: 4, ..config.model }, ..config })
         .err()
