@@ -12,7 +12,12 @@ corpus (300 tokens), and run by transformers on fixed ids:
   and values), an untied head, a non-default rope theta and Llama 3's rope
   scaling, saved in shards with an index;
 - gpt2-f16 and llama-bf16: the same weights stored in f16 and bf16, run by
-  transformers in those dtypes.
+  transformers in those dtypes;
+- gpt2-lora and llama-lora: PEFT LoRA adapters (rank 4, alpha 8, both
+  factors random so that the update is not zero) on the gpt2 and llama
+  folders' projections, saved with PEFT's `save_pretrained`, and the
+  logits of the adapted models (`python make-hf-fixtures.py lora` remakes
+  only these, from the committed base folders).
 `expected.safetensors` in each folder holds `input_ids` (i32 [2, 12]), the
 `logits` transformers computed for them (f32 [2, 12, vocab]), `greedy`
 (i32 [32]: the 32 tokens `generate` picks greedily after the first row),
@@ -76,7 +81,32 @@ def save(name, model, dtype, tok, shard=None):
     print(f"{name}: {sum(p.stat().st_size for p in folder.iterdir())} bytes", file=sys.stderr)
 
 
+def lora(name, base, targets):
+    from peft import LoraConfig, get_peft_model
+    folder = OUT / name
+    torch.manual_seed(2)
+    model = get_peft_model(base.from_pretrained(OUT / name.removesuffix("-lora")).eval(),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=0.0,
+                                      init_lora_weights=False))
+    model.peft_config["default"].base_model_name_or_path = f"../{name.removesuffix('-lora')}"
+    model.save_pretrained(folder)
+    (folder / "README.md").unlink()  # PEFT's model-card template
+    ids = torch.tensor(IDS)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits.float()
+    save_file({"input_ids": ids.to(torch.int32), "logits": logits.contiguous()}, folder / "expected.safetensors")
+    print(f"{name}: {sum(p.stat().st_size for p in folder.iterdir())} bytes", file=sys.stderr)
+
+
+def loras():
+    lora("gpt2-lora", GPT2LMHeadModel, ["c_attn", "c_proj", "c_fc"])
+    lora("llama-lora", LlamaForCausalLM, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                          "down_proj"])
+
+
 def main():
+    if sys.argv[1:] == ["lora"]:
+        return loras()
     tok = tokenizer()
     torch.manual_seed(0)
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=64, n_embd=32, n_layer=2, n_head=4,
@@ -93,6 +123,7 @@ def main():
     llama = LlamaForCausalLM(config)
     save("llama", llama, torch.float32, tok, shard="200KB")
     save("llama-bf16", llama, torch.bfloat16, tok)
+    loras()
 
 
 if __name__ == "__main__":

@@ -104,6 +104,21 @@ impl Gpt2 {
         Ok(Gpt2 { h, ..self.clone() })
     }
 
+    /// Each block's projections by their module path in transformers.
+    pub(crate) fn sites(&mut self) -> Vec<(String, &mut Dense)> {
+        let mut sites = Vec::new();
+        for (i, b) in self.h.iter_mut().enumerate() {
+            let named = [
+                ("attn.c_attn", &mut b.c_attn),
+                ("attn.c_proj", &mut b.attn_proj),
+                ("mlp.c_fc", &mut b.c_fc),
+                ("mlp.c_proj", &mut b.mlp_proj),
+            ];
+            sites.extend(named.map(|(name, d)| (format!("transformer.h.{i}.{name}"), d)));
+        }
+        sites
+    }
+
     /// The config the model was read with.
     pub fn config(&self) -> &Gpt2Config {
         &self.config

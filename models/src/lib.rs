@@ -8,6 +8,8 @@
 //! - [`gpt2`]: `GPT2LMHeadModel`; [`llama`]: `LlamaForCausalLM` (SmolLM,
 //!   TinyLlama, Llama 3.2).
 //! - [`Tokenizer`]: Hugging Face's `tokenizers` over the folder's files.
+//! - [`Adapters`]: LoRA on chosen projections, trained with kiln's
+//!   optimizers, in PEFT's files; [`FineTune`] trains them on a corpus.
 //! - [`Decoder`]: decoding through a KV cache, one captured step per
 //!   token, greedy or drawn on the device ([`Sampling`]).
 //!
@@ -25,14 +27,18 @@
 mod cache;
 pub mod config;
 mod decode;
+mod finetune;
 pub mod gpt2;
 pub mod llama;
+pub mod lora;
 mod rope;
 pub mod sample;
 mod tokenizer;
 pub mod weights;
 
 pub use decode::{Decoded, Decoder};
+pub use finetune::{FineTune, FineTuneConfig};
+pub use lora::{Adapters, LoraConfig};
 pub use sample::Sampling;
 pub use tokenizer::Tokenizer;
 
@@ -88,6 +94,20 @@ impl Model {
             ids.push(last.argmax(Some(-1), false)?.reshape(&[])?.item::<i32>().await? as u32);
         }
         Ok(ids.split_off(prompt.len()))
+    }
+
+    /// The mean cross-entropy (nats) of next tokens `targets` (`[B, T]`)
+    /// under the logits of `ids` (`[B, T]`): the language-modelling loss.
+    pub fn loss(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        if targets.shape() != ids.shape() {
+            return Err(KilnError::Shape {
+                op: "Model::loss",
+                detail: format!("ids {:?} and targets {:?} differ", ids.shape(), targets.shape()),
+            });
+        }
+        let logits = self.forward(ids)?;
+        let vocab = logits.shape()[2] as isize;
+        kiln_nn::loss::cross_entropy(&logits.reshape(&[-1, vocab])?, &targets.reshape(&[-1])?)
     }
 
     /// [`Model::forward`] over a prompt `[B, T]`, with each layer's keys

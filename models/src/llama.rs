@@ -9,7 +9,7 @@ use crate::config::LlamaConfig;
 use crate::weights::Weights;
 use crate::{as_f32, check_ids, merge_heads, no_caches, rope, split_heads};
 use kiln::prelude::*;
-use kiln_nn::{Embedding, KvCache, QuantizedLinear, RmsNorm};
+use kiln_nn::{Adapted, Embedding, KvCache, Lora, QuantizedLinear, RmsNorm};
 
 /// A weight as PyTorch's `nn.Linear` stores it, `[out, in]`, and its bias.
 #[derive(Tree, Clone, Debug)]
@@ -28,6 +28,8 @@ pub enum Projection {
     Float(StoredProjection),
     /// Integer weights (codes `[out, in / per_word]`).
     Quantized(QuantizedLinear),
+    /// A projection with a low-rank update beside it ([`Projection::adapted`]).
+    Adapted(Box<Adapted<Projection>>),
 }
 
 impl Projection {
@@ -42,6 +44,7 @@ impl Projection {
         let p = match self {
             Projection::Float(p) => p,
             Projection::Quantized(q) => return q.forward(x),
+            Projection::Adapted(a) => return a.base.forward(x)?.add(&a.lora.forward(x)?),
         };
         let y = x.matmul(&p.weight.t()?)?;
         match &p.bias {
@@ -64,8 +67,36 @@ impl Projection {
                     int8_activations: false,
                 })
             }
+            Projection::Adapted(a) => {
+                Projection::Adapted(Box::new(Adapted { base: a.base.quantize(format)?, lora: a.lora.clone() }))
+            }
             other => other.clone(),
         })
+    }
+
+    /// Inputs per row.
+    pub fn inputs(&self) -> usize {
+        match self {
+            Projection::Float(p) => p.weight.shape()[1],
+            Projection::Quantized(q) => q.inputs(),
+            Projection::Adapted(a) => a.base.inputs(),
+        }
+    }
+
+    /// Outputs per row.
+    pub fn outputs(&self) -> usize {
+        match self {
+            Projection::Float(p) => p.weight.shape()[0],
+            Projection::Quantized(q) => q.codes.shape()[0],
+            Projection::Adapted(a) => a.base.outputs(),
+        }
+    }
+
+    /// This projection with `lora`'s update added to its output. Errors
+    /// unless the adapter's sides are this projection's.
+    pub fn adapted(&self, lora: Lora) -> Result<Projection> {
+        lora.check_fits("Projection::adapted", self.inputs(), self.outputs())?;
+        Ok(Projection::Adapted(Box::new(Adapted { base: self.clone(), lora })))
     }
 }
 
@@ -74,6 +105,7 @@ impl Tree for Projection {
         match self {
             Projection::Float(p) => p.visit(path, f),
             Projection::Quantized(q) => q.visit(path, f),
+            Projection::Adapted(a) => a.visit(path, f),
         }
     }
 
@@ -81,6 +113,7 @@ impl Tree for Projection {
         Ok(match self {
             Projection::Float(p) => Projection::Float(p.rebuild(path, leaves)?),
             Projection::Quantized(q) => Projection::Quantized(q.rebuild(path, leaves)?),
+            Projection::Adapted(a) => Projection::Adapted(a.rebuild(path, leaves)?),
         })
     }
 }
@@ -216,6 +249,24 @@ impl Llama {
     pub fn quantize(&self, format: QuantFormat) -> Result<Llama> {
         let layers = self.layers.iter().map(|l| l.quantize(format)).collect::<Result<_>>()?;
         Ok(Llama { layers, ..self.clone() })
+    }
+
+    /// Each layer's projections by their module path in transformers.
+    pub(crate) fn sites(&mut self) -> Vec<(String, &mut Projection)> {
+        let mut sites = Vec::new();
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            let named = [
+                ("self_attn.q_proj", &mut l.q_proj),
+                ("self_attn.k_proj", &mut l.k_proj),
+                ("self_attn.v_proj", &mut l.v_proj),
+                ("self_attn.o_proj", &mut l.o_proj),
+                ("mlp.gate_proj", &mut l.gate_proj),
+                ("mlp.up_proj", &mut l.up_proj),
+                ("mlp.down_proj", &mut l.down_proj),
+            ];
+            sites.extend(named.map(|(name, p)| (format!("model.layers.{i}.{name}"), p)));
+        }
+        sites
     }
 
     /// The config the model was read with.

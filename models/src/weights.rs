@@ -46,15 +46,38 @@ impl Weights {
         let index = dir.join("model.safetensors.index.json");
         let names: Vec<String> =
             if index.exists() { shard_names(&index)? } else { vec!["model.safetensors".to_string()] };
-        let mut weights = Weights { files: Vec::new(), entries: BTreeMap::new(), taken: BTreeSet::new() };
+        let mut weights = Weights::empty();
         for name in names {
             weights.read(&dir.join(name))?;
         }
         Ok(weights)
     }
 
+    /// The tensors of one safetensors file at `path`.
+    pub fn open_file(path: &Path) -> Result<Weights> {
+        let mut weights = Weights::empty();
+        weights.read(path)?;
+        Ok(weights)
+    }
+
+    /// The tensors of one safetensors file's `bytes` (`source` names it in
+    /// errors).
+    pub fn from_bytes(source: &Path, bytes: Vec<u8>) -> Result<Weights> {
+        let mut weights = Weights::empty();
+        weights.add(source, bytes)?;
+        Ok(weights)
+    }
+
+    fn empty() -> Weights {
+        Weights { files: Vec::new(), entries: BTreeMap::new(), taken: BTreeSet::new() }
+    }
+
     fn read(&mut self, path: &Path) -> Result<()> {
         let bytes = std::fs::read(path).map_err(|e| file_err(path, format!("cannot read: {e}")))?;
+        self.add(path, bytes)
+    }
+
+    fn add(&mut self, path: &Path, bytes: Vec<u8>) -> Result<()> {
         let (n, header): (usize, Metadata) = SafeTensors::read_metadata(&bytes)
             .map_err(|e| file_err(path, format!("not a valid safetensors file, truncated or corrupted ({e})")))?;
         let file = self.files.len();

@@ -12,7 +12,7 @@ pub mod metrics;
 pub mod optim;
 
 pub use layers::{
-    AvgPool2d, Block, CausalSelfAttention, Conv2d, Conv2dConfig, ConvAlgorithm, Dense, Dropout, Embedding, GeluMlp,
-    KvCache, Layer, LayerNorm, Linear, MaxPool2d, QuantizedConv2d, QuantizedLinear, QuantizedTree, RmsNorm, Sequential,
-    attention_at, causal_attention, causal_attention_flops, codes_under, mlp,
+    Adapted, AvgPool2d, Block, CausalSelfAttention, Conv2d, Conv2dConfig, ConvAlgorithm, Dense, Dropout, Embedding,
+    GeluMlp, KvCache, Layer, LayerNorm, Linear, Lora, MaxPool2d, QuantizedConv2d, QuantizedLinear, QuantizedTree,
+    RmsNorm, Sequential, attention_at, causal_attention, causal_attention_flops, codes_under, mlp,
 };

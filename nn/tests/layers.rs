@@ -40,3 +40,37 @@ fn a_layers_shape_error_names_its_path() {
     let e = broken.forward(&wide).unwrap_err().to_string();
     assert_eq!(e, "Linear at `layers.2`: expects input [.., 5], got shape [5, 4]");
 }
+
+/// A LoRA adapter computes `scale · x aᵀ bᵀ` beside its projection, starts
+/// as no change, and one that does not fit its projection is an error.
+#[test]
+fn a_lora_adapter_adds_its_low_rank_update_and_must_fit() {
+    use kiln_nn::{Dense, Lora};
+    let dev = Device::cpu();
+    let linear = Linear::new(&dev, Key::new(0), 3, 2).unwrap();
+    let x = Tensor::from_slice(&dev, &[1.0f32, -2.0, 0.5], &[1, 3]).unwrap();
+    let fresh = Lora::new(&dev, Key::new(1), 3, 2, 2, 4.0).unwrap();
+    let base = Dense::Float(linear.clone());
+    let plain = kiln::block_on(base.forward(&x).unwrap().to_vec::<f32>()).unwrap();
+    let adapted = base.adapted(fresh.clone()).unwrap();
+    assert_eq!(kiln::block_on(adapted.forward(&x).unwrap().to_vec::<f32>()).unwrap(), plain, "b starts at zero");
+    // a = [[1, 0, 0], [0, 1, 0]], b = [[1, 0], [0, 1]], scale 2: the update
+    // is 2 · (x₀, x₁) = (2, -4).
+    let a = Tensor::from_slice(&dev, &[1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0], &[2, 3]).unwrap();
+    let b = Tensor::from_slice(&dev, &[1.0f32, 0.0, 0.0, 1.0], &[2, 2]).unwrap();
+    let lora = Lora { a, b, scale: 2.0 };
+    let got = kiln::block_on(base.adapted(lora.clone()).unwrap().forward(&x).unwrap().to_vec::<f32>()).unwrap();
+    let want = [plain[0] + 2.0, plain[1] - 4.0];
+    assert!(got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-5), "{got:?} against {want:?}");
+    assert_eq!(adapted.leaves().len(), 4, "weight, bias, a and b");
+    let err = |r: Result<Dense>| r.map(|_| ()).unwrap_err().to_string();
+    let wide = Dense::Float(Linear::new(&dev, Key::new(0), 4, 2).unwrap());
+    assert_eq!(
+        err(wide.adapted(lora.clone())),
+        "Dense::adapted: a LoRA of a [2, 3] and b [2, 2] does not fit a projection [4] → [2]"
+    );
+    let e = lora.forward(&Tensor::zeros(&dev, &[1, 4], DType::F32).unwrap()).unwrap_err().to_string();
+    assert_eq!(e, "Lora: expects input [.., 3], got shape [1, 4]");
+    let e = Lora::new(&dev, Key::new(0), 3, 2, 3, 1.0).map(|_| ()).unwrap_err().to_string();
+    assert_eq!(e, "Lora: rank 3 and alpha 1 for a projection [3] → [2]");
+}

@@ -5,6 +5,7 @@ mod attention;
 mod conv;
 mod dense;
 mod dropout;
+mod lora;
 mod norm;
 mod pool;
 mod quantized;
@@ -15,6 +16,7 @@ pub use attention::{CausalSelfAttention, KvCache, attention_at, causal_attention
 pub use conv::{Conv2d, Conv2dConfig, ConvAlgorithm};
 pub use dense::{Embedding, Linear};
 pub use dropout::Dropout;
+pub use lora::{Adapted, Lora};
 pub use norm::{LayerNorm, RmsNorm};
 pub use pool::{AvgPool2d, MaxPool2d};
 pub use quantized::{Dense, QuantizedConv2d, QuantizedLinear, QuantizedTree, codes_under};

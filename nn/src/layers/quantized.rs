@@ -4,7 +4,7 @@
 //! on the float layer; their outputs are f32.
 
 use super::conv::convolve;
-use super::{Conv2d, Conv2dConfig, Linear, bad_input};
+use super::{Adapted, Conv2d, Conv2dConfig, Linear, Lora, bad_input};
 use kiln::prelude::*;
 use kiln::tree::{Leaves, Path};
 
@@ -187,13 +187,16 @@ impl QuantizedConv2d {
 
 /// A linear layer with float or integer weights: the transformer's
 /// projections, which quantize in place ([`Dense::quantize`]). Its leaves
-/// are the inner layer's (`weight`, `bias`; or `codes`, `scales`, `bias`).
+/// are the inner layer's (`weight`, `bias`; or `codes`, `scales`, `bias`),
+/// and an adapted one's under `base` and `lora`.
 #[derive(Clone, Debug)]
 pub enum Dense {
     /// Float weights.
     Float(Linear),
     /// Integer weights.
     Quantized(QuantizedLinear),
+    /// A projection with a low-rank update beside it ([`Dense::adapted`]).
+    Adapted(Box<Adapted<Dense>>),
 }
 
 impl From<Linear> for Dense {
@@ -207,6 +210,7 @@ impl Tree for Dense {
         match self {
             Dense::Float(l) => l.visit(path, f),
             Dense::Quantized(l) => l.visit(path, f),
+            Dense::Adapted(a) => a.visit(path, f),
         }
     }
 
@@ -214,6 +218,7 @@ impl Tree for Dense {
         Ok(match self {
             Dense::Float(l) => Dense::Float(l.rebuild(path, leaves)?),
             Dense::Quantized(l) => Dense::Quantized(l.rebuild(path, leaves)?),
+            Dense::Adapted(a) => Dense::Adapted(a.rebuild(path, leaves)?),
         })
     }
 }
@@ -223,6 +228,9 @@ impl QuantizedTree for Dense {
         match self {
             Dense::Float(_) => Vec::new(),
             Dense::Quantized(l) => l.code_formats(),
+            Dense::Adapted(a) => {
+                a.base.code_formats().into_iter().map(|(name, format)| (format!("base.{name}"), format)).collect()
+            }
         }
     }
 }
@@ -233,6 +241,7 @@ impl Dense {
         match self {
             Dense::Float(l) => l.forward(x),
             Dense::Quantized(l) => l.forward(x),
+            Dense::Adapted(a) => a.base.forward(x)?.add(&a.lora.forward(x)?),
         }
     }
 
@@ -241,7 +250,25 @@ impl Dense {
         match self {
             Dense::Float(l) => l.weight.shape()[1],
             Dense::Quantized(l) => l.codes.shape()[0],
+            Dense::Adapted(a) => a.base.outputs(),
         }
+    }
+
+    /// Inputs per row.
+    pub fn inputs(&self) -> usize {
+        match self {
+            Dense::Float(l) => l.inputs(),
+            Dense::Quantized(l) => l.inputs(),
+            Dense::Adapted(a) => a.base.inputs(),
+        }
+    }
+
+    /// This layer (its weights frozen by whoever trains only `lora`) with
+    /// `lora`'s update added to its output. Errors unless the adapter's
+    /// sides are this layer's.
+    pub fn adapted(&self, lora: Lora) -> Result<Dense> {
+        lora.check_fits("Dense::adapted", self.inputs(), self.outputs())?;
+        Ok(Dense::Adapted(Box::new(Adapted { base: self.clone(), lora })))
     }
 
     /// This layer with integer weights in `format` where its rows fill
@@ -249,6 +276,9 @@ impl Dense {
     pub fn quantize(&self, format: QuantFormat) -> Result<Dense> {
         Ok(match self {
             Dense::Float(l) if format.packs(l.inputs()) => Dense::Quantized(l.quantize(format)?),
+            Dense::Adapted(a) => {
+                Dense::Adapted(Box::new(Adapted { base: a.base.quantize(format)?, lora: a.lora.clone() }))
+            }
             other => other.clone(),
         })
     }
