@@ -1,17 +1,19 @@
 //! `--hf DIR`: text from a Hugging Face GPT-2 or Llama folder, generated
 //! through the KV cache with sampling on the device, then the prefill and
-//! decode rates and the device memory it took.
+//! decode rates and the device memory it took; with LoRA adapters loaded
+//! (`--lora`) or fine-tuned first (`--finetune`).
 
 use crate::{Args, mib};
 use kiln::prelude::*;
-use kiln_models::{Decoder, Model, Sampling, Tokenizer};
+use kiln_models::{Adapters, Decoder, Model, Sampling, Tokenizer};
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
 pub async fn run(args: &Args, dir: &Path) -> Result<()> {
-    if args.prompt.is_empty() {
-        return Err(KilnError::Invalid { op: "native-demo", detail: "--hf needs a --prompt to continue".into() });
+    if args.prompt.is_empty() && args.finetune.is_none() {
+        let detail = "--hf needs a --prompt to continue or a --finetune corpus".into();
+        return Err(KilnError::Invalid { op: "native-demo", detail });
     }
     let options = DeviceOptions { adapter: args.adapter.clone(), ..DeviceOptions::default() };
     let dev = Device::with_options(options).await?;
@@ -37,6 +39,21 @@ pub async fn run(args: &Args, dir: &Path) -> Result<()> {
         mib(stored),
         start.elapsed().as_secs_f64()
     );
+    if let Some(corpus) = &args.finetune {
+        model = crate::finetune::run(args, &model, &tokenizer, corpus).await?;
+    } else if let Some(lora) = &args.lora {
+        let adapters = Adapters::load(lora, &model)?;
+        println!(
+            "adapters: {} (LoRA r={} on {} projections)",
+            lora.display(),
+            adapters.config().rank,
+            adapters.loras.len()
+        );
+        model = model.with_lora(&adapters)?;
+    }
+    if args.prompt.is_empty() {
+        return Ok(());
+    }
     let prompt = tokenizer.encode(&args.prompt)?;
     let sampling =
         Sampling { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, key: Key::new(args.seed) };

@@ -2,8 +2,10 @@
 //! character-level GPT on the King James Bible, on the best adapter found
 //! (or `--adapter`), with a progress bar, evaluations, a plot and a
 //! checkpoint; `--generate` samples text from a GPT checkpoint; `--hf`
-//! generates from a Hugging Face GPT-2 or Llama folder.
+//! generates from a Hugging Face GPT-2 or Llama folder, and fine-tunes it
+//! with LoRA (`--finetune`).
 
+mod finetune;
 mod gpt;
 mod hf;
 mod notice;
@@ -49,6 +51,22 @@ struct Args {
     /// config.json, the safetensors, the tokenizer) after --prompt.
     #[arg(long, conflicts_with_all = ["resume", "eval_only", "generate"])]
     hf: Option<PathBuf>,
+    /// With --hf: fine-tune LoRA adapters on this text (UTF-8; the last
+    /// 10% held out), print the validation loss as it falls, and save the
+    /// adapters in PEFT's layout to --out/lora.
+    #[arg(long, requires = "hf")]
+    finetune: Option<PathBuf>,
+    /// With --finetune: the adapters' rank (alpha is the rank: scale 1).
+    #[arg(long, default_value_t = 8, requires = "finetune")]
+    lora_rank: usize,
+    /// With --finetune: tokens per training window (default 64, at most
+    /// the model's positions).
+    #[arg(long, requires = "finetune")]
+    context: Option<usize>,
+    /// With --hf: generate with the LoRA adapters in this PEFT folder
+    /// (adapter_config.json, adapter_model.safetensors).
+    #[arg(long, requires = "hf", conflicts_with = "finetune")]
+    lora: Option<PathBuf>,
     /// The text that generation continues.
     #[arg(long, default_value = "")]
     prompt: String,

@@ -209,7 +209,8 @@ mod low_precision {
 }
 
 /// Compiled only: the GPT demo's run, a mesh of two adapters, and a
-/// Hugging Face model (run on the same fixture in models/tests).
+/// Hugging Face model and its LoRA fine-tune (run on the same fixture in
+/// models/tests and native-demo/tests).
 #[allow(dead_code)]
 mod compiled_only {
     use kiln::prelude::*;
@@ -222,6 +223,23 @@ mod compiled_only {
         let prompt = tokenizer.encode("In the beginning")?;
         let decoded = kiln_models::Decoder::new(model).greedy(&prompt, 20).await?;
         println!("{} ({:.0} tokens/s)", tokenizer.decode(&decoded.tokens)?, decoded.decode_rate());
+        Ok(())
+    }
+
+    async fn lora(dev: Device) -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let dir = std::path::Path::new("models/tests/fixtures/gpt2");
+        let model = kiln_models::Model::load(dir, &dev)?;
+        let text = std::fs::read_to_string("data/kjv/genesis-ruth.txt")?;
+        let tokens = kiln_models::Tokenizer::from_folder(dir)?.encode(&text)?;
+        let config = kiln_models::FineTuneConfig::new(8); // rank 8 on every block projection
+        let mut run = kiln_models::FineTune::new(&model, &tokens, config)?;
+        for _ in 0..200 {
+            run.step().await?; // Adam on the adapters: one submit per step
+        }
+        println!("validation loss {} nats/token", run.validation_loss().await?);
+        run.adapters().save("out/lora").await?;
+        let tuned = model.with_lora(run.adapters())?; // forward, Decoder, quantize as before
+        let _ = tuned;
         Ok(())
     }
 
