@@ -1,9 +1,9 @@
 //! `config.json` of the architectures kiln runs, with `transformers`'
 //! defaults for what a file leaves out.
 
+use crate::Folder;
 use kiln::{KilnError, Result};
 use serde_json::{Map, Value};
-use std::path::Path;
 
 /// What `config.json` describes.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,11 +85,11 @@ pub struct Llama3Scaling {
     pub original: f64,
 }
 
-/// The architecture `dir/config.json` describes.
-pub fn read(dir: &Path) -> Result<Architecture> {
-    let path = dir.join("config.json");
+/// The architecture the folder's `config.json` describes.
+pub fn read(folder: &Folder) -> Result<Architecture> {
+    let path = folder.path("config.json");
     let file = |detail: String| KilnError::File { op: "config.json", path: path.display().to_string(), detail };
-    let text = std::fs::read_to_string(&path).map_err(|e| file(format!("cannot read: {e}")))?;
+    let text = folder.read_text("config.json", "config.json")?;
     let json: Value = serde_json::from_str(&text).map_err(|e| file(format!("not JSON: {e}")))?;
     let Some(fields) = json.as_object() else { return Err(file("is not a JSON object".into())) };
     let c = Fields { fields, file: &file };

@@ -9,7 +9,7 @@ use crate::Model;
 use crate::sample::{Sampling, draw, most_likely};
 use kiln::prelude::*;
 use kiln_nn::KvCache;
-use std::time::Instant;
+use web_time::Instant;
 
 /// A greedy step's input: the model, its caches, the last token `[1, 1]`
 /// and its position (an i32 scalar).

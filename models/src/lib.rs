@@ -28,6 +28,7 @@ mod cache;
 pub mod config;
 mod decode;
 mod finetune;
+mod folder;
 pub mod gpt2;
 pub mod llama;
 pub mod lora;
@@ -38,6 +39,7 @@ pub mod weights;
 
 pub use decode::{Decoded, Decoder};
 pub use finetune::{FineTune, FineTuneConfig};
+pub use folder::Folder;
 pub use lora::{Adapters, LoraConfig};
 pub use sample::Sampling;
 pub use tokenizer::Tokenizer;
@@ -61,9 +63,13 @@ impl Model {
     /// `device`. A missing or misshapen tensor, an unknown `model_type` or
     /// a truncated file is an error naming it.
     pub fn load(dir: impl AsRef<Path>, device: &Device) -> Result<Model> {
-        let dir = dir.as_ref();
-        let mut weights = weights::Weights::open(dir)?;
-        let model = match config::read(dir)? {
+        Model::from_folder(&Folder::dir(dir), device)
+    }
+
+    /// [`Model::load`] of a folder on disk or in memory.
+    pub fn from_folder(folder: &Folder, device: &Device) -> Result<Model> {
+        let mut weights = weights::Weights::open(folder)?;
+        let model = match config::read(folder)? {
             Architecture::Gpt2(c) => Model::Gpt2(gpt2::Gpt2::load(c, &mut weights, device)?),
             Architecture::Llama(c) => Model::Llama(llama::Llama::load(c, &mut weights, device)?),
         };

@@ -213,7 +213,7 @@ impl Adapters {
 
     /// [`Adapters::load`] from the two files' contents (a browser's).
     pub fn from_bytes(config: &str, weights: Vec<u8>, model: &Model) -> Result<Adapters> {
-        let weights = Weights::from_bytes(Path::new(ADAPTER_WEIGHTS), weights)?;
+        let weights = Weights::from_bytes(Path::new(ADAPTER_WEIGHTS), std::sync::Arc::new(weights))?;
         Adapters::from_parts(config, ADAPTER_CONFIG, weights, model)
     }
 

@@ -2,6 +2,7 @@
 //! folder's `tokenizer.json`, or GPT-2's own `vocab.json` and `merges.txt`
 //! (byte-level BPE).
 
+use crate::Folder;
 use kiln::{KilnError, Result};
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,6 +10,7 @@ use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::models::bpe::BPE;
 
 /// A model's tokenizer.
+#[derive(Clone)]
 pub struct Tokenizer(tokenizers::Tokenizer);
 
 fn err(source: &str, detail: String) -> KilnError {
@@ -19,15 +21,23 @@ impl Tokenizer {
     /// The tokenizer of model folder `dir`: its `tokenizer.json`, else its
     /// `vocab.json` with `merges.txt`.
     pub fn from_folder(dir: &Path) -> Result<Tokenizer> {
-        let read = |name: &str| {
-            let path = dir.join(name);
-            std::fs::read_to_string(&path).map_err(|e| err(&path.display().to_string(), format!("cannot read: {e}")))
-        };
-        let json = dir.join("tokenizer.json");
-        if json.exists() {
-            return Tokenizer::from_json(&read("tokenizer.json")?, &json.display().to_string());
+        Tokenizer::load(&Folder::dir(dir))
+    }
+
+    /// [`Tokenizer::from_folder`] of a folder on disk or in memory.
+    pub fn load(folder: &Folder) -> Result<Tokenizer> {
+        let read = |name: &str| folder.read_text("tokenizer", name);
+        if folder.has("tokenizer.json") {
+            return Tokenizer::from_json(
+                &read("tokenizer.json")?,
+                &folder.path("tokenizer.json").display().to_string(),
+            );
         }
-        Tokenizer::from_vocab_and_merges(&read("vocab.json")?, &read("merges.txt")?, &dir.display().to_string())
+        Tokenizer::from_vocab_and_merges(
+            &read("vocab.json")?,
+            &read("merges.txt")?,
+            &folder.path("").display().to_string(),
+        )
     }
 
     /// A `tokenizer.json`'s text; `source` names it in errors.

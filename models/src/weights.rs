@@ -3,10 +3,12 @@
 //! taken by name with the shape the architecture expects, each uploaded in
 //! its stored dtype; every mismatch is an error naming the tensor.
 
+use crate::Folder;
 use kiln::prelude::*;
 use safetensors::tensor::{Dtype, Metadata, SafeTensors};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Buffers that checkpoints carry but no model reads (GPT-2's causal masks,
 /// older Llamas' rotary frequencies): not reported as left over.
@@ -25,7 +27,7 @@ struct Entry {
 /// (after the header).
 struct File {
     path: PathBuf,
-    bytes: Vec<u8>,
+    bytes: Arc<Vec<u8>>,
     data: usize,
 }
 
@@ -42,27 +44,28 @@ fn file_err(path: &Path, detail: String) -> KilnError {
 
 impl Weights {
     /// Read the folder's safetensors (all shards, when there is an index).
-    pub fn open(dir: &Path) -> Result<Weights> {
-        let index = dir.join("model.safetensors.index.json");
-        let names: Vec<String> =
-            if index.exists() { shard_names(&index)? } else { vec!["model.safetensors".to_string()] };
+    pub fn open(folder: &Folder) -> Result<Weights> {
+        let index = "model.safetensors.index.json";
+        let names: Vec<String> = match folder.has(index) {
+            true => shard_names(&folder.path(index), &folder.read_text("safetensors", index)?)?,
+            false => vec!["model.safetensors".to_string()],
+        };
         let mut weights = Weights::empty();
         for name in names {
-            weights.read(&dir.join(name))?;
+            weights.add(&folder.path(&name), folder.read("safetensors", &name)?)?;
         }
         Ok(weights)
     }
 
     /// The tensors of one safetensors file at `path`.
     pub fn open_file(path: &Path) -> Result<Weights> {
-        let mut weights = Weights::empty();
-        weights.read(path)?;
-        Ok(weights)
+        let bytes = std::fs::read(path).map_err(|e| file_err(path, format!("cannot read: {e}")))?;
+        Weights::from_bytes(path, Arc::new(bytes))
     }
 
     /// The tensors of one safetensors file's `bytes` (`source` names it in
     /// errors).
-    pub fn from_bytes(source: &Path, bytes: Vec<u8>) -> Result<Weights> {
+    pub fn from_bytes(source: &Path, bytes: Arc<Vec<u8>>) -> Result<Weights> {
         let mut weights = Weights::empty();
         weights.add(source, bytes)?;
         Ok(weights)
@@ -72,12 +75,7 @@ impl Weights {
         Weights { files: Vec::new(), entries: BTreeMap::new(), taken: BTreeSet::new() }
     }
 
-    fn read(&mut self, path: &Path) -> Result<()> {
-        let bytes = std::fs::read(path).map_err(|e| file_err(path, format!("cannot read: {e}")))?;
-        self.add(path, bytes)
-    }
-
-    fn add(&mut self, path: &Path, bytes: Vec<u8>) -> Result<()> {
+    fn add(&mut self, path: &Path, bytes: Arc<Vec<u8>>) -> Result<()> {
         let (n, header): (usize, Metadata) = SafeTensors::read_metadata(&bytes)
             .map_err(|e| file_err(path, format!("not a valid safetensors file, truncated or corrupted ({e})")))?;
         let file = self.files.len();
@@ -145,9 +143,8 @@ impl Weights {
 }
 
 /// The shard files an index names, each once, in order.
-fn shard_names(index: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(index).map_err(|e| file_err(index, format!("cannot read: {e}")))?;
-    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| file_err(index, format!("not JSON: {e}")))?;
+fn shard_names(index: &Path, text: &str) -> Result<Vec<String>> {
+    let json: serde_json::Value = serde_json::from_str(text).map_err(|e| file_err(index, format!("not JSON: {e}")))?;
     let map = json
         .get("weight_map")
         .and_then(|m| m.as_object())

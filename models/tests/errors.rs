@@ -97,3 +97,27 @@ fn ids_the_model_cannot_take_are_an_error() {
         "Gpt2: takes integer ids [B, T] with T ≤ 64, got f32 [1, 3]"
     );
 }
+
+/// Files given in memory (a browser's) read as the folder on disk does,
+/// and one that is missing is named, with the files that were given.
+#[test]
+fn files_given_in_memory_load_and_a_missing_one_is_named() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama");
+    let files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (format!("llama/{}", p.file_name().unwrap().to_str().unwrap()), std::fs::read(p).unwrap()))
+        .collect();
+    let dev = Device::cpu();
+    let from_memory = Model::from_folder(&kiln_models::Folder::files(files.clone()), &dev).unwrap();
+    let from_disk = Model::load(&dir, &dev).unwrap();
+    let ids = Tensor::from_slice(&dev, &[5i32, 17, 42], &[1, 3]).unwrap();
+    let logits = |m: &Model| kiln::block_on(m.forward(&ids).unwrap().to_vec::<f32>()).unwrap();
+    assert_eq!(logits(&from_memory), logits(&from_disk));
+    let without: Vec<_> = files.into_iter().filter(|(n, _)| !n.ends_with("00002-of-00003.safetensors")).collect();
+    let e = Model::from_folder(&kiln_models::Folder::files(without), &dev).unwrap_err().to_string();
+    assert!(
+        e.starts_with("safetensors: model-00002-of-00003.safetensors: is not among the files given (config.json"),
+        "{e}"
+    );
+}

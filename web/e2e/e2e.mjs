@@ -3,11 +3,12 @@
 // trains a fixed number of steps from a fixed seed, checks the loss falls
 // and the test accuracy, draws a digit on the pad, runs the conformance
 // page, trains the GPT page's small model and generates text (from its
-// weights and from a native checkpoint dropped on the page), runs the
-// benchmark page, and fails on any GPU, WGSL or console error.
+// weights and from a native checkpoint dropped on the page), checks the
+// Hugging Face page against transformers' and PEFT's fixtures and
+// fine-tunes there, runs the benchmark page, and fails on any GPU, WGSL or console error.
 // Env: CHROMIUM (default /usr/bin/chromium), KILN_E2E_STEPS (default 300),
 // KILN_NATIVE_LOSSES and KILN_NATIVE_GPT (the native runs to compare with),
-// KILN_E2E_ONLY=gpt, =bench or =conformance (that page alone) or =pages
+// KILN_E2E_ONLY=gpt, =hf, =bench or =conformance (that page alone) or =pages
 // (every page but the conformance page), KILN_BROWSER_BENCH=full
 // (the benchmark page's full figures, written to
 // docs/benchmarks-browser.tsv; by default one quick run of each),
@@ -90,7 +91,7 @@ async function main() {
     ],
   });
   try {
-    const only = { gpt: gptPage, bench: benchPage, conformance: conformancePage }[process.env.KILN_E2E_ONLY];
+    const only = { gpt: gptPage, hf: hfPage, bench: benchPage, conformance: conformancePage }[process.env.KILN_E2E_ONLY];
     if (only) {
       await only(browser, base);
       check(problems.length === 0, `no GPU, WGSL or console errors${problems.length ? ':\n' + problems.join('\n') : ''}`);
@@ -160,6 +161,7 @@ async function main() {
     }
 
     await gptPage(browser, base);
+    await hfPage(browser, base);
     await benchPage(browser, base);
 
     if (process.env.KILN_E2E_ONLY !== 'pages') await conformancePage(browser, base);
@@ -263,6 +265,120 @@ async function gptPage(browser, base) {
   await waitFor(page, () => window.gpt.generated !== null || window.gpt.error, 120_000);
   const fromCheckpoint = await page.evaluate(() => window.gpt.generated);
   check(fromCheckpoint === native.prompt + native.generated, `the dropped native checkpoint generates the native text from the same key: ${JSON.stringify(fromCheckpoint)}`);
+  await page.close();
+}
+
+// A safetensors file's tensors: { name: { dtype, shape, data } }, data as
+// an Int32Array or Float32Array.
+function readSafetensors(file) {
+  const bytes = fs.readFileSync(file);
+  const n = Number(bytes.readBigUInt64LE(0));
+  const header = JSON.parse(bytes.subarray(8, 8 + n).toString('utf8'));
+  const tensors = {};
+  for (const [name, t] of Object.entries(header)) {
+    if (name === '__metadata__') continue;
+    const [a, b] = t.data_offsets;
+    const raw = bytes.subarray(8 + n + a, 8 + n + b);
+    const copy = new Uint8Array(raw).buffer;
+    tensors[name] = { dtype: t.dtype, shape: t.shape, data: t.dtype === 'I32' ? new Int32Array(copy) : new Float32Array(copy) };
+  }
+  return tensors;
+}
+
+// Largest |a - b| over the largest |b|.
+function relativeError(got, want) {
+  let scale = 0, worst = 0;
+  for (let i = 0; i < want.length; i++) {
+    scale = Math.max(scale, Math.abs(want[i]));
+    worst = Math.max(worst, Math.abs(got[i] - want[i]));
+  }
+  return worst / scale;
+}
+
+// The Hugging Face page against the fixtures of models/tests (transformers'
+// logits, greedy tokens and token ids; PEFT's adapted logits): each folder
+// chosen in the file picker (the sharded Llama dropped on the page), with
+// the bounds of models/tests/transformers.rs; then a LoRA fine-tune of the
+// GPT-2 fixture, whose validation loss must fall, and generation from the
+// page's controls with its rates.
+async function hfPage(browser, base) {
+  const t0 = Date.now();
+  const fixtures = path.join(root, 'models/tests/fixtures');
+  const page = await browser.newPage();
+  watch(page, 'hf');
+  await page.goto(`${base}/hf.html`);
+  await waitFor(page, () => window.hf?.status === 'choose or drop a model folder' || window.hf?.error, 120_000);
+  const filesOf = (name) => fs.readdirSync(path.join(fixtures, name))
+    .filter((f) => !['expected.safetensors', 'samples.json'].includes(f)).map((f) => path.join(fixtures, name, f));
+  const load = async (name, how) => {
+    await page.evaluate(() => { window.hf.status = 'loading'; });
+    if (how === 'drop') {
+      const files = filesOf(name).map((f) => ({ name: path.basename(f), b64: fs.readFileSync(f).toString('base64') }));
+      const dropped = await page.evaluateHandle((list) => {
+        const data = new DataTransfer();
+        for (const { name, b64 } of list) data.items.add(new File([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], name));
+        return data;
+      }, files);
+      await page.dispatchEvent('body', 'drop', { dataTransfer: dropped });
+    } else {
+      await page.setInputFiles('#files', filesOf(name));
+    }
+    await waitFor(page, () => window.hf.status.startsWith('ready') || window.hf.error, 120_000);
+    const state = await page.evaluate(() => ({ error: window.hf.error, description: window.hf.description }));
+    check(!state.error, `${name} loads on the page (${how === 'drop' ? 'dropped' : 'chosen'}): ${state.error ?? state.description}`);
+  };
+  const logits = (ids, rows) => page.evaluate(async ([ids, rows]) => Array.from(await window.hf.model.logits(Int32Array.from(ids), rows)), [ids, rows]);
+  const bounds = { gpt2: 1e-4, llama: 1e-4, 'gpt2-f16': 2e-3, 'llama-bf16': 1.5e-2 };
+  for (const [name, bound] of Object.entries(bounds)) {
+    await load(name, name === 'llama' ? 'drop' : 'pick');
+    const want = readSafetensors(path.join(fixtures, name, 'expected.safetensors'));
+    const ids = Array.from(want.input_ids.data);
+    const error = relativeError(await logits(ids, 2), want.logits.data);
+    check(error <= bound, `${name} in the browser: logits within ${error.toExponential(1)} of transformers' (bound ${bound})`);
+    if (!name.includes('-')) {
+      const prompt = ids.slice(0, want.input_ids.shape[1]);
+      const greedy = await page.evaluate(async ([p, n]) => Array.from(await window.hf.model.greedy(Uint32Array.from(p), n)), [prompt, want.greedy.data.length]);
+      check(greedy.join(',') === Array.from(want.greedy.data).join(','), `${name} in the browser: transformers' ${greedy.length} greedy tokens, through the KV cache`);
+      const samples = JSON.parse(fs.readFileSync(path.join(fixtures, name, 'samples.json'), 'utf8'));
+      const lengths = Array.from(want.sample_lengths.data), expectedIds = Array.from(want.sample_ids.data);
+      let at = 0;
+      for (const [i, text] of samples.entries()) {
+        const got = await page.evaluate((t) => Array.from(window.hf.model.encode(t)), text);
+        check(got.join(',') === expectedIds.slice(at, at + lengths[i]).join(','), `${name} in the browser: the Python tokenizer's ids for ${JSON.stringify(text)}`);
+        at += lengths[i];
+      }
+    }
+  }
+  // PEFT's adapters on the GPT-2 fixture.
+  await load('gpt2', 'pick');
+  await page.setInputFiles('#adapters', ['adapter_config.json', 'adapter_model.safetensors'].map((f) => path.join(fixtures, 'gpt2-lora', f)));
+  await waitFor(page, () => window.hf.status.includes('LoRA') || window.hf.error, 60_000);
+  const lora = readSafetensors(path.join(fixtures, 'gpt2-lora', 'expected.safetensors'));
+  const loraError = relativeError(await logits(Array.from(lora.input_ids.data), 2), lora.logits.data);
+  check(loraError <= 1e-4, `PEFT's adapters in the browser: logits within ${loraError.toExponential(1)} of PEFT's`);
+  // A fine-tune from the page's controls: the native test's run.
+  await load('gpt2', 'pick');
+  for (const [id, v] of [['rank', 8], ['steps', 40], ['lr', 0.01], ['context', 32], ['batch', 8], ['seed', 0]]) await page.fill(`#${id}`, String(v));
+  const t1 = Date.now();
+  await page.click('#finetune');
+  await waitFor(page, () => window.hf.adapters !== null || window.hf.error, 10 * 60_000);
+  const tuned = await page.evaluate(() => ({ error: window.hf.error, validation: window.hf.validation, losses: window.hf.losses.length, config: window.hf.adapters?.config, bytes: window.hf.adapters?.weights.length }));
+  check(!tuned.error && tuned.losses === 40, `the page fine-tuned 40 LoRA steps in ${((Date.now() - t1) / 1000).toFixed(1)} s${tuned.error ? `: ${tuned.error}` : ''}`);
+  const valid = tuned.validation.map(([, l]) => l);
+  check(valid.at(-1) < valid[0] - 0.05, `LoRA fine-tuning in the browser lowers the validation loss: ${valid.map((l) => l.toFixed(3)).join(' -> ')} nats/token`);
+  const config = JSON.parse(tuned.config);
+  check(config.peft_type === 'LORA' && config.r === 8 && tuned.bytes > 0, `the adapters to download are PEFT's files (r ${config.r}, ${tuned.bytes} bytes of weights)`);
+  // Generation from the page's controls, with the fine-tuned adapters.
+  await page.fill('#prompt', 'In the beginning');
+  await page.fill('#tokens', '24');
+  await page.fill('#temperature', '0');
+  await page.click('#generate');
+  await waitFor(page, () => window.hf.generated !== null || window.hf.error, 120_000);
+  const generated = await page.evaluate(() => window.hf.generated);
+  check(generated?.text.startsWith('In the beginning') && generated.tokens.length === 24, `the page generates: ${JSON.stringify(generated?.text)}`);
+  await page.screenshot({ path: path.join(root, 'docs/web-hf.png'), fullPage: true });
+  console.log(`HF page: ${(await page.textContent('#rates'))} (the GPT-2 fixture with adapters, headless Chromium on SwiftShader)`);
+  console.log(`the Hugging Face page ran in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   await page.close();
 }
 
