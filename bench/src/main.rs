@@ -11,6 +11,7 @@ mod ceilings;
 mod data_parallel;
 mod gpt;
 mod hf;
+mod hf_rows;
 mod measure;
 mod report;
 mod row_layouts;

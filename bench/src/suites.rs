@@ -98,12 +98,12 @@ impl Ctx<'_> {
     }
 
     /// `run` timed in pairs with the FMA microkernel.
-    fn against_fma(&self, run: impl FnMut() -> Result<()>) -> Result<Paired> {
+    pub fn against_fma(&self, run: impl FnMut() -> Result<()>) -> Result<Paired> {
         time_paired(self.reps, || (self.ceilings.fma_run)().map_err(KilnError::Gpu), run)
     }
 
     /// `run` timed in pairs with the copy microkernel.
-    fn against_copy(&self, run: impl FnMut() -> Result<()>) -> Result<Paired> {
+    pub fn against_copy(&self, run: impl FnMut() -> Result<()>) -> Result<Paired> {
         time_paired(self.reps, || (self.ceilings.copy_run)().map_err(KilnError::Gpu), run)
     }
 
@@ -525,7 +525,11 @@ fn training_steps(cx: &Ctx, out: &mut dyn FnMut(Record)) -> Result<()> {
     }
     per_example(cx, out)?;
     crate::data_parallel::data_parallel(cx, out)?;
-    crate::gpt::gpt(cx, out)
+    crate::gpt::gpt(cx, out)?;
+    if crate::hf_rows::wanted(cx) {
+        crate::hf_rows::rows(cx, out)?;
+    }
+    Ok(())
 }
 
 /// Per-example gradients of the demo's MLP for a batch of 64: `vmap(grad)`

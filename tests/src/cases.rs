@@ -137,6 +137,8 @@ fn unary(s: &mut Suite) {
         });
     }
     s.add("abs", "u32 [7]", Tol::EXACT, |d| input(d, 15, &[7], DType::U32, 0.0, 1e9)?.abs());
+    s.add("square", "f32 [1023]", Tol::F32, |d| input(d, 18, &[1023], DType::F32, -3.0, 3.0)?.square());
+    s.add("square", "i32 [1023]", Tol::EXACT, |d| input(d, 19, &[1023], DType::I32, -1000.0, 1000.0)?.square());
     s.add("logical_not", "bool [1023]", Tol::EXACT, |d| input(d, 16, &[1023], DType::Bool, 0.0, 1.0)?.logical_not());
     s.add("logical_not", "bool [33, 65] transposed view", Tol::EXACT, |d| {
         transposed(d, 17, [33, 65], DType::Bool, 0.0, 1.0)?.logical_not()

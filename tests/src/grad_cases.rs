@@ -285,6 +285,7 @@ pub fn mlp_logits(p: &[Tensor], batch: usize, seed: u64) -> Result<Tensor> {
 }
 
 fn composites(s: &mut Cases) {
+    s.add("square", "[5, 7]", &[(&[5, 7], -2.0, 2.0)], |x| x[0].square());
     let grad_tanh = |x: &Tensor| grad(|x: &Tensor| x.tanh()?.sum(&[], false))(x);
     s.add("grad of grad", "tanh'' of [7] (vjp of grad)", &[(&[7], -2.0, 2.0)], move |x| grad_tanh(&x[0]));
     let small: &[(&[usize], f64, f64)] =
