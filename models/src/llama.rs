@@ -92,6 +92,17 @@ impl Projection {
         }
     }
 
+    /// An adapted float projection with its update added into the stored
+    /// weight (`w + scale · b a`, in `w`'s dtype), as PEFT's
+    /// `merge_and_unload`; others as they are.
+    pub fn merged(&self) -> Result<Projection> {
+        let Projection::Adapted(a) = self else { return Ok(self.clone()) };
+        let Projection::Float(p) = &a.base else { return Ok(self.clone()) };
+        let delta = a.lora.b.matmul(&a.lora.a)?.mul_scalar(a.lora.scale)?;
+        let weight = p.weight.cast(DType::F32)?.add(&delta)?.cast(p.weight.dtype())?;
+        Ok(Projection::Float(StoredProjection { weight, bias: p.bias.clone() }))
+    }
+
     /// This projection with `lora`'s update added to its output. Errors
     /// unless the adapter's sides are this projection's.
     pub fn adapted(&self, lora: Lora) -> Result<Projection> {

@@ -84,6 +84,14 @@ impl Site<'_> {
         }
     }
 
+    fn merge(&mut self) -> Result<()> {
+        match self {
+            Site::Dense(d) => **d = d.merged()?,
+            Site::Projection(p) => **p = p.merged()?,
+        }
+        Ok(())
+    }
+
     fn adapt(&mut self, lora: &Lora) -> Result<()> {
         match self {
             Site::Dense(d) => **d = d.adapted(lora.clone())?,
@@ -294,6 +302,18 @@ impl Model {
             let paths: Vec<String> = this.sites().into_iter().map(|(p, _)| p).collect();
             let stray = adapters.loras.keys().find(|k| !paths.contains(k)).expect("an adapter went unused");
             return Err(invalid("Model::with_lora", format!("adapter `{stray}` names no projection of this model")));
+        }
+        Ok(model)
+    }
+
+    /// The model with each adapter over float weights added into them
+    /// (PEFT's `merge_and_unload`): the adapted model's outputs, to
+    /// rounding, at the base model's cost. Adapters over int8 or int4
+    /// weights stay beside them.
+    pub fn merge_lora(&self) -> Result<Model> {
+        let mut model = self.clone();
+        for (path, mut site) in model.sites() {
+            site.merge().map_err(|e| e.within(&path))?;
         }
         Ok(model)
     }

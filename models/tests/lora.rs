@@ -51,6 +51,11 @@ fn peft_adapters_give_peft_logits_on_every_adapter() {
             let got = kiln::block_on(tuned.forward(&x).unwrap().to_vec::<f32>()).unwrap();
             let error = relative_error(&got, &want);
             assert!(error <= 1e-4, "{fixture} on {label}: logits {error:e} from PEFT's");
+            let merged = tuned.merge_lora().unwrap();
+            assert_eq!(merged.leaves().len(), model.leaves().len(), "{fixture}: merged, no adapter leaves");
+            let folded = kiln::block_on(merged.forward(&x).unwrap().to_vec::<f32>()).unwrap();
+            let apart = relative_error(&folded, &got);
+            assert!(apart <= 1e-5, "{fixture} on {label}: merged logits {apart:e} from the adapted model's");
             let plain = kiln::block_on(model.forward(&x).unwrap().to_vec::<f32>()).unwrap();
             let moved = relative_error(&plain, &want);
             assert!(
@@ -58,7 +63,8 @@ fn peft_adapters_give_peft_logits_on_every_adapter() {
                 "{fixture} on {label}: the adapters change the logits ({moved:e})"
             );
             eprintln!(
-                "{fixture} on {label}: logits within {error:.1e} of PEFT's (the base model's are {moved:.1e} away)"
+                "{fixture} on {label}: logits within {error:.1e} of PEFT's (the base model's are {moved:.1e} away; \
+                 merged, {apart:.1e} from the adapted)"
             );
         }
     }

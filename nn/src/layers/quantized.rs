@@ -271,6 +271,24 @@ impl Dense {
         Ok(Dense::Adapted(Box::new(Adapted { base: self.clone(), lora })))
     }
 
+    /// An adapted layer with its update added into float weights
+    /// (`w + scale · aᵀ bᵀ`, stored in `w`'s dtype), as PEFT's
+    /// `merge_and_unload`: the same outputs (to rounding) for two fewer
+    /// products. Other layers, and adapters over integer weights, as they are.
+    pub fn merged(&self) -> Result<Dense> {
+        match self {
+            Dense::Adapted(a) => match &a.base {
+                Dense::Float(l) => {
+                    let delta = a.lora.a.t()?.matmul(&a.lora.b.t()?)?.mul_scalar(a.lora.scale)?;
+                    let weight = l.weight.cast(DType::F32)?.add(&delta)?.cast(l.weight.dtype())?;
+                    Ok(Dense::Float(Linear { weight, bias: l.bias.clone() }))
+                }
+                _ => Ok(self.clone()),
+            },
+            other => Ok(other.clone()),
+        }
+    }
+
     /// This layer with integer weights in `format` where its rows fill
     /// whole words (otherwise, or already quantized, unchanged).
     pub fn quantize(&self, format: QuantFormat) -> Result<Dense> {
