@@ -3,7 +3,7 @@
 //! give PEFT's logits on the CPU reference and every adapter, save back as
 //! PEFT wrote them, have the reference's gradients, and train: a
 //! fine-tune on the KJV corpus lowers the validation loss of the frozen
-//! model, float or int8 (QLoRA).
+//! model, float, int8 or int4 (QLoRA).
 
 use kiln::prelude::*;
 use kiln_models::{Adapters, FineTune, FineTuneConfig, LoraConfig, Model, Tokenizer};
@@ -158,15 +158,20 @@ fn kjv_tokens(n: usize) -> Vec<u32> {
 }
 
 #[test]
-fn fine_tuning_lowers_the_validation_loss_of_a_frozen_float_or_int8_model() {
+fn fine_tuning_lowers_the_validation_loss_of_a_frozen_float_int8_or_int4_model() {
     let tokens = kjv_tokens(60_000);
     let adapters = kiln_conformance::adapters::shared();
     for (n, (label, dev)) in adapters.iter().enumerate() {
         let float = Model::load(dir("gpt2"), dev).unwrap();
-        // QLoRA's int8 base on the first adapter (the same kernels as f32's
-        // elsewhere, and the conformance suite covers the int8 product).
-        let int8 = (n == 0).then(|| ("int8", float.quantize(QuantFormat::INT8).unwrap()));
-        for (how, model) in std::iter::once(("f32", float.clone())).chain(int8) {
+        // QLoRA's int8 and int4 bases on the first adapter (the same
+        // kernels as f32's elsewhere; the conformance suite covers the
+        // integer products).
+        let mut bases = vec![("f32", float.clone())];
+        if n == 0 {
+            bases.push(("int8", float.quantize(QuantFormat::INT8).unwrap()));
+            bases.push(("int4", float.quantize(QuantFormat::int4(32)).unwrap()));
+        }
+        for (how, model) in bases {
             kiln::block_on(Tensor::realize_all(&model.leaves().iter().collect::<Vec<_>>())).unwrap();
             let read = |m: &Model| -> Vec<Vec<f32>> {
                 m.leaves()
