@@ -11,12 +11,27 @@ use kiln::prelude::*;
 use kiln_models::{Adapters, Decoder, FineTune, FineTuneConfig, Folder, Model, Sampling, Tokenizer};
 use wasm_bindgen::prelude::*;
 
-/// The model as read, the one that runs (quantized or adapted), and a
-/// fine-tuning run once started.
+/// The model as read, the one that runs (quantized or adapted) with its
+/// decoder (kept, so that its captured steps are replayed by the next
+/// generation), and a fine-tuning run once started.
 struct State {
     base: Model,
     current: Model,
+    decoder: Option<Decoder>,
     finetune: Option<FineTune>,
+}
+
+impl State {
+    /// Runs `model` from now on.
+    fn run(&mut self, model: Model) {
+        self.current = model;
+        self.decoder = None;
+    }
+
+    /// The running model's decoder.
+    fn decoder(&mut self) -> &Decoder {
+        self.decoder.get_or_insert_with(|| Decoder::new(self.current.clone()))
+    }
 }
 
 #[wasm_bindgen]
@@ -56,7 +71,7 @@ impl HfModel {
             model.weight_bytes() as f64 / (1 << 20) as f64,
             tokenizer.vocab_size()
         );
-        let state = State { base: model.clone(), current: model, finetune: None };
+        let state = State { base: model.clone(), current: model, decoder: None, finetune: None };
         Ok(HfModel { inner: Exclusive::new(state), tokenizer, description })
     }
 
@@ -87,9 +102,7 @@ impl HfModel {
     /// through the KV cache appends to `ids`.
     pub fn greedy(&self, ids: Vec<u32>, n: usize) -> Promise {
         self.inner.call(
-            async move |s| {
-                Ok(js_sys::Uint32Array::from(Decoder::new(s.current.clone()).greedy(&ids, n).await?.tokens.as_slice()))
-            },
+            async move |s| Ok(js_sys::Uint32Array::from(s.decoder().greedy(&ids, n).await?.tokens.as_slice())),
             |_| {},
         )
     }
@@ -119,7 +132,7 @@ impl HfModel {
                     top_p: (top_p < 1.0).then_some(top_p),
                     key,
                 };
-                let decoded = Decoder::new(s.current.clone()).sample(&prompt_ids, tokens, &sampling).await?;
+                let decoded = s.decoder().sample(&prompt_ids, tokens, &sampling).await?;
                 let json = serde_json::json!({
                     "text": format!("{prompt}{}", tokenizer.decode(&decoded.tokens)?),
                     "tokens": decoded.tokens,
@@ -139,7 +152,7 @@ impl HfModel {
     pub fn quantize(&self, format: String) -> Promise {
         self.inner.call(
             async move |s| {
-                s.current = match format.as_str() {
+                let model = match format.as_str() {
                     "none" => s.base.clone(),
                     "int8" => s.base.quantize(QuantFormat::INT8)?,
                     "int4" => s.base.quantize(QuantFormat::int4(32))?,
@@ -150,6 +163,7 @@ impl HfModel {
                         });
                     }
                 };
+                s.run(model);
                 Ok(JsValue::UNDEFINED)
             },
             |_| {},
@@ -163,7 +177,7 @@ impl HfModel {
         self.inner.call(
             async move |s| {
                 let adapters = Adapters::from_bytes(&config, weights, &s.current)?;
-                s.current = s.current.with_lora(&adapters)?;
+                s.run(s.current.with_lora(&adapters)?);
                 Ok(JsValue::from(adapters.loras.len() as u32))
             },
             |_| {},
@@ -226,7 +240,7 @@ impl HfModel {
             async |s| {
                 let run = s.finetune.take().ok_or_else(not_started)?;
                 let (config, weights) = run.adapters().to_bytes().await?;
-                s.current = s.current.with_lora(run.adapters())?;
+                s.run(s.current.with_lora(run.adapters())?);
                 let files = Array::of2(&JsValue::from(config), &Uint8Array::from(weights.as_slice()));
                 Ok(JsValue::from(files))
             },
